@@ -1,0 +1,12 @@
+# OpenBLAS, OpenMP variant (Debian's libopenblas-openmp-dev). We link this variant on purpose: its
+# threads are the same libgomp team as our own parallel_for, so one pool of --threads workers serves
+# both and the two never fight over the cores (the pthread variant spins its own threads; see
+# shared/BENCHMARKING.md for what that costs PyTorch).
+set(_ob_lib /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so)
+set(_ob_inc /usr/include/x86_64-linux-gnu/openblas-openmp)
+if(NOT EXISTS ${_ob_lib} OR NOT EXISTS ${_ob_inc}/cblas.h)
+  message(FATAL_ERROR "OpenBLAS (OpenMP variant) not found: apt-get install libopenblas-openmp-dev")
+endif()
+add_library(tessera_openblas INTERFACE)
+target_include_directories(tessera_openblas SYSTEM INTERFACE ${_ob_inc})
+target_link_libraries(tessera_openblas INTERFACE ${_ob_lib})

@@ -1,0 +1,87 @@
+#include "tessera/autograd/node.h"
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera::autograd {
+
+namespace {
+std::atomic<uint64_t> next_sequence_nr{0};
+thread_local bool grad_mode_enabled = true;
+}  // namespace
+
+bool grad_enabled() { return grad_mode_enabled; }
+void set_grad_enabled(bool enabled) { grad_mode_enabled = enabled; }
+
+Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
+  if (!fn_)
+    throw ValueError("[backward] trying to backward through the graph a second time (at " + name_ +
+                     "); its saved tensors were freed. Pass retain_graph=true to the first backward.");
+  return fn_(grad_output);
+}
+
+std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
+  auto impl = leaf_.lock();
+  if (!impl) return {};
+  Tensor leaf(impl);
+  {
+    NoGradGuard no_grad;
+    if (!impl->grad) {
+      // Own the memory: the incoming gradient may alias another tensor (add passes one buffer to both
+      // inputs), and optimizers update .grad in place.
+      impl->grad = clone(grad_output).impl_ptr();
+    } else {
+      Tensor g(impl->grad);
+      add_(g, grad_output);
+    }
+  }
+  for (auto& hook : impl->grad_ready_hooks) hook(leaf);
+  return {};
+}
+
+std::shared_ptr<Node> gradient_edge(const Tensor& t) {
+  if (!t.defined()) return nullptr;
+  TensorImpl* impl = t.impl();
+  if (impl->grad_fn) return impl->grad_fn;
+  if (!impl->requires_grad) return nullptr;
+  auto acc = impl->grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    impl->grad_accumulator = acc;
+  }
+  return acc;
+}
+
+bool needs_grad(std::initializer_list<Tensor> inputs) {
+  if (!grad_enabled()) return false;
+  for (const auto& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+static Tensor record_impl(Tensor result, const char* name, const Tensor* inputs, size_t n, BackwardFn backward) {
+  if (!grad_enabled()) return result;
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) any = any || (inputs[i].defined() && inputs[i].requires_grad());
+  if (!any) return result;
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+  node->next_edges.reserve(n);
+  for (size_t i = 0; i < n; ++i)
+    node->next_edges.push_back({gradient_edge(inputs[i]), inputs[i].defined() ? inputs[i].shape() : Shape{}});
+  // A view of an input shares its TensorImpl-free storage only; the result gets fresh autograd state.
+  result.impl()->grad_fn = std::move(node);
+  result.impl()->requires_grad = true;
+  return result;
+}
+
+Tensor record(Tensor result, const char* name, std::initializer_list<Tensor> inputs, BackwardFn backward) {
+  return record_impl(std::move(result), name, inputs.begin(), inputs.size(), std::move(backward));
+}
+
+Tensor record(Tensor result, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  return record_impl(std::move(result), name, inputs.data(), inputs.size(), std::move(backward));
+}
+
+}  // namespace tessera::autograd

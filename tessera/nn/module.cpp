@@ -1,0 +1,124 @@
+#include "tessera/nn/module.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera::nn {
+
+Tensor Module::forward(const Tensor&) {
+  throw NotSupportedError("[" + name() + "::forward] this module does not take a single tensor input");
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor value, bool requires_grad) {
+  TESSERA_CHECK(name.find('.') == std::string::npos, "[register_parameter] name '", name, "' must not contain '.'");
+  value.set_requires_grad(requires_grad);
+  parameters_.emplace_back(name, value);
+  return value;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor value) {
+  TESSERA_CHECK(name.find('.') == std::string::npos, "[register_buffer] name '", name, "' must not contain '.'");
+  buffers_.emplace_back(name, value);
+  return value;
+}
+
+void Module::collect(const std::string& prefix, bool params, bool recurse, StateDict& out) const {
+  for (const auto& [n, t] : params ? parameters_ : buffers_) out.emplace_back(prefix + n, t);
+  if (!recurse) return;
+  for (const auto& [n, child] : children_) child->collect(prefix + n + ".", params, true, out);
+}
+
+StateDict Module::named_parameters(bool recurse) const {
+  StateDict out;
+  collect("", true, recurse, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+StateDict Module::named_buffers(bool recurse) const {
+  StateDict out;
+  collect("", false, recurse, out);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, child] : children_) child->train(on);
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (auto& [n, p] : named_parameters()) {
+    if (set_to_none || !p.grad().defined()) {
+      p.set_grad(Tensor());
+    } else {
+      Tensor g = p.grad();
+      fill_(g, 0.0f);
+    }
+  }
+}
+
+StateDict Module::state_dict() const {
+  StateDict out = named_parameters();
+  for (auto& kv : named_buffers()) out.push_back(kv);
+  return out;
+}
+
+void Module::load_state_dict(const StateDict& state, bool strict) {
+  std::unordered_map<std::string, const Tensor*> given;
+  for (const auto& [n, t] : state) given[n] = &t;
+  StateDict own = state_dict();
+  std::vector<std::string> missing;
+  std::unordered_set<std::string> known;
+  for (const auto& [n, t] : own) {
+    known.insert(n);
+    auto it = given.find(n);
+    if (it == given.end()) {
+      missing.push_back(n);
+      continue;
+    }
+    const Tensor& src = *it->second;
+    TESSERA_CHECK(src.shape() == t.shape(), "[load_state_dict] shape mismatch for '", n, "': checkpoint has ",
+                  shape_str(src.shape()), ", model has ", shape_str(t.shape()));
+    TESSERA_CHECK(src.dtype() == t.dtype() || (src.dtype() == DType::BFloat16 && t.dtype() == DType::Float32),
+                  "[load_state_dict] dtype mismatch for '", n, "': checkpoint has ", dtype_name(src.dtype()),
+                  ", model has ", dtype_name(t.dtype()));
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& [n, t] : state)
+    if (!known.count(n)) unexpected.push_back(n);
+  if (strict && (!missing.empty() || !unexpected.empty())) {
+    std::string msg = "[load_state_dict] state does not match the model.";
+    auto list = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (size_t i = 0; i < v.size() && i < 10; ++i) s += (i ? ", " : " ") + v[i];
+      if (v.size() > 10) s += ", ... (" + std::to_string(v.size()) + " in all)";
+      return s;
+    };
+    if (!missing.empty()) msg += " Missing keys:" + list(missing) + ".";
+    if (!unexpected.empty()) msg += " Unexpected keys:" + list(unexpected) + ".";
+    throw ValueError(msg + " Pass strict=false to load the keys that match.");
+  }
+  NoGradGuard no_grad;
+  for (auto& [n, t] : own) {
+    auto it = given.find(n);
+    if (it == given.end()) continue;
+    Tensor dst = t;
+    copy_(dst, *it->second);
+  }
+}
+
+}  // namespace tessera::nn

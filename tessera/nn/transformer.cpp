@@ -1,0 +1,37 @@
+#include "tessera/nn/transformer.h"
+
+namespace tessera::nn {
+
+CausalSelfAttention::CausalSelfAttention(int64_t c, int64_t h, float p) : embed_dim(c), num_heads(h) {
+  TESSERA_CHECK(h > 0 && c % h == 0, "[CausalSelfAttention] embed_dim ", c, " must be divisible by num_heads ", h);
+  qkv = register_module("qkv", std::make_shared<Linear>(c, 3 * c));
+  proj = register_module("proj", std::make_shared<Linear>(c, c));
+  drop = register_module("drop", std::make_shared<Dropout>(p));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  TESSERA_CHECK(x.dim() == 3 && x.shape()[2] == embed_dim, "[CausalSelfAttention] expected (B, T, ", embed_dim,
+                "), got ", shape_str(x.shape()));
+  const int64_t B = x.shape()[0], T = x.shape()[1], hd = embed_dim / num_heads;
+  auto parts = split(qkv->forward(x), embed_dim, 2);  // 3 x (B, T, C)
+  auto heads = [&](const Tensor& t) { return transpose(reshape(t, {B, T, num_heads, hd}), 1, 2); };  // (B, H, T, hd)
+  Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
+  y = reshape(transpose(y, 1, 2), {B, T, embed_dim});
+  return drop->forward(proj->forward(y));
+}
+
+TransformerBlock::TransformerBlock(int64_t c, int64_t h, float p) {
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(Shape{c}));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(c, h, p));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(Shape{c}));
+  mlp = register_module("mlp", std::make_shared<Sequential>(std::initializer_list<ModulePtr>{
+                                   std::make_shared<Linear>(c, 4 * c), std::make_shared<GELU>(),
+                                   std::make_shared<Linear>(4 * c, c), std::make_shared<Dropout>(p)}));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) {
+  Tensor h = add(x, attn->forward(ln_1->forward(x)));
+  return add(h, mlp->forward(ln_2->forward(h)));
+}
+
+}  // namespace tessera::nn

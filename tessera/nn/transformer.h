@@ -1,0 +1,29 @@
+// Causal multi-head self-attention and the pre-norm Transformer block (GPT-2 layout):
+//   x = x + attn(ln_1(x));  x = x + mlp(ln_2(x)),  mlp = Linear(C, 4C) - GELU - Linear(4C, C).
+#pragma once
+#include "tessera/nn/layers.h"
+
+namespace tessera::nn {
+
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(int64_t embed_dim, int64_t num_heads, float dropout = 0.0f);
+  Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C)
+  std::string name() const override { return "CausalSelfAttention"; }
+  int64_t embed_dim, num_heads;
+  std::shared_ptr<Linear> qkv;   // C -> 3C
+  std::shared_ptr<Linear> proj;  // C -> C
+  std::shared_ptr<Dropout> drop;
+};
+
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(int64_t embed_dim, int64_t num_heads, float dropout = 0.0f);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "TransformerBlock"; }
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<Sequential> mlp;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,257 @@
+// conv2d as im2col + one sgemm per image and group, images split across the thread pool (OpenBLAS runs
+// single-threaded inside our parallel region, so each core owns whole images and their columns stay
+// in its cache). Pooling is a direct loop over (image, channel) planes.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+
+#include "tessera/backend/cpu/gemm.h"
+#include "tessera/backend/cpu/im2col.h"
+#include "tessera/ops/detail.h"
+#include "tessera/util/thread_pool.h"
+
+namespace tessera {
+
+using autograd::record;
+
+namespace {
+
+int64_t out_size(int64_t in, int64_t pad, int64_t dilation, int64_t kernel, int64_t stride) {
+  return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
+}
+
+struct ConvPlan {
+  cpu::ConvGeometry geo;  // per group: channels = C / groups
+  int64_t N, C, OC, groups;
+  int64_t ck, ohw;        // rows of a group's columns; output pixels
+};
+
+ConvPlan plan_conv(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
+  const char* op = "conv2d";
+  TESSERA_CHECK(x.dim() == 4, "[", op, "] input must be (N, C, H, W), got ", shape_str(x.shape()));
+  TESSERA_CHECK(w.dim() == 4, "[", op, "] weight must be (OC, C/groups, KH, KW), got ", shape_str(w.shape()));
+  TESSERA_CHECK(o.groups >= 1 && o.stride_h >= 1 && o.stride_w >= 1 && o.dilation_h >= 1 && o.dilation_w >= 1 &&
+                    o.pad_h >= 0 && o.pad_w >= 0,
+                "[", op, "] invalid options: stride, dilation and groups must be >= 1 and padding >= 0");
+  int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  int64_t OC = w.shape()[0], KH = w.shape()[2], KW = w.shape()[3];
+  TESSERA_CHECK(C % o.groups == 0 && OC % o.groups == 0, "[", op, "] channels ", C, " and out channels ", OC,
+                " must be divisible by groups ", o.groups);
+  TESSERA_CHECK(w.shape()[1] == C / o.groups, "[", op, "] weight ", shape_str(w.shape()), " expects ",
+                w.shape()[1] * o.groups, " input channels but input ", shape_str(x.shape()), " has ", C);
+  int64_t OH = out_size(H, o.pad_h, o.dilation_h, KH, o.stride_h), OW = out_size(W, o.pad_w, o.dilation_w, KW, o.stride_w);
+  TESSERA_CHECK(OH > 0 && OW > 0, "[", op, "] kernel ", KH, "x", KW, " is larger than the padded input ",
+                shape_str(x.shape()));
+  ConvPlan p;
+  p.geo = {C / o.groups, H, W, KH, KW, o.pad_h, o.pad_w, o.stride_h, o.stride_w, o.dilation_h, o.dilation_w, OH, OW};
+  p.N = N;
+  p.C = C;
+  p.OC = OC;
+  p.groups = o.groups;
+  p.ck = p.geo.channels * KH * KW;
+  p.ohw = OH * OW;
+  return p;
+}
+
+cpu::MatrixRef mat(const float* data, int64_t rows, int64_t cols) { return {data, rows, cols, cols, 1}; }
+cpu::MatrixRef mat_t(const float* data, int64_t rows, int64_t cols) { return {data, cols, rows, 1, cols}; }
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dOptions& opt) {
+  detail::check_float(x_in, "conv2d", "input");
+  detail::check_float(w_in, "conv2d", "weight");
+  ConvPlan p = plan_conv(x_in, w_in, opt);
+  if (bias.defined()) {
+    detail::check_float(bias, "conv2d", "bias");
+    TESSERA_CHECK(bias.dim() == 1 && bias.shape()[0] == p.OC, "[conv2d] bias ", shape_str(bias.shape()),
+                  " does not match ", p.OC, " output channels");
+  }
+  Tensor x = detail::as_contiguous(x_in), w = detail::as_contiguous(w_in);
+  Tensor b = bias.defined() ? detail::as_contiguous(bias) : Tensor();
+  Tensor out = Tensor::empty({p.N, p.OC, p.geo.out_h, p.geo.out_w});
+  const int64_t G = p.groups, ocg = p.OC / G, in_image = p.C * p.geo.height * p.geo.width;
+  const float* xp = x.data<float>();
+  const float* wp = w.data<float>();
+  float* op = out.data<float>();
+  const float* bp = b.defined() ? b.data<float>() : nullptr;
+  parallel_for(0, p.N, 1, [&](int64_t n0, int64_t n1) {
+    std::vector<float> cols(p.ck * G * p.ohw);
+    for (int64_t n = n0; n < n1; ++n) {
+      float* o = op + n * p.OC * p.ohw;
+      for (int64_t g = 0; g < G; ++g) {
+        cpu::im2col(xp + n * in_image + g * p.geo.channels * p.geo.height * p.geo.width, p.geo,
+                    cols.data() + g * p.ck * p.ohw);
+        float beta = 0.0f;
+        if (bp) {
+          for (int64_t c = g * ocg; c < (g + 1) * ocg; ++c) std::fill(o + c * p.ohw, o + (c + 1) * p.ohw, bp[c]);
+          beta = 1.0f;
+        }
+        cpu::gemm(mat(wp + g * ocg * p.ck, ocg, p.ck), mat(cols.data() + g * p.ck * p.ohw, p.ck, p.ohw),
+                  o + g * ocg * p.ohw, p.ohw, 1.0f, beta);
+      }
+    }
+  });
+  bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gb = bias.defined() && bias.requires_grad();
+  return record(out, "Conv2dBackward", {x_in, w_in, bias}, [x, w, p, gx, gw, gb](const Tensor& g_in) {
+    Tensor g = detail::as_contiguous(g_in);
+    Tensor grad_x = gx ? zeros(x.shape()) : Tensor();
+    Tensor grad_w = gw ? zeros(w.shape()) : Tensor();
+    Tensor grad_b = gb ? sum(g, {0, 2, 3}) : Tensor();
+    const int64_t G = p.groups, ocg = p.OC / G, in_image = p.C * p.geo.height * p.geo.width;
+    const int64_t group_image = p.geo.channels * p.geo.height * p.geo.width;
+    const float* xp = x.data<float>();
+    const float* wp = w.data<float>();
+    const float* gp = g.data<float>();
+    std::mutex merge;
+    if (gx || gw) {
+      parallel_for(0, p.N, 1, [&](int64_t n0, int64_t n1) {
+        std::vector<float> cols(p.ck * p.ohw);
+        std::vector<float> partial_w(gw ? w.numel() : 0, 0.0f);
+        for (int64_t n = n0; n < n1; ++n) {
+          const float* go = gp + n * p.OC * p.ohw;
+          for (int64_t grp = 0; grp < G; ++grp) {
+            const float* go_g = go + grp * ocg * p.ohw;  // (ocg, ohw)
+            if (gw) {
+              // dW_g (ocg, ck) += dY_g (ocg, ohw) @ cols (ohw, ck)ᵀ
+              cpu::im2col(xp + n * in_image + grp * group_image, p.geo, cols.data());
+              cpu::gemm(mat(go_g, ocg, p.ohw), mat_t(cols.data(), p.ck, p.ohw), partial_w.data() + grp * ocg * p.ck,
+                        p.ck, 1.0f, 1.0f);
+            }
+            if (gx) {
+              // dcols (ck, ohw) = W_g (ocg, ck)ᵀ @ dY_g (ocg, ohw), then fold back into the image.
+              cpu::gemm(mat_t(wp + grp * ocg * p.ck, ocg, p.ck), mat(go_g, ocg, p.ohw), cols.data(), p.ohw);
+              cpu::col2im(cols.data(), p.geo, grad_x.data<float>() + n * in_image + grp * group_image);
+            }
+          }
+        }
+        if (gw) {
+          std::lock_guard<std::mutex> lock(merge);
+          float* dw = grad_w.data<float>();
+          for (size_t i = 0; i < partial_w.size(); ++i) dw[i] += partial_w[i];
+        }
+      });
+    }
+    return std::vector<Tensor>{grad_x, grad_w, grad_b};
+  });
+}
+
+namespace {
+
+struct PoolPlan {
+  int64_t N, C, H, W, OH, OW;
+};
+
+PoolPlan plan_pool(const Tensor& x, const Pool2dOptions& o, const char* op) {
+  TESSERA_CHECK(x.dim() == 4, "[", op, "] input must be (N, C, H, W), got ", shape_str(x.shape()));
+  TESSERA_CHECK(o.kernel_h >= 1 && o.kernel_w >= 1 && o.stride_h >= 1 && o.stride_w >= 1 && o.pad_h >= 0 &&
+                    o.pad_w >= 0,
+                "[", op, "] kernel and stride must be >= 1 and padding >= 0");
+  TESSERA_CHECK(o.pad_h * 2 <= o.kernel_h && o.pad_w * 2 <= o.kernel_w, "[", op,
+                "] padding must be at most half the kernel size");
+  PoolPlan p{x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], 0, 0};
+  p.OH = out_size(p.H, o.pad_h, 1, o.kernel_h, o.stride_h);
+  p.OW = out_size(p.W, o.pad_w, 1, o.kernel_w, o.stride_w);
+  TESSERA_CHECK(p.OH > 0 && p.OW > 0, "[", op, "] kernel ", o.kernel_h, "x", o.kernel_w,
+                " is larger than the padded input ", shape_str(x.shape()));
+  return p;
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
+  detail::check_float(x_in, "max_pool2d", "input");
+  PoolPlan p = plan_pool(x_in, o, "max_pool2d");
+  Tensor x = detail::as_contiguous(x_in);
+  Tensor out = Tensor::empty({p.N, p.C, p.OH, p.OW});
+  // Argmax within each input plane, for the backward scatter.
+  auto argmax = std::make_shared<std::vector<int32_t>>(out.numel());
+  const float* xp = x.data<float>();
+  float* op = out.data<float>();
+  int32_t* ap = argmax->data();
+  parallel_for(0, p.N * p.C, 16, [&](int64_t b, int64_t e) {
+    for (int64_t plane = b; plane < e; ++plane) {
+      const float* in = xp + plane * p.H * p.W;
+      for (int64_t oh = 0; oh < p.OH; ++oh)
+        for (int64_t ow = 0; ow < p.OW; ++ow) {
+          float best = -std::numeric_limits<float>::infinity();
+          int32_t arg = -1;
+          for (int64_t kh = 0; kh < o.kernel_h; ++kh) {
+            int64_t ih = oh * o.stride_h - o.pad_h + kh;
+            if (ih < 0 || ih >= p.H) continue;
+            for (int64_t kw = 0; kw < o.kernel_w; ++kw) {
+              int64_t iw = ow * o.stride_w - o.pad_w + kw;
+              if (iw < 0 || iw >= p.W) continue;
+              float v = in[ih * p.W + iw];
+              if (v > best || arg < 0 || std::isnan(v)) {
+                best = v;
+                arg = static_cast<int32_t>(ih * p.W + iw);
+              }
+            }
+          }
+          int64_t i = (plane * p.OH + oh) * p.OW + ow;
+          op[i] = best;
+          ap[i] = arg;
+        }
+    }
+  });
+  Shape in_shape = x.shape();
+  return record(out, "MaxPool2dBackward", {x_in}, [in_shape, p, argmax](const Tensor& g_in) {
+    Tensor g = detail::as_contiguous(g_in);
+    Tensor grad = zeros(in_shape);
+    const float* gp = g.data<float>();
+    float* dp = grad.data<float>();
+    const int32_t* ap = argmax->data();
+    parallel_for(0, p.N * p.C, 16, [&](int64_t b, int64_t e) {
+      for (int64_t plane = b; plane < e; ++plane) {
+        float* d = dp + plane * p.H * p.W;
+        for (int64_t i = plane * p.OH * p.OW; i < (plane + 1) * p.OH * p.OW; ++i) d[ap[i]] += gp[i];
+      }
+    });
+    return std::vector<Tensor>{grad};
+  });
+}
+
+Tensor avg_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
+  detail::check_float(x_in, "avg_pool2d", "input");
+  PoolPlan p = plan_pool(x_in, o, "avg_pool2d");
+  Tensor x = detail::as_contiguous(x_in);
+  Tensor out = zeros({p.N, p.C, p.OH, p.OW});
+  const float scale = 1.0f / static_cast<float>(o.kernel_h * o.kernel_w);
+  // Visits every (output, input) pair inside the image: f(out_index, in_index) within one plane.
+  auto for_each_window = [p, o](int64_t plane_out, int64_t plane_in, auto&& f) {
+    for (int64_t oh = 0; oh < p.OH; ++oh)
+      for (int64_t ow = 0; ow < p.OW; ++ow)
+        for (int64_t kh = 0; kh < o.kernel_h; ++kh) {
+          int64_t ih = oh * o.stride_h - o.pad_h + kh;
+          if (ih < 0 || ih >= p.H) continue;
+          for (int64_t kw = 0; kw < o.kernel_w; ++kw) {
+            int64_t iw = ow * o.stride_w - o.pad_w + kw;
+            if (iw >= 0 && iw < p.W) f(plane_out + oh * p.OW + ow, plane_in + ih * p.W + iw);
+          }
+        }
+  };
+  const float* xp = x.data<float>();
+  float* op = out.data<float>();
+  parallel_for(0, p.N * p.C, 16, [&](int64_t b, int64_t e) {
+    for (int64_t plane = b; plane < e; ++plane)
+      for_each_window(plane * p.OH * p.OW, plane * p.H * p.W,
+                      [&](int64_t oi, int64_t ii) { op[oi] += xp[ii] * scale; });
+  });
+  Shape in_shape = x.shape();
+  return record(out, "AvgPool2dBackward", {x_in}, [in_shape, p, scale, for_each_window](const Tensor& g_in) {
+    Tensor g = detail::as_contiguous(g_in);
+    Tensor grad = zeros(in_shape);
+    const float* gp = g.data<float>();
+    float* dp = grad.data<float>();
+    parallel_for(0, p.N * p.C, 16, [&](int64_t b, int64_t e) {
+      for (int64_t plane = b; plane < e; ++plane)
+        for_each_window(plane * p.OH * p.OW, plane * p.H * p.W,
+                        [&](int64_t oi, int64_t ii) { dp[ii] += gp[oi] * scale; });
+    });
+    return std::vector<Tensor>{grad};
+  });
+}
+
+}  // namespace tessera

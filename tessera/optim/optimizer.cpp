@@ -1,0 +1,96 @@
+#include "tessera/optim/optimizer.h"
+
+#include <cmath>
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera::optim {
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
+  TESSERA_CHECK(lr >= 0.0, "[Optimizer] learning rate must be >= 0, got ", lr);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    TESSERA_CHECK(p.defined() && p.dtype() == DType::Float32 && p.is_contiguous() && p.is_leaf(),
+                  "[Optimizer] parameter ", i, " must be a contiguous float32 leaf tensor");
+  }
+  state_.resize(params_.size());
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (auto& p : params_) {
+    if (set_to_none || !p.grad().defined()) {
+      p.set_grad(Tensor());
+    } else {
+      Tensor g = p.grad();
+      fill_(g, 0.0f);
+    }
+  }
+}
+
+Tensor& Optimizer::state(size_t index, const std::string& name) {
+  for (auto& [n, t] : state_[index])
+    if (n == name) return t;
+  state_[index].emplace_back(name, zeros(params_[index].shape()));
+  return state_[index].back().second;
+}
+
+bool Optimizer::has_state(size_t index, const std::string& name) const {
+  for (auto& [n, t] : state_[index])
+    if (n == name) return true;
+  return false;
+}
+
+nn::StateDict Optimizer::state_dict() const {
+  nn::StateDict out;
+  out.emplace_back("step", from_vector(std::vector<int64_t>{step_count_}, {}));
+  out.emplace_back("lr", from_vector(std::vector<float>{static_cast<float>(lr_)}, {}));
+  for (size_t i = 0; i < state_.size(); ++i)
+    for (auto& [n, t] : state_[i]) out.emplace_back(std::to_string(i) + "." + n, t);
+  return out;
+}
+
+void Optimizer::load_state_dict(const nn::StateDict& state) {
+  NoGradGuard no_grad;
+  for (auto& s : state_) s.clear();
+  for (const auto& [key, t] : state) {
+    if (key == "step") {
+      step_count_ = t.item<int64_t>();
+      continue;
+    }
+    if (key == "lr") {
+      lr_ = t.item<float>();
+      continue;
+    }
+    size_t dot = key.find('.');
+    TESSERA_CHECK(dot != std::string::npos, "[Optimizer::load_state_dict] unexpected key '", key, "'");
+    size_t index = std::stoul(key.substr(0, dot));
+    TESSERA_CHECK(index < params_.size(), "[Optimizer::load_state_dict] key '", key, "' refers to parameter ", index,
+                  " but the optimizer has ", params_.size());
+    TESSERA_CHECK(t.shape() == params_[index].shape(), "[Optimizer::load_state_dict] '", key, "' has shape ",
+                  shape_str(t.shape()), " but parameter ", index, " has ", shape_str(params_[index].shape()));
+    state_[index].emplace_back(key.substr(dot + 1), clone(t));
+  }
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  double total = 0.0;
+  for (const auto& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    Tensor c = g.contiguous();
+    const float* d = c.data<float>();
+    for (int64_t i = 0; i < c.numel(); ++i) total += static_cast<double>(d[i]) * d[i];
+  }
+  double norm = std::sqrt(total);
+  if (norm > max_norm && norm > 0.0) {
+    float scale = static_cast<float>(max_norm / (norm + 1e-6));
+    for (const auto& p : params) {
+      Tensor g = p.grad();
+      if (g.defined()) mul_(g, scale);
+    }
+  }
+  return norm;
+}
+
+}  // namespace tessera::optim

@@ -1,0 +1,37 @@
+#include "tessera/optim/sgd.h"
+
+namespace tessera::optim {
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions o) : Optimizer(std::move(params), o.lr), options(o) {
+  TESSERA_CHECK(o.momentum >= 0 && o.weight_decay >= 0, "[SGD] momentum and weight_decay must be >= 0");
+  TESSERA_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "[SGD] Nesterov needs momentum > 0 and dampening 0");
+}
+
+void SGD::step() {
+  const float lr = static_cast<float>(lr_), mu = static_cast<float>(options.momentum),
+              wd = static_cast<float>(options.weight_decay), damp = static_cast<float>(options.dampening);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor g_t = params_[i].grad();
+    if (!g_t.defined()) continue;
+    g_t = g_t.contiguous();
+    float* p = params_[i].data<float>();
+    const float* g = g_t.data<float>();
+    const int64_t n = params_[i].numel();
+    if (mu == 0.0f) {
+      for (int64_t k = 0; k < n; ++k) p[k] -= lr * (g[k] + wd * p[k]);
+      continue;
+    }
+    // torch initialises the buffer with the first gradient (no dampening on that step).
+    const bool fresh = !has_state(i, "momentum_buffer");
+    float* buf = state(i, "momentum_buffer").data<float>();
+    for (int64_t k = 0; k < n; ++k) {
+      float d = g[k] + wd * p[k];
+      buf[k] = fresh ? d : mu * buf[k] + (1.0f - damp) * d;
+      float update = options.nesterov ? d + mu * buf[k] : buf[k];
+      p[k] -= lr * update;
+    }
+  }
+  ++step_count_;
+}
+
+}  // namespace tessera::optim

@@ -1,0 +1,47 @@
+#include "tessera/util/thread_pool.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "tessera/core/error.h"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace tessera {
+
+namespace {
+int pool_size = 0;
+}
+
+void set_num_threads(int n) {
+  TESSERA_CHECK(n >= 1 && n <= 1024, "[set_num_threads] thread count must be in 1..1024, got ", n);
+  pool_size = n;
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+int num_threads() { return pool_size > 0 ? pool_size : omp_get_max_threads(); }
+
+int init_threads_from_env() {
+  if (const char* env = std::getenv("TESSERA_NUM_THREADS")) {
+    char* end = nullptr;
+    long n = std::strtol(env, &end, 10);
+    TESSERA_CHECK(end != env && *end == '\0' && n >= 1 && n <= 1024,
+                  "[TESSERA_NUM_THREADS] expected an integer in 1..1024, got '", env, "'");
+    set_num_threads(static_cast<int>(n));
+  }
+  return num_threads();
+}
+
+namespace detail {
+int omp_threads_for(int64_t work_items, int64_t grain) {
+  int64_t by_work = grain > 0 ? work_items / grain : work_items;
+  int t = num_threads();
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(t, by_work)));
+}
+bool in_parallel_region() { return omp_in_parallel(); }
+}  // namespace detail
+
+}  // namespace tessera

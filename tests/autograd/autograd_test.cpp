@@ -1,0 +1,102 @@
+#include <gtest/gtest.h>
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/nn/layers.h"
+#include "tessera/ops/ops.h"
+#include "testing/expect.h"
+
+using namespace tessera;
+using tessera::testing::expect_error;
+using tessera::testing::expect_near;
+
+TEST(Autograd, GradientsAccumulateAcrossBackwardCalls) {
+  Tensor x = from_vector(std::vector<float>{1, 2, 3}, {3}).set_requires_grad(true);
+  sum(mul(x, x)).backward();
+  expect_near(x.grad(), {2, 4, 6});
+  sum(mul(x, 3.0f)).backward();
+  expect_near(x.grad(), {5, 7, 9});
+}
+
+TEST(Autograd, BackwardWithGivenGradient) {
+  Tensor x = from_vector(std::vector<float>{1, 2}, {2}).set_requires_grad(true);
+  Tensor y = mul(x, x);
+  y.backward(from_vector(std::vector<float>{1, 10}, {2}));
+  expect_near(x.grad(), {2, 40});
+  expect_error<ValueError>([] {
+    Tensor z = ones({2}).set_requires_grad(true);
+    mul(z, 2.0f).backward();
+  }, {"[backward]", "non-scalar"});
+}
+
+TEST(Autograd, SharedSubexpressionIsSummed) {
+  Tensor x = from_vector(std::vector<float>{2}, {1}).set_requires_grad(true);
+  Tensor y = mul(x, 3.0f);
+  Tensor z = add(mul(y, y), y);  // 9x² + 3x → 18x + 3
+  sum(z).backward();
+  expect_near(x.grad(), {39});
+}
+
+TEST(Autograd, RetainGraphAllowsSecondBackward) {
+  Tensor x = from_vector(std::vector<float>{1, 2}, {2}).set_requires_grad(true);
+  Tensor y = sum(exp(x));
+  y.backward(Tensor(), true);
+  y.backward();
+  expect_near(x.grad(), {2 * std::exp(1.0f), 2 * std::exp(2.0f)}, 1e-4f);
+  expect_error<ValueError>([&] { y.backward(); }, {"second time", "retain_graph"});
+}
+
+TEST(Autograd, NoGradAndDetachRecordNothing) {
+  Tensor x = ones({2}).set_requires_grad(true);
+  {
+    NoGradGuard guard;
+    Tensor y = mul(x, 2.0f);
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_TRUE(y.is_leaf());
+  }
+  Tensor d = x.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_TRUE(d.shares_storage_with(x));
+  Tensor y = add(mul(x, 2.0f), mul(d, 5.0f));
+  sum(y).backward();
+  expect_near(x.grad(), {2, 2});
+}
+
+TEST(Autograd, GradReadyHookFiresOnceWithFinalGradientInReverseOrder) {
+  // A parameter used twice: its hook must fire once, after both uses have accumulated.
+  manual_seed(0);
+  nn::Linear l1(3, 4), l2(4, 2);
+  std::vector<std::string> order;
+  std::vector<float> seen_shared;
+  Tensor shared = from_vector(std::vector<float>{1, 1}, {2}).set_requires_grad(true);
+  l1.weight.register_grad_ready_hook([&](const Tensor&) { order.push_back("l1.weight"); });
+  l2.weight.register_grad_ready_hook([&](const Tensor&) { order.push_back("l2.weight"); });
+  shared.register_grad_ready_hook([&](const Tensor& p) {
+    order.push_back("shared");
+    seen_shared = p.grad().to_vector<float>();
+  });
+  Tensor x = randn({5, 3});
+  Tensor h = l2(relu(l1(x)));
+  Tensor out = sum(add(mul(h, shared), mul(h, shared)));
+  out.backward();
+  ASSERT_EQ(order.size(), 3u);
+  EXPECT_EQ(order[0], "shared");
+  EXPECT_EQ(order[1], "l2.weight");
+  EXPECT_EQ(order[2], "l1.weight");
+  // The hook saw the final, summed gradient.
+  EXPECT_EQ(seen_shared, shared.grad().to_vector<float>());
+  expect_near(shared.grad(), mul(sum(h, {0}), 2.0f).to_vector<float>(), 1e-4f);
+}
+
+TEST(Autograd, UnusedInputGetsNoGradient) {
+  Tensor a = ones({2}).set_requires_grad(true), b = ones({2}).set_requires_grad(true);
+  sum(mul(a, 2.0f)).backward();
+  EXPECT_TRUE(a.grad().defined());
+  EXPECT_FALSE(b.grad().defined());
+}
+
+TEST(Autograd, SetRequiresGradOnNonLeafIsAnError) {
+  Tensor a = ones({2}).set_requires_grad(true);
+  Tensor b = mul(a, 2.0f);
+  expect_error<ValueError>([&] { b.set_requires_grad(false); }, {"leaf"});
+  expect_error<ValueError>([] { arange(3).set_requires_grad(true); }, {"float32"});
+}

@@ -1,0 +1,99 @@
+#include <gtest/gtest.h>
+
+#include "tessera/ops/ops.h"
+#include "testing/expect.h"
+
+using namespace tessera;
+using tessera::testing::expect_error;
+using tessera::testing::expect_near;
+
+TEST(Tensor, StorageIsAlignedAndShared) {
+  Tensor t = zeros({3, 5});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % 64, 0u);
+  Tensor v = t.transpose(0, 1);
+  EXPECT_TRUE(v.shares_storage_with(t));
+  EXPECT_FALSE(v.is_contiguous());
+  EXPECT_EQ(v.shape(), (Shape{5, 3}));
+  EXPECT_EQ(v.strides(), (Shape{1, 5}));
+  v.contiguous();
+  Tensor c = v.contiguous();
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_FALSE(c.shares_storage_with(t));
+}
+
+TEST(Tensor, ViewsReadTheRightElements) {
+  Tensor t = from_vector(std::vector<float>{0, 1, 2, 3, 4, 5}, {2, 3});
+  expect_near(t.transpose(0, 1), {0, 3, 1, 4, 2, 5});
+  expect_near(t.slice(1, 0, 3, 2), {0, 2, 3, 5});
+  expect_near(t.slice(0, -1, 2), {3, 4, 5});
+  expect_near(t.reshape({3, 2}), {0, 1, 2, 3, 4, 5});
+  expect_near(t.reshape({-1}), {0, 1, 2, 3, 4, 5});
+  expect_near(from_vector(std::vector<float>{1, 2}, {2, 1}).expand({2, 3}), {1, 1, 1, 2, 2, 2});
+  expect_near(t.permute({1, 0}).reshape({6}), {0, 3, 1, 4, 2, 5});
+  EXPECT_EQ(t.unsqueeze(0).shape(), (Shape{1, 2, 3}));
+  EXPECT_EQ(t.unsqueeze(-1).shape(), (Shape{2, 3, 1}));
+  EXPECT_EQ(t.unsqueeze(0).squeeze(0).shape(), (Shape{2, 3}));
+  EXPECT_EQ(zeros({2, 3, 4}).flatten(1).shape(), (Shape{2, 12}));
+}
+
+TEST(Tensor, BFloat16RoundTripAndRounding) {
+  Tensor t = from_vector(std::vector<float>{1.0f, -2.5f, 3.14159f, 1e-3f, 65504.0f}, {5});
+  Tensor b = t.to(DType::BFloat16);
+  EXPECT_EQ(b.dtype(), DType::BFloat16);
+  EXPECT_EQ(b.numel(), 5);
+  std::vector<float> back = b.to(DType::Float32).to_vector<float>();
+  EXPECT_EQ(back[0], 1.0f);
+  EXPECT_EQ(back[1], -2.5f);
+  EXPECT_NEAR(back[2], 3.140625f, 1e-6);  // round to nearest even: 3.14159 -> 3.140625
+  EXPECT_NEAR(back[3], 1e-3f, 1e-5);
+  // Ties round to even: 1 + 2^-8 lies halfway between 1 and 1 + 2^-7.
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 1.0f / 256)), 1.0f);
+}
+
+TEST(Tensor, SeededRandomIsReproducible) {
+  manual_seed(42);
+  Tensor a = randn({100});
+  manual_seed(42);
+  Tensor b = randn({100});
+  EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>());
+  double mean = 0, var = 0;
+  Generator g(3);
+  Tensor big = randn({20000}, g);
+  for (float x : big.to_vector<float>()) mean += x;
+  mean /= 20000;
+  for (float x : big.to_vector<float>()) var += (x - mean) * (x - mean);
+  EXPECT_NEAR(mean, 0.0, 0.03);
+  EXPECT_NEAR(var / 20000, 1.0, 0.05);
+  Tensor r = randint(0, 10, {1000}, g);
+  for (int64_t v : r.to_vector<int64_t>()) EXPECT_TRUE(v >= 0 && v < 10);
+}
+
+TEST(Tensor, Int64AndItem) {
+  Tensor i = arange(5);
+  EXPECT_EQ(i.dtype(), DType::Int64);
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(sum(arange(4, DType::Float32)).item<float>(), 6.0f);
+}
+
+TEST(Errors, NameTheOpAndShapes) {
+  expect_error<ValueError>([] { add(zeros({2, 3}), zeros({4})); }, {"[add]", "[2, 3]", "[4]"});
+  expect_error<ValueError>([] { matmul(zeros({2, 3}), zeros({4, 5})); }, {"[matmul]", "[2, 3]", "[4, 5]"});
+  expect_error<ValueError>([] { linear(zeros({2, 3}), zeros({4, 5})); }, {"[linear]", "[2, 3]", "[4, 5]"});
+  expect_error<ValueError>([] { conv2d(zeros({1, 3, 5, 5}), zeros({2, 2, 3, 3})); }, {"[conv2d]", "[2, 2, 3, 3]"});
+  expect_error<ValueError>([] { conv2d(zeros({1, 1, 2, 2}), zeros({1, 1, 3, 3})); }, {"[conv2d]", "larger"});
+  expect_error<ValueError>([] { zeros({2, 3}).view({4, 2}); }, {"[view]", "[2, 3]", "[4, 2]"});
+  expect_error<ValueError>([] { zeros({2, 3}).transpose(0, 1).view({6}); }, {"[view]", "not contiguous"});
+  expect_error<ValueError>([] { relu(arange(3)); }, {"[relu]", "float32", "int64"});
+  expect_error<ValueError>([] { cross_entropy(zeros({2, 3}), zeros({2})); }, {"[cross_entropy]", "int64"});
+  expect_error<IndexError>([] { cross_entropy(zeros({2, 3}), from_vector(std::vector<int64_t>{0, 7}, {2})); },
+                           {"[cross_entropy]", "target 7"});
+  expect_error<IndexError>([] { embedding(zeros({4, 2}), from_vector(std::vector<int64_t>{4}, {1})); },
+                           {"[embedding]", "index 4"});
+  expect_error<IndexError>([] { sum(zeros({2, 3}), {2}); }, {"[sum]", "dim 2"});
+  expect_error<ValueError>([] { cat({zeros({2, 3}), zeros({2, 4})}, 0); }, {"[cat]", "[2, 4]"});
+  expect_error<ValueError>([] { Tensor().shape(); }, {"undefined"});
+  expect_error<NotSupportedError>([] { Tensor::empty({2}, DType::Float32, Device{DeviceType::CUDA, 0}); },
+                                  {"cuda:0"});
+  expect_error<ValueError>([] { layer_norm(zeros({2, 3}), {4}); }, {"[layer_norm]", "[4]", "[2, 3]"});
+  expect_error<ValueError>([] { max_pool2d(zeros({2, 3})); }, {"[max_pool2d]", "(N, C, H, W)"});
+}
