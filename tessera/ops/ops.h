@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "tessera/autograd/grad_mode.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/tensor.h"
 

@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""PyTorch reference for `tessera bench train-step`: training steps per second of a small MLP or CNN.
+
+Run with /usr/bin/python3 (Debian's python3-torch 1.13):
+
+    /usr/bin/python3 bench/torch_train_step.py --model {mlp,cnn} --threads {1,2} [--steps N] [--warmup W]
+                                               [--repeats R] [--batch 128]
+
+Why several configurations (see /work/shared/BENCHMARKING.md): this PyTorch sends its matrix products to the
+system OpenBLAS, which ignores torch.set_num_threads and starts its own thread pool. With
+set_num_threads(2) and the default environment, the OpenMP and OpenBLAS pools fight over the two cores and
+the MLP runs 2.7-3.7x slower than it should. A fair comparison is against PyTorch's *best* configuration, so
+for each thread count this script times every candidate below, each in a fresh subprocess (the variables
+must be set before torch is imported, as OpenBLAS and OpenMP read them at load), and reports the fastest.
+
+Only the final line of stdout is output: one JSON object. Progress goes to stderr.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+# name -> (threads it is a candidate for, torch.set_num_threads value, environment overrides)
+CONFIGS = {
+    "omp1_blas1": (1, 1, {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}),
+    "torch1_blas2": (2, 1, {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "2"}),
+    "torch2_passive_blas2": (2, 2, {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "passive",
+                                    "OPENBLAS_NUM_THREADS": "2"}),
+    "torch2_blas1": (2, 2, {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "1"}),
+}
+
+
+def build_model(nn, name):
+    if name == "mlp":
+        return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def worker(args):
+    """Time one configuration; the environment was set by the parent. Prints {"rates", "torch_version"}."""
+    try:
+        import torch
+        from torch import nn
+    except ImportError as e:
+        print(f"torch_train_step: cannot import torch under {sys.executable}: {e}", file=sys.stderr)
+        sys.exit(3)
+    torch.set_num_threads(CONFIGS[args.worker][1])
+    torch.manual_seed(0)
+    model = build_model(nn, args.model)
+    shape = (args.batch, 784) if args.model == "mlp" else (args.batch, 1, 28, 28)
+    x, y = torch.randn(shape), torch.randint(0, 10, (args.batch,), dtype=torch.int64)
+    loss_fn = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(args.warmup):
+        step()
+    rates = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        rates.append(args.batch * args.steps / (time.perf_counter() - t0))
+    print(json.dumps({"rates": rates, "torch_version": torch.__version__}))
+
+
+def run_config(name, args):
+    env = dict(os.environ, **CONFIGS[name][2])
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--model", args.model,
+           "--threads", str(args.threads), "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--repeats", str(args.repeats), "--batch", str(args.batch)]
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr)
+        if p.returncode == 3:  # torch not importable: no configuration can work
+            sys.exit("torch_train_step: PyTorch is not available; install python3-torch, run with /usr/bin/python3")
+        print(f"  {name}: failed (exit {p.returncode})", file=sys.stderr)
+        return None
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=["mlp", "cnn"], required=True)
+    ap.add_argument("--threads", type=int, choices=[1, 2], required=True)
+    ap.add_argument("--steps", type=int, help="steps per timed repeat (default 30 for mlp, 10 for cnn)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--worker", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.steps is None:
+        args.steps = 30 if args.model == "mlp" else 10
+    if args.steps < 1 or args.repeats < 1 or args.warmup < 0 or args.batch < 1:
+        ap.error("--steps, --repeats and --batch must be positive, --warmup non-negative")
+    if args.worker:
+        return worker(args)
+
+    results, version = {}, None
+    for name, (threads, _, env) in CONFIGS.items():
+        if threads != args.threads:
+            continue
+        print(f"torch {args.model} threads={args.threads} config {name} ({env}) ...", file=sys.stderr, flush=True)
+        r = run_config(name, args)
+        if r:
+            results[name], version = r["rates"], r["torch_version"]
+            print(f"  {name}: median {statistics.median(r['rates']):.1f} samples/s "
+                  f"{[round(v, 1) for v in r['rates']]}", file=sys.stderr, flush=True)
+    if not results:
+        sys.exit("torch_train_step: every configuration failed")
+    medians = {name: statistics.median(rates) for name, rates in results.items()}
+    best = max(medians, key=medians.get)
+    print(json.dumps({
+        "model": args.model, "threads": args.threads, "best_config": best,
+        "samples_per_s_median": medians[best], "samples_per_s_min": min(results[best]),
+        "samples_per_s_max": max(results[best]), "configs": medians, "torch_version": version}))
+
+
+if __name__ == "__main__":
+    main()

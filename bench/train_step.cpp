@@ -1,0 +1,152 @@
+// tessera bench train-step: forward + backward + SGD step at batch 128 for the MLP and the CNN, with
+// each thread count, beside PyTorch's best configuration measured in the same run.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "bench/bench.h"
+#include "tessera/nn/models.h"
+#include "tessera/ops/ops.h"
+#include "tessera/optim/sgd.h"
+#include "tessera/util/thread_pool.h"
+
+namespace tessera::bench {
+
+namespace {
+
+constexpr int64_t kBatch = 128;
+
+struct Stats {
+  double median = 0, min = 0, max = 0;
+};
+
+Stats summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+Stats time_tessera(const std::string& model_name, int steps, int repeats) {
+  manual_seed(0);
+  auto model = model_name == "mlp" ? nn::make_mlp({784, 512, 256, 10}) : nn::make_cnn();
+  Generator g(1);
+  Tensor x = model_name == "mlp" ? randn({kBatch, 784}, g) : randn({kBatch, 1, 28, 28}, g);
+  Tensor y = randint(0, 10, {kBatch}, g);
+  optim::SGD opt(model->parameters(), optim::SGDOptions{0.01, 0.9});
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss = cross_entropy((*model)(x), y);
+    loss.backward();
+    opt.step();
+  };
+  for (int i = 0; i < 5; ++i) step();
+  std::vector<double> rates;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(kBatch * steps / s);
+  }
+  return summarize(rates);
+}
+
+struct TorchResult {
+  bool ok = false;
+  Stats stats;
+  std::string config, error;
+};
+
+TorchResult time_torch(const TrainStepOptions& o, const std::string& model, int threads, int steps) {
+  std::ostringstream cmd;
+  cmd << o.python << " " << o.script << " --model " << model << " --threads " << threads << " --steps " << steps
+      << " --repeats " << o.repeats << " 2>/dev/null";
+  TorchResult r;
+  FILE* pipe = popen(cmd.str().c_str(), "r");
+  if (!pipe) {
+    r.error = "could not start " + o.python;
+    return r;
+  }
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  int status = pclose(pipe);
+  if (status != 0) {
+    r.error = "PyTorch run failed (is python3-torch installed?): " + cmd.str();
+    return r;
+  }
+  try {
+    // The JSON is the last line of stdout.
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    auto line = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
+    auto j = nlohmann::json::parse(line);
+    r.stats = {j.at("samples_per_s_median"), j.at("samples_per_s_min"), j.at("samples_per_s_max")};
+    r.config = j.at("best_config");
+    r.ok = true;
+  } catch (const std::exception& e) {
+    r.error = std::string("could not parse PyTorch output: ") + e.what();
+  }
+  return r;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(item);
+  return out;
+}
+
+std::vector<int> parse_threads(const std::string& s) {
+  std::vector<int> out;
+  for (const auto& item : split_list(s)) {
+    int n = 0;
+    try {
+      n = std::stoi(item);
+    } catch (const std::exception&) {
+    }
+    TESSERA_CHECK(n >= 1 && n <= 1024, "[bench train-step] bad thread count '", item, "' in --threads-list");
+    out.push_back(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+int train_step(const TrainStepOptions& o) {
+  std::printf("tessera bench train-step: batch %ld, SGD(momentum 0.9), median [min-max] of %d repeats\n",
+              static_cast<long>(kBatch), o.repeats);
+  std::printf("%-5s %-7s %-30s %-30s %-6s %s\n", "model", "threads", "tessera samples/s", "pytorch samples/s", "ratio",
+              "pytorch config");
+  int worst = 0;
+  for (const std::string& model : split_list(o.models)) {
+    TESSERA_CHECK(model == "mlp" || model == "cnn", "[bench train-step] unknown model '", model, "' (expected mlp or cnn)");
+    int steps = model == "mlp" ? o.mlp_steps : o.cnn_steps;
+    for (int threads : parse_threads(o.threads)) {
+      set_num_threads(threads);
+      Stats t = time_tessera(model, steps, o.repeats);
+      char ts[64], ps[64] = "-", ratio[16] = "-";
+      std::snprintf(ts, sizeof ts, "%.0f [%.0f-%.0f]", t.median, t.min, t.max);
+      std::string config = "-";
+      if (o.with_torch) {
+        TorchResult p = time_torch(o, model, threads, steps);
+        if (p.ok) {
+          std::snprintf(ps, sizeof ps, "%.0f [%.0f-%.0f]", p.stats.median, p.stats.min, p.stats.max);
+          std::snprintf(ratio, sizeof ratio, "%.2fx", t.median / p.stats.median);
+          config = p.config;
+        } else {
+          config = p.error;
+          worst = 1;
+        }
+      }
+      std::printf("%-5s %-7d %-30s %-30s %-6s %s\n", model.c_str(), threads, ts, ps, ratio, config.c_str());
+      std::fflush(stdout);
+    }
+  }
+  return worst;
+}
+
+}  // namespace tessera::bench
