@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what tessera needs from Debian's packages. Usage: scripts/setup.sh [--bench]
+# --bench also installs PyTorch (python3-torch), the reference that `tessera bench` runs beside us.
+set -euo pipefail
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+packages=(cmake ninja-build g++ libopenblas-openmp-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev
+          libcli11-dev nlohmann-json3-dev)
+[ "${1:-}" = "--bench" ] && packages+=(python3-torch)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
