@@ -2,12 +2,16 @@
 // single-threaded inside our parallel region, so each core owns whole images and their columns stay
 // in its cache). Pooling is a direct loop over (image, channel) planes.
 #include <cmath>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <limits>
 #include <mutex>
 
 #include "tessera/backend/cpu/gemm.h"
 #include "tessera/backend/cpu/im2col.h"
+#include "tessera/backend/cpu/onednn_conv.h"
 #include "tessera/ops/detail.h"
 #include "tessera/util/thread_pool.h"
 
@@ -57,7 +61,51 @@ ConvPlan plan_conv(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
 cpu::MatrixRef mat(const float* data, int64_t rows, int64_t cols) { return {data, rows, cols, cols, 1}; }
 cpu::MatrixRef mat_t(const float* data, int64_t rows, int64_t cols) { return {data, cols, rows, 1, cols}; }
 
+cpu::ConvShape onednn_shape(const ConvPlan& p, const Tensor& w) {
+  const auto& g = p.geo;
+  return {p.N, p.C, g.height, g.width, p.OC, w.shape()[2], w.shape()[3], g.out_h, g.out_w,
+          g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dilation_h, g.dilation_w, p.groups};
+}
+
+Tensor conv2d_onednn(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvPlan& p) {
+  Tensor x = detail::as_contiguous(x_in), w = detail::as_contiguous(w_in);
+  Tensor b = bias.defined() ? detail::as_contiguous(bias) : Tensor();
+  cpu::ConvShape shape = onednn_shape(p, w);
+  Tensor out = Tensor::empty({p.N, p.OC, p.geo.out_h, p.geo.out_w});
+  cpu::onednn_conv_forward(shape, x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr,
+                           out.data<float>());
+  bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gb = bias.defined() && bias.requires_grad();
+  return record(out, "Conv2dBackward", {x_in, w_in, bias}, [x, w, shape, gx, gw, gb](const Tensor& g_in) {
+    Tensor g = detail::as_contiguous(g_in);
+    Tensor grad_x, grad_w, grad_b;
+    if (gx) {
+      grad_x = Tensor::empty(x.shape());
+      cpu::onednn_conv_backward_data(shape, g.data<float>(), w.data<float>(), grad_x.data<float>());
+    }
+    if (gw || gb) {
+      grad_w = Tensor::empty(w.shape());
+      grad_b = Tensor::empty({shape.OC});
+      cpu::onednn_conv_backward_weights(shape, x.data<float>(), g.data<float>(), grad_w.data<float>(),
+                                        grad_b.data<float>());
+    }
+    return std::vector<Tensor>{grad_x, gw ? grad_w : Tensor(), gb ? grad_b : Tensor()};
+  });
+}
+
+std::atomic<ConvAlgorithm>& algorithm_setting() {
+  static std::atomic<ConvAlgorithm> setting = [] {
+    const char* env = std::getenv("TESSERA_CONV");
+    if (!env || std::string(env) == "onednn") return ConvAlgorithm::OneDnn;
+    TESSERA_CHECK(std::string(env) == "im2col", "[TESSERA_CONV] expected 'onednn' or 'im2col', got '", env, "'");
+    return ConvAlgorithm::Im2col;
+  }();
+  return setting;
+}
+
 }  // namespace
+
+void set_conv_algorithm(ConvAlgorithm algorithm) { algorithm_setting() = algorithm; }
+ConvAlgorithm conv_algorithm() { return algorithm_setting(); }
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dOptions& opt) {
   detail::check_float(x_in, "conv2d", "input");
@@ -68,6 +116,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const 
     TESSERA_CHECK(bias.dim() == 1 && bias.shape()[0] == p.OC, "[conv2d] bias ", shape_str(bias.shape()),
                   " does not match ", p.OC, " output channels");
   }
+  if (conv_algorithm() == ConvAlgorithm::OneDnn && p.N > 0) return conv2d_onednn(x_in, w_in, bias, p);
   Tensor x = detail::as_contiguous(x_in), w = detail::as_contiguous(w_in);
   Tensor b = bias.defined() ? detail::as_contiguous(bias) : Tensor();
   Tensor out = Tensor::empty({p.N, p.OC, p.geo.out_h, p.geo.out_w});

@@ -110,6 +110,11 @@ struct Conv2dOptions {
   int64_t groups = 1;
 };
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& opt = {});
+// How conv2d computes: oneDNN's direct kernels (the default, faster; see backend/cpu/onednn_conv.h)
+// or im2col + OpenBLAS sgemm. TESSERA_CONV=im2col|onednn sets the initial choice.
+enum class ConvAlgorithm { OneDnn, Im2col };
+void set_conv_algorithm(ConvAlgorithm algorithm);
+ConvAlgorithm conv_algorithm();
 struct Pool2dOptions {
   int64_t kernel_h = 2, kernel_w = 2;
   int64_t stride_h = 2, stride_w = 2;

@@ -73,7 +73,7 @@ Tensor sum_impl(const Tensor& t, const Shape& dims, bool keepdim) {
 // Gradient of a sum: g broadcast back over the reduced dims.
 Tensor expand_reduced_grad(const Tensor& g, const Shape& in_shape, const Shape& dims, bool keepdim) {
   Shape kept_shape = detail::reduced_shape(in_shape, dims, true);
-  return contiguous(expand(reshape(g, kept_shape), in_shape));
+  return expand(reshape(g, kept_shape), in_shape);  // a stride-0 view: consumers read it in place
 }
 
 }  // namespace

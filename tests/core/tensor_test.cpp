@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "tessera/core/cpu_allocator.h"
 #include "tessera/ops/ops.h"
 #include "testing/expect.h"
 
@@ -96,4 +97,21 @@ TEST(Errors, NameTheOpAndShapes) {
                                   {"cuda:0"});
   expect_error<ValueError>([] { layer_norm(zeros({2, 3}), {4}); }, {"[layer_norm]", "[4]", "[2, 3]"});
   expect_error<ValueError>([] { max_pool2d(zeros({2, 3})); }, {"[max_pool2d]", "(N, C, H, W)"});
+}
+
+TEST(CpuAllocator, ReusesLargeBlocksAndEmptiesCache) {
+  cpu_allocator::empty_cache();
+  void* first = nullptr;
+  {
+    Tensor big = zeros({1 << 16});  // 256 KiB
+    first = big.raw_data();
+  }
+#if !defined(__SANITIZE_ADDRESS__)
+  EXPECT_GE(cpu_allocator::cached_bytes(), size_t{1} << 18);
+  Tensor again = Tensor::empty({1 << 16});
+  EXPECT_EQ(again.raw_data(), first);  // the cached block came back
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(again.raw_data()) % 64, 0u);
+#endif
+  cpu_allocator::empty_cache();
+  EXPECT_EQ(cpu_allocator::cached_bytes(), 0u);
 }

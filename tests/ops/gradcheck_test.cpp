@@ -235,3 +235,30 @@ TEST(ZeroSize, ForwardAndBackwardKeepShapes) {
 }
 
 }  // namespace
+
+namespace {
+
+// The im2col + sgemm convolution (the fallback to oneDNN) gets the same checks.
+TEST(Im2colConvolution, MatchesFiniteDifferencesAndOneDnn) {
+  const std::vector<Case> cases = all_cases();
+  for (const Case& c : cases) {
+    if (c.name.rfind("conv2d", 0) != 0) continue;
+    Generator g(77);
+    Inputs inputs = c.make_inputs(g);
+    set_conv_algorithm(ConvAlgorithm::Im2col);
+    auto r = autograd::gradcheck(c.f, inputs, c.options);
+    Tensor im2col_out;
+    {
+      NoGradGuard no_grad;
+      im2col_out = c.f(inputs);
+    }
+    set_conv_algorithm(ConvAlgorithm::OneDnn);
+    EXPECT_TRUE(r.ok) << c.name << ": " << r.message;
+    NoGradGuard no_grad;
+    std::vector<float> a = im2col_out.to_vector<float>(), b = c.f(inputs).to_vector<float>();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4f) << c.name << " element " << i;
+  }
+}
+
+}  // namespace

@@ -10,3 +10,6 @@ endif()
 add_library(tessera_openblas INTERFACE)
 target_include_directories(tessera_openblas SYSTEM INTERFACE ${_ob_inc})
 target_link_libraries(tessera_openblas INTERFACE ${_ob_lib})
+
+# oneDNN (Debian's libdnnl-dev) for convolutions; see tessera/backend/cpu/onednn_conv.h for why.
+find_package(dnnl CONFIG REQUIRED)

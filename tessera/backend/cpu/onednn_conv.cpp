@@ -1,0 +1,150 @@
+#include "tessera/backend/cpu/onednn_conv.h"
+
+#include <list>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "tessera/core/error.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// The primitive descriptors of one convolution shape, built once (building costs far more than a
+// small convolution) and kept in a small most-recently-used cache.
+struct ConvPrimitives {
+  ConvShape shape;
+  memory::desc user_src, user_weights, user_bias, user_dst;
+  dnnl::convolution_forward::primitive_desc fwd;
+  dnnl::convolution_backward_data::primitive_desc bwd_data;
+  dnnl::convolution_backward_weights::primitive_desc bwd_weights;
+  dnnl::convolution_forward fwd_prim;
+  dnnl::convolution_backward_data bwd_data_prim;
+  dnnl::convolution_backward_weights bwd_weights_prim;
+};
+
+ConvPrimitives build(const ConvShape& s) {
+  auto& eng = cpu_engine();
+  memory::dims src{s.N, s.C, s.H, s.W}, dst{s.N, s.OC, s.OH, s.OW}, bias{s.OC};
+  memory::dims weights = s.groups == 1 ? memory::dims{s.OC, s.C, s.KH, s.KW}
+                                       : memory::dims{s.groups, s.OC / s.groups, s.C / s.groups, s.KH, s.KW};
+  memory::dims strides{s.stride_h, s.stride_w}, dilates{s.dilation_h - 1, s.dilation_w - 1};
+  memory::dims pad_l{s.pad_h, s.pad_w};
+  // Right padding that makes oneDNN's output size equal ours (it may be smaller than pad_l).
+  memory::dims pad_r{(s.OH - 1) * s.stride_h + (s.KH - 1) * s.dilation_h + 1 - s.H - s.pad_h,
+                     (s.OW - 1) * s.stride_w + (s.KW - 1) * s.dilation_w + 1 - s.W - s.pad_w};
+  memory::desc src_any(src, dt::f32, tag::any), dst_any(dst, dt::f32, tag::any), w_any(weights, dt::f32, tag::any);
+  memory::desc bias_md(bias, dt::f32, tag::x);
+  ConvPrimitives p;
+  p.shape = s;
+  p.user_src = memory::desc(src, dt::f32, tag::nchw);
+  p.user_dst = memory::desc(dst, dt::f32, tag::nchw);
+  p.user_weights = memory::desc(weights, dt::f32, s.groups == 1 ? tag::oihw : tag::goihw);
+  p.user_bias = bias_md;
+  dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_any,
+                                     w_any, bias_md, dst_any, strides, dilates, pad_l, pad_r);
+  p.fwd = dnnl::convolution_forward::primitive_desc(fd, eng);
+  dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_any, w_any, dst_any, strides,
+                                           dilates, pad_l, pad_r);
+  p.bwd_data = dnnl::convolution_backward_data::primitive_desc(bd, eng, p.fwd);
+  dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, src_any, w_any, bias_md, dst_any,
+                                              strides, dilates, pad_l, pad_r);
+  p.bwd_weights = dnnl::convolution_backward_weights::primitive_desc(bw, eng, p.fwd);
+  p.fwd_prim = dnnl::convolution_forward(p.fwd);
+  p.bwd_data_prim = dnnl::convolution_backward_data(p.bwd_data);
+  p.bwd_weights_prim = dnnl::convolution_backward_weights(p.bwd_weights);
+  return p;
+}
+
+std::shared_ptr<const ConvPrimitives> primitives_for(const ConvShape& s) {
+  static std::mutex mu;
+  static std::list<std::shared_ptr<const ConvPrimitives>> cache;  // most recent first
+  constexpr size_t kCapacity = 32;
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto it = cache.begin(); it != cache.end(); ++it)
+    if ((*it)->shape == s) {
+      cache.splice(cache.begin(), cache, it);
+      return cache.front();
+    }
+  try {
+    cache.push_front(std::make_shared<const ConvPrimitives>(build(s)));
+  } catch (const dnnl::error& e) {
+    throw NotSupportedError(std::string("[conv2d] oneDNN cannot build this convolution: ") + e.what());
+  }
+  if (cache.size() > kCapacity) cache.pop_back();
+  return cache.front();
+}
+
+// A memory in the layout the primitive wants: `user` itself, or a reordered copy of it.
+memory as_layout(memory user, const memory::desc& wanted, dnnl::stream& stream, bool copy_in) {
+  if (user.get_desc() == wanted) return user;
+  memory m(wanted, cpu_engine());
+  if (copy_in) dnnl::reorder(user, m).execute(stream, user, m);
+  return m;
+}
+
+void copy_out(memory from, memory user, dnnl::stream& stream) {
+  if (from.get_data_handle() != user.get_data_handle()) dnnl::reorder(from, user).execute(stream, from, user);
+}
+
+memory wrap(const memory::desc& md, const float* data) {
+  return memory(md, cpu_engine(), const_cast<float*>(data));
+}
+
+}  // namespace
+
+void onednn_conv_forward(const ConvShape& s, const float* src, const float* weights, const float* bias, float* dst) {
+  auto p = primitives_for(s);
+  dnnl::stream stream(cpu_engine());
+  memory u_src = wrap(p->user_src, src), u_w = wrap(p->user_weights, weights), u_dst = wrap(p->user_dst, dst);
+  memory m_src = as_layout(u_src, p->fwd.src_desc(), stream, true);
+  memory m_w = as_layout(u_w, p->fwd.weights_desc(), stream, true);
+  memory m_dst = as_layout(u_dst, p->fwd.dst_desc(), stream, false);
+  std::vector<float> zero_bias;
+  if (!bias) zero_bias.assign(s.OC, 0.0f);
+  memory m_bias = wrap(p->user_bias, bias ? bias : zero_bias.data());
+  p->fwd_prim.execute(stream, {{DNNL_ARG_SRC, m_src}, {DNNL_ARG_WEIGHTS, m_w}, {DNNL_ARG_BIAS, m_bias}, {DNNL_ARG_DST, m_dst}});
+  copy_out(m_dst, u_dst, stream);
+  stream.wait();
+}
+
+void onednn_conv_backward_data(const ConvShape& s, const float* diff_dst, const float* weights, float* diff_src) {
+  auto p = primitives_for(s);
+  dnnl::stream stream(cpu_engine());
+  memory u_dd = wrap(p->user_dst, diff_dst), u_w = wrap(p->user_weights, weights), u_ds = wrap(p->user_src, diff_src);
+  memory m_dd = as_layout(u_dd, p->bwd_data.diff_dst_desc(), stream, true);
+  memory m_w = as_layout(u_w, p->bwd_data.weights_desc(), stream, true);
+  memory m_ds = as_layout(u_ds, p->bwd_data.diff_src_desc(), stream, false);
+  p->bwd_data_prim.execute(stream, {{DNNL_ARG_DIFF_DST, m_dd}, {DNNL_ARG_WEIGHTS, m_w}, {DNNL_ARG_DIFF_SRC, m_ds}});
+  copy_out(m_ds, u_ds, stream);
+  stream.wait();
+}
+
+void onednn_conv_backward_weights(const ConvShape& s, const float* src, const float* diff_dst, float* diff_weights,
+                                  float* diff_bias) {
+  auto p = primitives_for(s);
+  dnnl::stream stream(cpu_engine());
+  memory u_src = wrap(p->user_src, src), u_dd = wrap(p->user_dst, diff_dst), u_dw = wrap(p->user_weights, diff_weights);
+  memory m_src = as_layout(u_src, p->bwd_weights.src_desc(), stream, true);
+  memory m_dd = as_layout(u_dd, p->bwd_weights.diff_dst_desc(), stream, true);
+  memory m_dw = as_layout(u_dw, p->bwd_weights.diff_weights_desc(), stream, false);
+  std::vector<float> scratch_bias;
+  if (!diff_bias) scratch_bias.resize(s.OC);
+  memory m_db = wrap(p->user_bias, diff_bias ? diff_bias : scratch_bias.data());
+  p->bwd_weights_prim.execute(stream, {{DNNL_ARG_SRC, m_src}, {DNNL_ARG_DIFF_DST, m_dd}, {DNNL_ARG_DIFF_WEIGHTS, m_dw},
+                                       {DNNL_ARG_DIFF_BIAS, m_db}});
+  copy_out(m_dw, u_dw, stream);
+  stream.wait();
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,16 @@
+// CPU memory for tensors. Large blocks are cached by size and reused: a training step allocates the
+// same activation sizes every iteration, and returning them to the OS made each step page-fault its
+// activations back in. Measured on `tessera bench train-step` (1 thread): CNN 2084 -> 3030 samples/s,
+// MLP 34.9k -> 44.4k. Small blocks go straight to malloc, which already recycles them well.
+#pragma once
+#include <cstddef>
+
+namespace tessera::cpu_allocator {
+
+void* allocate(size_t nbytes);          // 64-byte aligned; nullptr only for nbytes == 0
+void deallocate(void* ptr, size_t nbytes);
+// Frees every cached block (for example before forking workers or to measure memory).
+void empty_cache();
+size_t cached_bytes();
+
+}  // namespace tessera::cpu_allocator
