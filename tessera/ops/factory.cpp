@@ -75,6 +75,12 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen) {
 
 namespace {
 
+// An in-place write to a tensor that autograd tracks would silently corrupt gradients.
+void check_inplace_allowed(const Tensor& t, const char* op) {
+  TESSERA_CHECK(!(autograd::grad_enabled() && t.requires_grad()), "[", op, "] in-place update of a tensor of shape ",
+                shape_str(t.shape()), " that requires grad; do it inside a NoGradGuard scope (as optimizers do)");
+}
+
 template <typename Dst, typename Src, typename Convert>
 void strided_convert(Tensor& dst, const Tensor& src, const Convert& convert) {
   Shape sst = detail::broadcast_strides(src, dst.shape());
@@ -117,6 +123,7 @@ void convert_into(Tensor& dst, const Tensor& src) {
 void copy_(Tensor& dst, const Tensor& src) {
   detail::check_defined(dst, "copy_", "dst");
   detail::check_defined(src, "copy_", "src");
+  check_inplace_allowed(dst, "copy_");
   broadcast_shapes(dst.shape(), src.shape(), "copy_");
   TESSERA_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(), "[copy_] source shape ",
                 shape_str(src.shape()), " does not broadcast to destination shape ", shape_str(dst.shape()));
@@ -149,6 +156,7 @@ Tensor to_dtype(const Tensor& t, DType dtype) {
 
 void fill_(Tensor& t, float value) {
   detail::check_defined(t, "fill_", "t");
+  check_inplace_allowed(t, "fill_");
   if (t.dtype() == DType::Float32 && t.is_contiguous()) {
     float* p = t.data<float>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
@@ -162,6 +170,7 @@ void fill_(Tensor& t, float value) {
 void add_(Tensor& dst, const Tensor& src, float alpha) {
   detail::check_float(dst, "add_", "dst");
   detail::check_float(src, "add_", "src");
+  check_inplace_allowed(dst, "add_");
   TESSERA_CHECK(broadcast_shapes(dst.shape(), src.shape(), "add_") == dst.shape(), "[add_] source shape ",
                 shape_str(src.shape()), " does not broadcast to destination shape ", shape_str(dst.shape()));
   Shape sst = detail::broadcast_strides(src, dst.shape());
@@ -180,6 +189,7 @@ void add_(Tensor& dst, const Tensor& src, float alpha) {
 
 void mul_(Tensor& dst, float value) {
   detail::check_float(dst, "mul_", "dst");
+  check_inplace_allowed(dst, "mul_");
   float* d = dst.data<float>();
   cpu::for_each_row<1>(dst.shape(), {&dst.strides()},
                        [&](int64_t n, std::array<int64_t, 1> off, std::array<int64_t, 1> st) {

@@ -97,6 +97,32 @@ TEST(Errors, NameTheOpAndShapes) {
                                   {"cuda:0"});
   expect_error<ValueError>([] { layer_norm(zeros({2, 3}), {4}); }, {"[layer_norm]", "[4]", "[2, 3]"});
   expect_error<ValueError>([] { max_pool2d(zeros({2, 3})); }, {"[max_pool2d]", "(N, C, H, W)"});
+  expect_error<ValueError>([] { zeros({2, 3}).permute({0}); }, {"[permute]", "[2, 3]"});
+  expect_error<ValueError>([] { zeros({2, 3}).expand({4, 4}); }, {"[expand]", "[2, 3]", "[4, 4]"});
+  expect_error<ValueError>([] { zeros({2, 3}).reshape({-1, -1}); }, {"[reshape]", "-1"});
+  expect_error<ValueError>([] { zeros({2, 3}).reshape({4}); }, {"[reshape]", "[2, 3]", "[4]"});
+  expect_error<ValueError>([] { slice(zeros({}), 0, 0, 1); }, {"[slice]", "0-dim"});
+  expect_error<IndexError>([] { index_select(zeros({2, 3}), 1, from_vector(std::vector<int64_t>{3}, {1})); },
+                           {"[index_select]", "index 3", "size 3"});
+  expect_error<ValueError>([] { embedding(zeros({4, 2}), zeros({3})); }, {"[embedding]", "int64"});
+  expect_error<ValueError>([] { batch_norm(zeros({2, 3}), Tensor(), Tensor(), ones({4}), Tensor(), true); },
+                           {"[batch_norm]", "[4]", "3 channels"});
+  expect_error<ValueError>([] { batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
+                           {"[batch_norm]", "more than one value"});
+  expect_error<ValueError>([] { linear(arange(6).reshape({2, 3}), zeros({2, 3})); }, {"[linear]", "int64"});
+  expect_error<ValueError>([] {
+    Conv2dOptions o;
+    o.groups = 2;
+    conv2d(zeros({1, 3, 4, 4}), zeros({2, 1, 3, 3}), Tensor(), o);
+  }, {"[conv2d]", "groups 2"});
+  expect_error<ValueError>([] { softmax(zeros({2, 3}), 2); }, {"[softmax]", "dim 2"});
+  expect_error<ValueError>([] { dropout(ones({2}), 1.5f, true); }, {"[dropout]", "1.5"});
+  expect_error<ValueError>([] { where(ones({2}), ones({3}), ones({2})); }, {"[where]", "[3]"});
+  expect_error<ValueError>([] { mse_loss(ones({2}), ones({3})); }, {"[mse_loss]", "[2]", "[3]"});
+  expect_error<ValueError>([] {
+    Tensor p = ones({2}).set_requires_grad(true);
+    add_(p, ones({2}));
+  }, {"[add_]", "requires grad", "NoGradGuard"});
 }
 
 TEST(CpuAllocator, ReusesLargeBlocksAndEmptiesCache) {
