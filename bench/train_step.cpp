@@ -146,6 +146,8 @@ int train_step(const TrainStepOptions& o) {
       std::fflush(stdout);
     }
   }
+  std::printf("\n");
+  matmul(1024, o.threads, 5);
   return worst;
 }
 
