@@ -280,15 +280,30 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
     }
   });
   Shape in_shape = x.shape();
-  return record(out, "MaxPool2dBackward", {x_in}, [in_shape, p, argmax](const Tensor& g_in) {
+  return record(out, "MaxPool2dBackward", {x_in}, [in_shape, p, argmax, k2s2](const Tensor& g_in) {
     Tensor g = detail::as_contiguous(g_in);
-    Tensor grad = zeros(in_shape);
+    // 2x2/stride-2 windows tile the plane, so every input element is written once (gradient or 0)
+    // and the gradient needs no zero fill first; other windows scatter-add into zeros.
+    const bool tiles = k2s2 && p.H % 2 == 0 && p.W % 2 == 0;
+    Tensor grad = tiles ? Tensor::empty(in_shape) : zeros(in_shape);
     const float* gp = g.data<float>();
     float* dp = grad.data<float>();
     const int32_t* ap = argmax->data();
     parallel_for(0, p.N * p.C, 16, [&](int64_t b, int64_t e) {
       for (int64_t plane = b; plane < e; ++plane) {
         float* d = dp + plane * p.H * p.W;
+        if (tiles) {
+          for (int64_t oh = 0; oh < p.OH; ++oh)
+            for (int64_t ow = 0; ow < p.OW; ++ow) {
+              const int64_t i = (plane * p.OH + oh) * p.OW + ow;
+              const int32_t top = static_cast<int32_t>(2 * oh * p.W + 2 * ow), bottom = static_cast<int32_t>(top + p.W);
+              d[top] = ap[i] == top ? gp[i] : 0.0f;
+              d[top + 1] = ap[i] == top + 1 ? gp[i] : 0.0f;
+              d[bottom] = ap[i] == bottom ? gp[i] : 0.0f;
+              d[bottom + 1] = ap[i] == bottom + 1 ? gp[i] : 0.0f;
+            }
+          continue;
+        }
         for (int64_t i = plane * p.OH * p.OW; i < (plane + 1) * p.OH * p.OW; ++i) d[ap[i]] += gp[i];
       }
     });

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "tessera/backend/cpu/loops.h"
+#include "tessera/util/thread_pool.h"
 #include "tessera/ops/detail.h"
 
 namespace tessera {
@@ -10,7 +11,9 @@ using autograd::record;
 
 Tensor zeros(const Shape& shape, DType dtype) {
   Tensor t = Tensor::empty(shape, dtype);
-  if (t.numel()) std::memset(t.raw_data(), 0, t.numel() * dtype_size(dtype));
+  char* p = static_cast<char*>(t.raw_data());
+  const int64_t bytes = t.numel() * static_cast<int64_t>(dtype_size(dtype));
+  parallel_for(0, bytes, int64_t{1} << 20, [&](int64_t b, int64_t e) { std::memset(p + b, 0, e - b); });
   return t;
 }
 

@@ -135,6 +135,8 @@ std::vector<Case> all_cases() {
                [](const Inputs& x) { return conv2d(x[0], x[1]); }});
   c.push_back({"max_pool2d", [](Generator& g) { return Inputs{distinct({2, 2, 5, 6}, g)}; },
                [](const Inputs& x) { return max_pool2d(x[0]); }});
+  c.push_back({"max_pool2d_even_tiles", [](Generator& g) { return Inputs{distinct({2, 2, 4, 6}, g)}; },
+               [](const Inputs& x) { return max_pool2d(x[0]); }});
   c.push_back({"max_pool2d_padded_stride1", [](Generator& g) { return Inputs{distinct({1, 2, 4, 4}, g)}; },
                [](const Inputs& x) { return max_pool2d(x[0], Pool2dOptions{3, 3, 1, 1, 1, 1}); }});
   c.push_back({"avg_pool2d", [](Generator& g) { return Inputs{rn({2, 2, 5, 6}, g)}; },
