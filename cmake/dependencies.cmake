@@ -13,3 +13,9 @@ target_link_libraries(tessera_openblas INTERFACE ${_ob_lib})
 
 # oneDNN (Debian's libdnnl-dev) for convolutions; see tessera/backend/cpu/onednn_conv.h for why.
 find_package(dnnl CONFIG REQUIRED)
+
+# nlohmann-json: safetensors headers, metrics lines. zlib: gzipped IDX files and checksums.
+# toml++: training configs.
+find_package(nlohmann_json REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(tomlplusplus REQUIRED)

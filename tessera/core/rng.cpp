@@ -1,6 +1,9 @@
 #include "tessera/core/rng.h"
 
 #include <cmath>
+#include <sstream>
+
+#include "tessera/core/error.h"
 
 namespace tessera {
 
@@ -16,6 +19,26 @@ float Generator::normal() {
   spare_ = static_cast<float>(r * std::sin(2 * M_PI * u2));
   has_spare_ = true;
   return static_cast<float>(r * std::cos(2 * M_PI * u2));
+}
+
+std::string Generator::state() const {
+  std::ostringstream out;
+  out << engine_ << ' ' << has_spare_ << ' ';
+  out.precision(9);
+  out << spare_;
+  return out.str();
+}
+
+void Generator::set_state(const std::string& state) {
+  std::istringstream in(state);
+  std::mt19937_64 engine;
+  bool has_spare = false;
+  float spare = 0;
+  in >> engine >> has_spare >> spare;
+  if (in.fail()) throw ValueError("[Generator::set_state] malformed generator state");
+  engine_ = engine;
+  has_spare_ = has_spare;
+  spare_ = spare;
 }
 
 Generator& default_generator() {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <string>
 
 namespace tessera {
 
@@ -15,6 +16,9 @@ class Generator {
   // Uniform in [0, 1).
   float uniform() { return static_cast<float>((engine_() >> 40) * (1.0 / 16777216.0)); }
   float normal();
+  // The whole stream position as text (checkpoints store it so a resumed run draws the same numbers).
+  std::string state() const;
+  void set_state(const std::string& state);
 
  private:
   std::mt19937_64 engine_;

@@ -1,0 +1,90 @@
+#include "tessera/io/checkpoint.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+#include "tessera/core/error.h"
+#include "tessera/io/atomic_file.h"
+
+namespace tessera::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+void remove_old(const fs::path& dir, int64_t keep) {
+  std::vector<fs::path> steps;
+  std::error_code ec;
+  for (auto& entry : fs::directory_iterator(dir, ec)) {
+    std::string n = entry.path().filename().string();
+    if (entry.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) steps.push_back(entry.path());
+  }
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + keep < steps.size(); ++i) fs::remove_all(steps[i], ec);
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, const SafetensorsFile& model,
+                            const SafetensorsFile& trainer, int64_t keep) {
+  fs::path dir(checkpoints_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError("[save_checkpoint] cannot create " + dir.string() + ": " + ec.message());
+  fs::path final_dir = dir / step_name(step);
+  fs::path tmp_dir = dir / (step_name(step) + ".tmp." + std::to_string(::getpid()));
+  fs::remove_all(tmp_dir, ec);
+  fs::create_directories(tmp_dir, ec);
+  if (ec) throw IoError("[save_checkpoint] cannot create " + tmp_dir.string() + ": " + ec.message());
+  save_safetensors((tmp_dir / "model.safetensors").string(), model.tensors, model.metadata);
+  save_safetensors((tmp_dir / "trainer.safetensors").string(), trainer.tensors, trainer.metadata);
+  fsync_directory(tmp_dir.string());
+  fs::remove_all(final_dir, ec);  // a re-save of the same step replaces it
+  fs::rename(tmp_dir, final_dir, ec);
+  if (ec) throw IoError("[save_checkpoint] cannot rename " + tmp_dir.string() + " to " + final_dir.string() + ": " + ec.message());
+  fsync_directory(dir.string());
+  write_file_atomic((dir / "latest").string(), final_dir.filename().string() + "\n");
+  remove_old(dir, std::max<int64_t>(keep, 1));
+  return final_dir.string();
+}
+
+std::string latest_checkpoint(const std::string& checkpoints_dir) {
+  fs::path latest = fs::path(checkpoints_dir) / "latest";
+  if (!fs::exists(latest)) return "";
+  std::string name = read_file(latest.string());
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  if (name.empty() || name.find('/') != std::string::npos) throw IoError("[checkpoint] " + latest.string() + " is malformed");
+  return (fs::path(checkpoints_dir) / name).string();
+}
+
+CheckpointFiles load_checkpoint(const std::string& path_in) {
+  fs::path path(path_in);
+  if (!fs::exists(path)) throw IoError("[load_checkpoint] " + path_in + " does not exist");
+  if (fs::is_regular_file(path)) path = path.parent_path();
+  if (!fs::exists(path / "model.safetensors")) {
+    // A run directory or its checkpoints directory: follow `latest`.
+    fs::path ckpts = fs::exists(path / "checkpoints") ? path / "checkpoints" : path;
+    std::string latest = latest_checkpoint(ckpts.string());
+    if (latest.empty())
+      throw IoError("[load_checkpoint] no checkpoint in " + path_in +
+                    " (expected model.safetensors, or checkpoints/latest from `tessera train`)");
+    path = latest;
+  }
+  CheckpointFiles files;
+  files.path = path.string();
+  files.model = load_safetensors((path / "model.safetensors").string());
+  files.trainer = load_safetensors((path / "trainer.safetensors").string());
+  return files;
+}
+
+}  // namespace tessera::io

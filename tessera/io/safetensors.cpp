@@ -1,0 +1,300 @@
+#include "tessera/io/safetensors.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tessera/core/error.h"
+#include "tessera/io/atomic_file.h"
+
+namespace tessera::io {
+
+// The format is little-endian; we copy tensor bytes as they lie in memory.
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+
+namespace {
+
+// ordered_json keeps the header in the order we write it (metadata first, then tensors in
+// state_dict order), as the reference implementation does, so the files diff and read naturally.
+using Json = nlohmann::ordered_json;
+
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference implementation's limit
+constexpr const char* kChecksumKey = "tessera.checksum";
+
+const char* dtype_code(DType t) {
+  switch (t) {
+    case DType::Float32: return "F32";
+    case DType::Int64: return "I64";
+    case DType::BFloat16: return "BF16";
+  }
+  return "?";
+}
+
+bool dtype_from_code(const std::string& code, DType& out) {
+  if (code == "F32") out = DType::Float32;
+  else if (code == "I64") out = DType::Int64;
+  else if (code == "BF16") out = DType::BFloat16;
+  else return false;
+  return true;
+}
+
+// zlib's crc32_z treats a null buffer as "give me the initial value", so empty chunks are skipped.
+uint32_t crc32_update(uint32_t crc, const void* data, size_t size) {
+  if (size == 0) return crc;
+  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), size));
+}
+
+std::string checksum_string(uint32_t crc) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "crc32:%08x", crc);
+  return buf;
+}
+
+// Errors while decoding: "[safetensors] <source>: <problem>".
+[[noreturn]] void fail(const std::string& source, const std::string& problem) {
+  throw IoError("[safetensors] " + source + ": " + problem);
+}
+
+// A JSON integer >= 0 that fits int64 (shapes and offsets become int64 in Tensor/Shape).
+bool as_index(const Json& j, int64_t& out) {
+  if (j.is_number_unsigned()) {
+    uint64_t v = j.get<uint64_t>();
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+    out = static_cast<int64_t>(v);
+    return true;
+  }
+  if (j.is_number_integer() && j.get<int64_t>() >= 0) {  // "-0"
+    out = j.get<int64_t>();
+    return true;
+  }
+  return false;
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+Entry parse_entry(const std::string& name, const Json& info, uint64_t data_size, const std::string& source) {
+  const std::string where = "tensor '" + name + "'";
+  if (name.empty()) fail(source, "a tensor has an empty name");
+  if (!info.is_object()) fail(source, where + ": entry is not an object");
+  Entry e;
+  e.name = name;
+  auto dt = info.find("dtype");
+  if (dt == info.end() || !dt->is_string()) fail(source, where + ": missing or non-string \"dtype\"");
+  if (!dtype_from_code(dt->get<std::string>(), e.dtype))
+    fail(source, where + ": unknown dtype '" + dt->get<std::string>() + "' (tessera reads F32, I64 and BF16)");
+
+  auto sh = info.find("shape");
+  if (sh == info.end() || !sh->is_array()) fail(source, where + ": \"shape\" is not an array of non-negative integers");
+  // The product of max(dim, 1) bounds numel and every stride; refusing overflow here keeps
+  // Tensor::empty and contiguous_strides free of signed overflow, even for zero-element shapes.
+  int64_t bound = 1, numel = 1;
+  for (const Json& d : *sh) {
+    int64_t v;
+    if (!as_index(d, v)) fail(source, where + ": \"shape\" is not an array of non-negative integers");
+    if (__builtin_mul_overflow(bound, std::max<int64_t>(v, 1), &bound))
+      fail(source, where + ": shape " + sh->dump() + " is too large");
+    numel *= v;  // <= bound, so no overflow
+    e.shape.push_back(v);
+  }
+
+  auto off = info.find("data_offsets");
+  int64_t b, en;
+  if (off == info.end() || !off->is_array() || off->size() != 2 || !as_index((*off)[0], b) || !as_index((*off)[1], en))
+    fail(source, where + ": \"data_offsets\" is not an array of two non-negative integers");
+  e.begin = static_cast<uint64_t>(b);
+  e.end = static_cast<uint64_t>(en);
+  const std::string range = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ")";
+  if (e.begin > e.end || e.end > data_size)
+    fail(source, where + ": data_offsets " + range + " lie outside the data section of " + std::to_string(data_size) +
+                     " bytes");
+  uint64_t nbytes;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(e.dtype), &nbytes) || nbytes != e.end - e.begin)
+    fail(source, where + ": data_offsets " + range + " hold " + std::to_string(e.end - e.begin) + " bytes but shape " +
+                     sh->dump() + " of " + dtype_code(e.dtype) + " needs " + std::to_string(numel) + " x " +
+                     std::to_string(dtype_size(e.dtype)));
+  return e;
+}
+
+Metadata parse_metadata(const Json& j, const std::string& source) {
+  Metadata m;
+  if (j.is_null()) return m;
+  if (!j.is_object()) fail(source, "\"__metadata__\" is not an object of strings");
+  for (const auto& [k, v] : j.items()) {
+    if (!v.is_string()) fail(source, "\"__metadata__\" value for '" + k + "' is not a string");
+    m[k] = v.get<std::string>();
+  }
+  return m;
+}
+
+void verify_checksum(const Metadata& m, std::string_view data, const std::string& source) {
+  auto it = m.find(kChecksumKey);
+  if (it == m.end()) return;
+  const std::string& s = it->second;
+  bool well_formed = s.size() == 14 && s.compare(0, 6, "crc32:") == 0 &&
+                     std::all_of(s.begin() + 6, s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  if (!well_formed) fail(source, "malformed checksum '" + s + "' (expected crc32:<8 hex digits>)");
+  uint32_t expected = static_cast<uint32_t>(std::stoul(s.substr(6), nullptr, 16));
+  uint32_t actual = crc32_update(0, data.data(), data.size());
+  if (expected != actual)
+    fail(source, "checksum mismatch: the file is corrupt (metadata says " + s + ", data has " + checksum_string(actual) +
+                     ")");
+}
+
+SafetensorsFile decode_impl(std::string_view bytes, const std::string& source) {
+  if (bytes.size() < 8)
+    fail(source, "file is " + std::to_string(bytes.size()) + " bytes, shorter than the 8-byte header length");
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  if (n > kMaxHeaderBytes)
+    fail(source, "header length " + std::to_string(n) + " is above the 100 MiB limit; not a safetensors file?");
+  if (n > bytes.size() - 8)
+    fail(source, "header length " + std::to_string(n) + " is larger than the file (" + std::to_string(bytes.size()) +
+                     " bytes); the file is truncated or not safetensors");
+  std::string_view header = bytes.substr(8, n);
+  std::string_view data = bytes.substr(8 + n);
+
+  // nlohmann keeps the last of duplicate keys silently; the callback sees every top-level key.
+  std::set<std::string> seen;
+  std::string duplicate;
+  auto on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth == 1 && event == Json::parse_event_t::key && duplicate.empty() &&
+        !seen.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  Json root;
+  try {
+    root = Json::parse(header.begin(), header.end(), on_event);
+  } catch (const nlohmann::json::exception& e) {
+    fail(source, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!root.is_object()) fail(source, "header is not a JSON object");
+  if (!duplicate.empty()) fail(source, "duplicate name '" + duplicate + "' in the header");
+
+  SafetensorsFile out;
+  std::vector<Entry> entries;
+  for (const auto& [key, value] : root.items()) {
+    if (key == "__metadata__") out.metadata = parse_metadata(value, source);
+    else entries.push_back(parse_entry(key, value, data.size(), source));
+  }
+
+  // Sorted by offset, the tensors must tile [0, data size): a gap is bytes nobody owns (a torn or
+  // tampered file), an overlap would alias two tensors. Stable, so equal offsets keep header order.
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  uint64_t pos = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin < pos)
+      fail(source, "tensors '" + prev->name + "' and '" + e.name + "' overlap (bytes " + std::to_string(e.begin) + " to " +
+                       std::to_string(pos) + " of the data section)");
+    if (e.begin > pos)
+      fail(source, "bytes [" + std::to_string(pos) + ", " + std::to_string(e.begin) +
+                       ") of the data section are not covered by any tensor");
+    pos = e.end;
+    prev = &e;
+  }
+  if (pos != data.size())
+    fail(source, "bytes [" + std::to_string(pos) + ", " + std::to_string(data.size()) +
+                     ") of the data section are not covered by any tensor");
+
+  verify_checksum(out.metadata, data, source);
+
+  out.tensors.reserve(entries.size());
+  for (const Entry& e : entries) {
+    Tensor t = Tensor::empty(e.shape, e.dtype);
+    if (e.end > e.begin) std::memcpy(t.raw_data(), data.data() + e.begin, e.end - e.begin);
+    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+// `dest` names the file being written (empty when encoding to memory) in ValueErrors.
+std::string encode_impl(const nn::StateDict& tensors, const Metadata& metadata, const std::string& dest) {
+  const std::string prefix = dest.empty() ? "[safetensors] cannot encode: " : "[safetensors] cannot write " + dest + ": ";
+  std::set<std::string> names;
+  std::vector<Tensor> contiguous;
+  contiguous.reserve(tensors.size());
+  uint32_t crc = 0;
+  uint64_t total = 0;
+  for (const auto& [name, t] : tensors) {
+    TESSERA_CHECK(!name.empty(), prefix, "a tensor has an empty name");
+    TESSERA_CHECK(name != "__metadata__", prefix, "'__metadata__' is reserved by the format and cannot name a tensor");
+    TESSERA_CHECK(names.insert(name).second, prefix, "duplicate tensor name '", name, "'");
+    TESSERA_CHECK(t.defined(), prefix, "tensor '", name, "' is undefined");
+    // detach: serialising must not record autograd history.
+    Tensor c = t.is_contiguous() ? t : t.detach().contiguous();
+    size_t nbytes = static_cast<size_t>(c.numel()) * dtype_size(c.dtype());
+    crc = crc32_update(crc, c.raw_data(), nbytes);
+    total += nbytes;
+    contiguous.push_back(std::move(c));
+  }
+
+  Json header = Json::object();
+  Metadata meta = metadata;
+  meta[kChecksumKey] = checksum_string(crc);
+  header["__metadata__"] = meta;
+  uint64_t offset = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& c = contiguous[i];
+    uint64_t nbytes = static_cast<uint64_t>(c.numel()) * dtype_size(c.dtype());
+    header[tensors[i].first] = {{"dtype", dtype_code(c.dtype())}, {"shape", c.shape()}, {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {  // invalid UTF-8 in a name or metadata
+    throw ValueError(prefix + "tensor names and metadata must be valid UTF-8 (" + e.what() + ")");
+  }
+  // Pad with spaces (valid trailing JSON whitespace) so the data section starts 8-aligned, as the
+  // reference implementation does; readers that mmap the file can then view the tensors in place.
+  text.append((8 - text.size() % 8) % 8, ' ');
+
+  std::string out;
+  out.reserve(8 + text.size() + total);
+  uint64_t n = text.size();
+  out.append(reinterpret_cast<const char*>(&n), 8);
+  out += text;
+  for (const Tensor& c : contiguous) {
+    size_t nbytes = static_cast<size_t>(c.numel()) * dtype_size(c.dtype());
+    if (nbytes > 0) out.append(static_cast<const char*>(c.raw_data()), nbytes);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string encode_safetensors(const nn::StateDict& tensors, const Metadata& metadata) {
+  return encode_impl(tensors, metadata, "");
+}
+
+SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& source) {
+  try {
+    return decode_impl(bytes, source);
+  } catch (const nlohmann::json::exception& e) {
+    // Every JSON access above is type-checked first; this is a safety net so malformed input can
+    // only ever surface as an IoError naming the file.
+    fail(source, std::string("malformed header: ") + e.what());
+  }
+}
+
+void save_safetensors(const std::string& path, const nn::StateDict& tensors, const Metadata& metadata) {
+  write_file_atomic(path, encode_impl(tensors, metadata, path));
+}
+
+SafetensorsFile load_safetensors(const std::string& path) { return decode_safetensors(read_file(path), path); }
+
+}  // namespace tessera::io

@@ -1,0 +1,262 @@
+#include "tessera/train/config.h"
+
+#include <algorithm>
+#include <functional>
+#include <sstream>
+#include <toml++/toml.h>
+#include <variant>
+
+#include "tessera/core/error.h"
+#include "tessera/io/atomic_file.h"
+
+namespace tessera::train {
+
+namespace {
+
+using Field = std::variant<std::string*, int64_t*, uint64_t*, double*, bool*, std::vector<int64_t>*>;
+
+struct Key {
+  std::string name;
+  Field field;
+};
+
+// The one declaration of every key.
+std::vector<Key> keys_of(TrainConfig& c) {
+  return {
+      {"model.name", &c.model.name}, {"model.hidden", &c.model.hidden}, {"model.dropout", &c.model.dropout},
+      {"model.layers", &c.model.layers}, {"model.heads", &c.model.heads}, {"model.embed_dim", &c.model.embed_dim},
+      {"model.context", &c.model.context},
+      {"data.dataset", &c.data.dataset}, {"data.dir", &c.data.dir}, {"data.path", &c.data.path},
+      {"data.val_fraction", &c.data.val_fraction}, {"data.samples", &c.data.samples},
+      {"data.test_samples", &c.data.test_samples}, {"data.classes", &c.data.classes}, {"data.prefetch", &c.data.prefetch},
+      {"optimizer.name", &c.optimizer.name}, {"optimizer.lr", &c.optimizer.lr},
+      {"optimizer.momentum", &c.optimizer.momentum}, {"optimizer.weight_decay", &c.optimizer.weight_decay},
+      {"optimizer.beta1", &c.optimizer.beta1}, {"optimizer.beta2", &c.optimizer.beta2}, {"optimizer.eps", &c.optimizer.eps},
+      {"optimizer.nesterov", &c.optimizer.nesterov}, {"optimizer.clip_grad_norm", &c.optimizer.clip_grad_norm},
+      {"schedule.name", &c.schedule.name}, {"schedule.warmup_steps", &c.schedule.warmup_steps},
+      {"schedule.step_size", &c.schedule.step_size}, {"schedule.gamma", &c.schedule.gamma},
+      {"schedule.min_lr", &c.schedule.min_lr},
+      {"train.epochs", &c.train.epochs}, {"train.batch_size", &c.train.batch_size},
+      {"train.eval_batch_size", &c.train.eval_batch_size}, {"train.seed", &c.train.seed},
+      {"train.threads", &c.train.threads}, {"train.output_dir", &c.train.output_dir},
+      {"train.log_every", &c.train.log_every}, {"train.checkpoint_every", &c.train.checkpoint_every},
+      {"train.keep_checkpoints", &c.train.keep_checkpoints}, {"train.max_steps", &c.train.max_steps},
+  };
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+[[noreturn]] void unknown_key(const std::string& key, const std::string& source) {
+  TrainConfig dummy;
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (auto& k : keys_of(dummy)) {
+    // Compare whole keys and also the last component alone (a key put in the wrong section).
+    std::string leaf = k.name.substr(k.name.find('.') + 1), key_leaf = key.substr(key.find('.') + 1);
+    size_t d = std::min(edit_distance(key, k.name), edit_distance(key_leaf, leaf) + 1);
+    if (d < best_d) {
+      best_d = d;
+      best = k.name;
+    }
+  }
+  throw ValueError("[config] unknown key '" + key + "' in " + source + "; did you mean '" + best + "'?");
+}
+
+Key* find_key(std::vector<Key>& keys, const std::string& name) {
+  for (auto& k : keys)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+const char* type_name(const Field& f) {
+  return std::visit([](auto* p) -> const char* {
+    using T = std::remove_pointer_t<decltype(p)>;
+    if constexpr (std::is_same_v<T, std::string>) return "a string";
+    else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, uint64_t>) return "an integer";
+    else if constexpr (std::is_same_v<T, double>) return "a number";
+    else if constexpr (std::is_same_v<T, bool>) return "true or false";
+    else return "a list of integers";
+  }, f);
+}
+
+void set_from_node(Key& key, const toml::node& node, const std::string& source) {
+  auto bad = [&] {
+    throw ValueError("[config] key '" + key.name + "' in " + source + " must be " + type_name(key.field));
+  };
+  std::visit([&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (!node.is_string()) bad();
+      *p = node.value<std::string>().value();
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      if (!node.is_integer()) bad();
+      *p = node.value<int64_t>().value();
+    } else if constexpr (std::is_same_v<T, uint64_t>) {
+      if (!node.is_integer() || node.value<int64_t>().value() < 0) bad();
+      *p = static_cast<uint64_t>(node.value<int64_t>().value());
+    } else if constexpr (std::is_same_v<T, double>) {
+      if (!node.is_number()) bad();
+      *p = node.value<double>().value();
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (!node.is_boolean()) bad();
+      *p = node.value<bool>().value();
+    } else {
+      if (!node.is_array()) bad();
+      p->clear();
+      for (auto& item : *node.as_array()) {
+        if (!item.is_integer()) bad();
+        p->push_back(item.value<int64_t>().value());
+      }
+    }
+  }, key.field);
+}
+
+void walk(const toml::table& table, const std::string& prefix, std::vector<Key>& keys, const std::string& source) {
+  for (auto& [k, node] : table) {
+    std::string name = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (node.is_table() && prefix.empty()) {
+      walk(*node.as_table(), name, keys, source);
+      continue;
+    }
+    Key* key = find_key(keys, name);
+    if (!key) unknown_key(name, source);
+    set_from_node(*key, node, source);
+  }
+}
+
+}  // namespace
+
+TrainConfig parse_config(const std::string& text, const std::string& source) {
+  TrainConfig config;
+  toml::table table;
+  try {
+    table = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream msg;
+    msg << "[config] " << source << ":" << e.source().begin.line << ":" << e.source().begin.column << ": "
+        << e.description();
+    throw ValueError(msg.str());
+  }
+  auto keys = keys_of(config);
+  walk(table, "", keys, source);
+  return config;
+}
+
+TrainConfig load_config(const std::string& path) { return parse_config(io::read_file(path), path); }
+
+void apply_override(TrainConfig& config, const std::string& assignment) {
+  size_t eq = assignment.find('=');
+  TESSERA_CHECK(eq != std::string::npos && eq > 0, "[config] --set expects key=value, got '", assignment, "'");
+  std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  auto keys = keys_of(config);
+  Key* k = find_key(keys, key);
+  if (!k) unknown_key(key, "--set");
+  // Let TOML parse the value (numbers, booleans, lists, quoted strings); a bare word is a string.
+  try {
+    toml::table t = toml::parse("v = " + value);
+    set_from_node(*k, *t.get("v"), "--set");
+  } catch (const toml::parse_error&) {
+    set_from_node(*k, toml::value<std::string>(value), "--set");
+  }
+}
+
+void validate(const TrainConfig& c) {
+  auto one_of = [](const std::string& key, const std::string& v, std::initializer_list<const char*> options) {
+    std::string list;
+    for (const char* o : options) {
+      if (v == o) return;
+      list += std::string(list.empty() ? "" : ", ") + o;
+    }
+    throw ValueError("[config] " + key + " = '" + v + "' is not one of: " + list);
+  };
+  auto positive = [](const std::string& key, double v) {
+    TESSERA_CHECK(v > 0, "[config] ", key, " must be positive, got ", v);
+  };
+  auto non_negative = [](const std::string& key, double v) {
+    TESSERA_CHECK(v >= 0, "[config] ", key, " must be >= 0, got ", v);
+  };
+  one_of("model.name", c.model.name, {"mlp", "cnn", "transformer"});
+  one_of("data.dataset", c.data.dataset, {"fashion-mnist", "text", "synthetic"});
+  one_of("optimizer.name", c.optimizer.name, {"sgd", "adam", "adamw"});
+  one_of("schedule.name", c.schedule.name, {"constant", "step", "cosine"});
+  TESSERA_CHECK((c.model.name == "transformer") == (c.data.dataset == "text"),
+                "[config] model.name = '", c.model.name, "' does not fit data.dataset = '", c.data.dataset,
+                "' (the transformer is a character-level LM for the text dataset; mlp and cnn classify images)");
+  for (int64_t h : c.model.hidden) positive("model.hidden", static_cast<double>(h));
+  TESSERA_CHECK(c.model.dropout >= 0 && c.model.dropout < 1, "[config] model.dropout must be in [0, 1), got ",
+                c.model.dropout);
+  positive("model.layers", c.model.layers);
+  positive("model.heads", c.model.heads);
+  positive("model.embed_dim", c.model.embed_dim);
+  positive("model.context", c.model.context);
+  TESSERA_CHECK(c.model.embed_dim % c.model.heads == 0, "[config] model.embed_dim ", c.model.embed_dim,
+                " must be divisible by model.heads ", c.model.heads);
+  TESSERA_CHECK(c.data.val_fraction > 0 && c.data.val_fraction < 1, "[config] data.val_fraction must be in (0, 1)");
+  positive("data.samples", c.data.samples);
+  positive("data.test_samples", c.data.test_samples);
+  positive("data.classes", c.data.classes);
+  positive("data.prefetch", c.data.prefetch);
+  non_negative("optimizer.lr", c.optimizer.lr);
+  non_negative("optimizer.momentum", c.optimizer.momentum);
+  non_negative("optimizer.weight_decay", c.optimizer.weight_decay);
+  non_negative("optimizer.clip_grad_norm", c.optimizer.clip_grad_norm);
+  non_negative("schedule.warmup_steps", c.schedule.warmup_steps);
+  positive("schedule.step_size", c.schedule.step_size);
+  non_negative("schedule.min_lr", c.schedule.min_lr);
+  positive("train.epochs", c.train.epochs);
+  positive("train.batch_size", c.train.batch_size);
+  positive("train.eval_batch_size", c.train.eval_batch_size);
+  non_negative("train.threads", c.train.threads);
+  positive("train.log_every", c.train.log_every);
+  non_negative("train.checkpoint_every", c.train.checkpoint_every);
+  positive("train.keep_checkpoints", c.train.keep_checkpoints);
+  non_negative("train.max_steps", c.train.max_steps);
+  TESSERA_CHECK(!c.train.output_dir.empty(), "[config] train.output_dir must not be empty");
+}
+
+std::string to_toml(const TrainConfig& config) {
+  TrainConfig copy = config;
+  toml::table root;
+  for (auto& k : keys_of(copy)) {
+    std::string section = k.name.substr(0, k.name.find('.')), leaf = k.name.substr(k.name.find('.') + 1);
+    if (!root.contains(section)) root.insert(section, toml::table{});
+    toml::table& t = *root.get(section)->as_table();
+    std::visit([&](auto* p) {
+      using T = std::remove_pointer_t<decltype(p)>;
+      if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+        toml::array a;
+        for (int64_t v : *p) a.push_back(v);
+        t.insert(leaf, a);
+      } else if constexpr (std::is_same_v<T, uint64_t>) {
+        t.insert(leaf, static_cast<int64_t>(*p));
+      } else {
+        t.insert(leaf, *p);
+      }
+    }, k.field);
+  }
+  std::ostringstream out;
+  out << root;
+  return out.str();
+}
+
+std::vector<std::string> known_keys() {
+  TrainConfig dummy;
+  std::vector<std::string> out;
+  for (auto& k : keys_of(dummy)) out.push_back(k.name);
+  return out;
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,75 @@
+// The training configuration: a TOML file (parsed by toml++) plus `--set key=value` overrides.
+// Every key is declared once in config.cpp with its type and default; an unknown key is an error that
+// names it and suggests the nearest known one.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::train {
+
+struct ModelConfig {
+  std::string name = "mlp";                  // mlp | cnn | transformer
+  std::vector<int64_t> hidden = {512, 256};  // mlp hidden sizes
+  double dropout = 0.0;                      // mlp (between hidden layers) and transformer
+  int64_t layers = 4, heads = 4, embed_dim = 128, context = 64;  // transformer
+};
+
+struct DataConfig {
+  std::string dataset = "fashion-mnist";  // fashion-mnist | text | synthetic
+  std::string dir = "/usr/share/datasets/fashion-mnist";
+  std::string path = "/usr/share/games/fortunes";  // text corpus: a file or a directory
+  double val_fraction = 0.1;                       // text
+  int64_t samples = 2048, test_samples = 512, classes = 10;  // synthetic
+  int64_t prefetch = 2;
+};
+
+struct OptimizerConfig {
+  std::string name = "adam";  // sgd | adam | adamw
+  double lr = 1e-3, momentum = 0.9, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool nesterov = false;
+  double clip_grad_norm = 0.0;  // 0: off
+};
+
+struct ScheduleConfig {
+  std::string name = "constant";  // constant | step | cosine
+  int64_t warmup_steps = 0;
+  int64_t step_size = 1000;  // step: decay every step_size steps by gamma
+  double gamma = 0.1;
+  double min_lr = 0.0;  // cosine: final learning rate
+};
+
+struct RunConfig {
+  int64_t epochs = 5;
+  int64_t batch_size = 128;
+  int64_t eval_batch_size = 1000;
+  uint64_t seed = 0;
+  int64_t threads = 0;            // 0: TESSERA_NUM_THREADS or all cores
+  std::string output_dir = "runs/default";
+  int64_t log_every = 50;         // steps between metric lines
+  int64_t checkpoint_every = 0;   // steps between checkpoints; 0: at the end of each epoch only
+  int64_t keep_checkpoints = 2;   // older ones are deleted
+  int64_t max_steps = 0;          // stop (with a checkpoint) after this many steps in total; 0: no limit
+};
+
+struct TrainConfig {
+  ModelConfig model;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  RunConfig train;
+};
+
+// Parses TOML text; `source` names the file in errors.
+TrainConfig parse_config(const std::string& toml_text, const std::string& source);
+TrainConfig load_config(const std::string& path);
+// Applies one "section.key=value" override (the value parsed as the key's type).
+void apply_override(TrainConfig& config, const std::string& assignment);
+// Checks values (names, ranges); throws ValueError naming the key.
+void validate(const TrainConfig& config);
+// Canonical TOML of every key (stored in checkpoints, so `tessera eval` can rebuild the run).
+std::string to_toml(const TrainConfig& config);
+// All known dotted keys (for help and suggestions).
+std::vector<std::string> known_keys();
+
+}  // namespace tessera::train

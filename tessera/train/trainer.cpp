@@ -1,0 +1,276 @@
+#include "tessera/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "tessera/data/dataset.h"
+#include "tessera/data/sampler.h"
+#include "tessera/io/atomic_file.h"
+#include "tessera/io/checkpoint.h"
+#include "tessera/nn/char_transformer.h"
+#include "tessera/nn/models.h"
+#include "tessera/ops/ops.h"
+#include "tessera/optim/adam.h"
+#include "tessera/optim/sgd.h"
+#include "tessera/util/thread_pool.h"
+
+namespace tessera::train {
+
+namespace fs = std::filesystem;
+
+std::atomic<bool> Trainer::stop_requested_{false};
+
+void Trainer::request_stop() { stop_requested_ = true; }
+
+std::shared_ptr<nn::Module> build_model(const TrainConfig& c, int64_t vocab_size) {
+  if (c.model.name == "cnn") return nn::make_cnn(10);
+  if (c.model.name == "mlp") {
+    auto model = std::make_shared<nn::Sequential>();
+    model->push_back(std::make_shared<nn::Flatten>());
+    int64_t in = 784;
+    for (int64_t h : c.model.hidden) {
+      model->push_back(std::make_shared<nn::Linear>(in, h));
+      model->push_back(std::make_shared<nn::ReLU>());
+      if (c.model.dropout > 0) model->push_back(std::make_shared<nn::Dropout>(static_cast<float>(c.model.dropout)));
+      in = h;
+    }
+    model->push_back(std::make_shared<nn::Linear>(in, c.data.dataset == "synthetic" ? c.data.classes : 10));
+    return model;
+  }
+  nn::CharTransformerConfig t;
+  t.vocab_size = vocab_size;
+  t.context = c.model.context;
+  t.embed_dim = c.model.embed_dim;
+  t.heads = c.model.heads;
+  t.layers = c.model.layers;
+  t.dropout = static_cast<float>(c.model.dropout);
+  return std::make_shared<nn::CharTransformer>(t);
+}
+
+namespace {
+
+std::unique_ptr<optim::Optimizer> build_optimizer(const OptimizerConfig& o, std::vector<Tensor> params) {
+  if (o.name == "sgd")
+    return std::make_unique<optim::SGD>(std::move(params),
+                                        optim::SGDOptions{o.lr, o.momentum, 0.0, o.weight_decay, o.nesterov});
+  optim::AdamOptions a{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+  if (o.name == "adamw") return std::make_unique<optim::AdamW>(std::move(params), a);
+  return std::make_unique<optim::Adam>(std::move(params), a);
+}
+
+std::shared_ptr<optim::LRScheduler> build_schedule(const ScheduleConfig& s, optim::Optimizer& opt, int64_t total_steps) {
+  std::shared_ptr<optim::LRScheduler> after;
+  if (s.name == "step") after = std::make_shared<optim::StepLR>(opt, s.step_size, s.gamma);
+  if (s.name == "cosine")
+    after = std::make_shared<optim::CosineAnnealingLR>(opt, std::max<int64_t>(1, total_steps - s.warmup_steps), s.min_lr);
+  double start = s.warmup_steps > 0 ? 1.0 / static_cast<double>(s.warmup_steps) : 1.0;
+  return std::make_shared<optim::LinearWarmupLR>(opt, s.warmup_steps, start, after);
+}
+
+std::string metadata_value(const io::Metadata& m, const std::string& key, const std::string& file) {
+  auto it = m.find(key);
+  if (it == m.end()) throw IoError("[checkpoint] " + file + " lacks metadata '" + key + "'; was it written by tessera train?");
+  return it->second;
+}
+
+int64_t metadata_int(const io::Metadata& m, const std::string& key, const std::string& file) {
+  std::string v = metadata_value(m, key, file);
+  try {
+    return std::stoll(v);
+  } catch (const std::exception&) {
+    throw IoError("[checkpoint] " + file + ": metadata '" + key + "' is not an integer: '" + v + "'");
+  }
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
+  validate(config_);
+  if (config_.train.threads > 0) set_num_threads(static_cast<int>(config_.train.threads));
+  build_data();
+  manual_seed(config_.train.seed);  // the model's initialisation and dropout draw from here
+  model_ = build_model(config_, vocab_ ? vocab_->size() : 0);
+  optimizer_ = build_optimizer(config_.optimizer, model_->parameters());
+  // The schedule spans the configured epochs; max_steps only stops the run early (as an interruption
+  // would), so a run stopped by it and resumed follows the same curve as one never stopped.
+  schedule_ = build_schedule(config_.schedule, *optimizer_, config_.train.epochs * loader_->batches_per_epoch());
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::build_data() {
+  const auto& d = config_.data;
+  if (d.dataset == "fashion-mnist") {
+    train_set_ = data::load_fashion_mnist(d.dir, "train");
+    eval_set_ = data::load_fashion_mnist(d.dir, "test");
+  } else if (d.dataset == "synthetic") {
+    train_set_ = data::make_synthetic_classification(d.samples, {1, 28, 28}, d.classes, config_.train.seed);
+    eval_set_ = data::make_synthetic_classification(d.test_samples, {1, 28, 28}, d.classes, config_.train.seed, 1);
+  } else {
+    auto split = data::split_char_corpus(data::read_text_corpus(d.path), config_.model.context, d.val_fraction);
+    train_set_ = split.train;
+    eval_set_ = split.validation;
+    vocab_ = split.vocabulary;
+  }
+  data::DataLoaderOptions opts;
+  opts.batch_size = config_.train.batch_size;
+  opts.drop_last = true;  // equal batches keep the step count and the schedule simple
+  opts.prefetch = static_cast<int>(d.prefetch);
+  loader_ = std::make_unique<data::DataLoader>(
+      train_set_, std::make_shared<data::RandomSampler>(train_set_->size(), config_.train.seed), opts);
+  TESSERA_CHECK(loader_->batches_per_epoch() > 0, "[train] the training set has ", train_set_->size(),
+                " samples, fewer than one batch of ", config_.train.batch_size);
+}
+
+Tensor Trainer::loss_of(const data::Batch& batch, Tensor* logits_out) {
+  Tensor logits = (*model_)(batch.inputs);
+  if (logits_out) *logits_out = logits;
+  if (logits.dim() == 3) {  // language model: (B, T, V) against (B, T)
+    int64_t v = logits.shape()[2];
+    return cross_entropy(reshape(logits, {-1, v}), reshape(batch.targets, {-1}));
+  }
+  return cross_entropy(logits, batch.targets);
+}
+
+FitResult Trainer::fit() {
+  const auto& run = config_.train;
+  fs::create_directories(run.output_dir);
+  MetricsLog metrics((fs::path(run.output_dir) / "metrics.jsonl").string());
+  Progress progress(Progress::stderr_is_terminal(), run.log_every);
+  FitResult result;
+  stop_requested_ = false;
+  model_->train();
+  while (epoch_ < run.epochs) {
+    const int64_t batches = loader_->batches_per_epoch();
+    loader_->start_epoch(epoch_, batch_in_epoch_);
+    progress.start_epoch(epoch_, run.epochs, batches, batch_in_epoch_);
+    auto epoch_start = std::chrono::steady_clock::now();
+    double loss_sum = 0.0;
+    int64_t loss_count = 0;
+    double rate = 0.0;
+    while (auto batch = loader_->next()) {
+      auto t0 = std::chrono::steady_clock::now();
+      schedule_->set_position(step_);
+      optimizer_->zero_grad();
+      Tensor loss = loss_of(*batch, nullptr);
+      loss.backward();
+      if (config_.optimizer.clip_grad_norm > 0) optim::clip_grad_norm(model_->parameters(), config_.optimizer.clip_grad_norm);
+      optimizer_->step();
+      ++step_;
+      ++batch_in_epoch_;
+      const double loss_value = loss.item<float>();
+      TESSERA_CHECK(std::isfinite(loss_value), "[train] the loss became ", loss_value, " at step ", step_,
+                    "; lower optimizer.lr or set optimizer.clip_grad_norm");
+      loss_sum += loss_value;
+      ++loss_count;
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      double now_rate = static_cast<double>(batch->inputs.shape()[0]) / std::max(seconds, 1e-9);
+      rate = rate == 0.0 ? now_rate : 0.9 * rate + 0.1 * now_rate;
+      progress.step(batch_in_epoch_ - 1, step_, loss_value, optimizer_->lr(), rate);
+      if (step_ % run.log_every == 0)
+        metrics.write({{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss_value},
+                       {"lr", optimizer_->lr()}, {"samples_per_s", rate}});
+      bool stop = stop_requested_ || (run.max_steps > 0 && step_ >= run.max_steps);
+      if (stop || (run.checkpoint_every > 0 && step_ % run.checkpoint_every == 0)) result.last_checkpoint = save_checkpoint();
+      if (stop) {
+        result.stopped_early = true;
+        result.steps = step_;
+        progress.end_epoch("stopped at step " + std::to_string(step_) + "; checkpoint " + result.last_checkpoint);
+        return result;
+      }
+    }
+    double epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
+    EvalResult eval = evaluate();
+    result.last_eval = eval;
+    ++epoch_;
+    batch_in_epoch_ = 0;
+    double train_loss = loss_count ? loss_sum / loss_count : std::numeric_limits<double>::quiet_NaN();
+    nlohmann::json record{{"type", "epoch"}, {"epoch", epoch_}, {"step", step_}, {"train_loss", train_loss},
+                          {"eval_loss", eval.loss}, {"epoch_seconds", epoch_seconds}};
+    char summary[256];
+    if (vocab_) {
+      record["eval_perplexity"] = std::exp(eval.loss);
+      std::snprintf(summary, sizeof summary, "epoch %lld: train loss %.4f, validation loss %.4f (perplexity %.2f), %.1fs",
+                    static_cast<long long>(epoch_), train_loss, eval.loss, std::exp(eval.loss), epoch_seconds);
+    } else {
+      record["eval_accuracy"] = eval.accuracy;
+      std::snprintf(summary, sizeof summary, "epoch %lld: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1fs",
+                    static_cast<long long>(epoch_), train_loss, eval.loss, 100.0 * eval.accuracy, epoch_seconds);
+    }
+    metrics.write(record);
+    result.last_checkpoint = save_checkpoint();
+    progress.end_epoch(summary);
+  }
+  result.steps = step_;
+  return result;
+}
+
+EvalResult Trainer::evaluate() {
+  NoGradGuard no_grad;
+  const bool was_training = model_->is_training();
+  model_->eval();
+  data::DataLoaderOptions opts;
+  opts.batch_size = config_.train.eval_batch_size;
+  opts.prefetch = static_cast<int>(config_.data.prefetch);
+  data::DataLoader loader(eval_set_, std::make_shared<data::SequentialSampler>(eval_set_->size()), opts);
+  loader.start_epoch(0);
+  double loss_sum = 0.0;
+  int64_t correct = 0, samples = 0, weight_total = 0;
+  while (auto batch = loader.next()) {
+    Tensor logits;
+    Tensor loss = loss_of(*batch, &logits);
+    int64_t n = batch->targets.numel();  // tokens for the LM, samples otherwise
+    loss_sum += static_cast<double>(loss.item<float>()) * n;
+    weight_total += n;
+    samples += batch->inputs.shape()[0];
+    if (logits.dim() == 2) {
+      std::vector<int64_t> pred = argmax(logits, 1).to_vector<int64_t>(), truth = batch->targets.to_vector<int64_t>();
+      for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == truth[i];
+    }
+  }
+  model_->train(was_training);
+  EvalResult r;
+  r.samples = samples;
+  r.loss = weight_total ? loss_sum / weight_total : std::numeric_limits<double>::quiet_NaN();
+  r.accuracy = vocab_ ? std::numeric_limits<double>::quiet_NaN()
+                      : (samples ? static_cast<double>(correct) / samples : 0.0);
+  return r;
+}
+
+std::string Trainer::save_checkpoint() {
+  io::SafetensorsFile model, trainer;
+  model.tensors = model_->state_dict();
+  model.metadata = {{"format", "pt"}, {"tessera.config", to_toml(config_)}};
+  if (vocab_) model.metadata["tessera.vocabulary"] = vocab_->to_string();
+  trainer.tensors = optimizer_->state_dict();
+  trainer.metadata = {{"tessera.step", std::to_string(step_)},
+                      {"tessera.epoch", std::to_string(epoch_)},
+                      {"tessera.batch_in_epoch", std::to_string(batch_in_epoch_)},
+                      {"tessera.rng", default_generator().state()},
+                      {"tessera.config", to_toml(config_)}};
+  return io::save_checkpoint((fs::path(config_.train.output_dir) / "checkpoints").string(), step_, model, trainer,
+                             config_.train.keep_checkpoints);
+}
+
+void Trainer::resume(const std::string& path_in) {
+  std::string path = path_in.empty() ? (fs::path(config_.train.output_dir) / "checkpoints").string() : path_in;
+  io::CheckpointFiles files = io::load_checkpoint(path);
+  const std::string trainer_file = files.path + "/trainer.safetensors";
+  model_->load_state_dict(files.model.tensors, true);
+  optimizer_->load_state_dict(files.trainer.tensors);
+  step_ = metadata_int(files.trainer.metadata, "tessera.step", trainer_file);
+  epoch_ = metadata_int(files.trainer.metadata, "tessera.epoch", trainer_file);
+  batch_in_epoch_ = metadata_int(files.trainer.metadata, "tessera.batch_in_epoch", trainer_file);
+  TESSERA_CHECK(step_ >= 0 && epoch_ >= 0 && batch_in_epoch_ >= 0 && batch_in_epoch_ <= loader_->batches_per_epoch(),
+                "[resume] ", trainer_file, " holds an impossible position (step ", step_, ", epoch ", epoch_, ", batch ",
+                batch_in_epoch_, " of ", loader_->batches_per_epoch(), "); was the batch size or dataset changed?");
+  default_generator().set_state(metadata_value(files.trainer.metadata, "tessera.rng", trainer_file));
+  if (batch_in_epoch_ == loader_->batches_per_epoch()) {  // saved right at an epoch's end, before evaluation
+    ++epoch_;
+    batch_in_epoch_ = 0;
+  }
+}
+
+}  // namespace tessera::train
