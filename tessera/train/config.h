@@ -46,7 +46,7 @@ struct RunConfig {
   uint64_t seed = 0;
   int64_t threads = 0;            // 0: TESSERA_NUM_THREADS or all cores
   std::string output_dir = "runs/default";
-  int64_t log_every = 50;         // steps between metric lines
+  int64_t log_every = 50;         // steps between log lines (metrics.jsonl gets every step)
   int64_t checkpoint_every = 0;   // steps between checkpoints; 0: at the end of each epoch only
   int64_t keep_checkpoints = 2;   // older ones are deleted
   int64_t max_steps = 0;          // stop (with a checkpoint) after this many steps in total; 0: no limit

@@ -169,9 +169,8 @@ FitResult Trainer::fit() {
       double now_rate = static_cast<double>(batch->inputs.shape()[0]) / std::max(seconds, 1e-9);
       rate = rate == 0.0 ? now_rate : 0.9 * rate + 0.1 * now_rate;
       progress.step(batch_in_epoch_ - 1, step_, loss_value, optimizer_->lr(), rate);
-      if (step_ % run.log_every == 0)
-        metrics.write({{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss_value},
-                       {"lr", optimizer_->lr()}, {"samples_per_s", rate}});
+      metrics.write({{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss_value},
+                     {"lr", optimizer_->lr()}, {"samples_per_s", rate}});
       bool stop = stop_requested_ || (run.max_steps > 0 && step_ >= run.max_steps);
       if (stop || (run.checkpoint_every > 0 && step_ % run.checkpoint_every == 0)) result.last_checkpoint = save_checkpoint();
       if (stop) {

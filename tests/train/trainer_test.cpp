@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "tessera/io/atomic_file.h"
 #include "tessera/io/checkpoint.h"
 #include "tessera/ops/ops.h"
 #include "tessera/train/trainer.h"
@@ -107,6 +108,39 @@ TEST(Trainer, MismatchedCheckpointIsRejectedClearly) {
   Trainer t(other);
   tessera::testing::expect_error<ValueError>([&] { t.resume(); }, {"shape mismatch", "1.weight"});
   tessera::testing::expect_error<IoError>([&] { t.resume(dir + "/nowhere"); }, {"does not exist"});
+}
+
+TEST(Trainer, CorruptOrTruncatedCheckpointIsRejected) {
+  std::string dir = fresh_dir("corrupt");
+  TrainConfig c = synthetic_config(dir);
+  c.train.max_steps = 2;
+  std::string step_dir = Trainer(c).fit().last_checkpoint;
+  std::string model_file = step_dir + "/model.safetensors";
+  std::string bytes = io::read_file(model_file);
+  std::string flipped = bytes;
+  flipped[flipped.size() - 3] ^= 0x40;  // one bit in the last tensor's data
+  io::write_file_atomic(model_file, flipped);
+  Trainer t(synthetic_config(dir));
+  tessera::testing::expect_error<IoError>([&] { t.resume(); }, {"model.safetensors", "checksum mismatch"});
+  io::write_file_atomic(model_file, bytes.substr(0, bytes.size() / 2));
+  tessera::testing::expect_error<IoError>([&] { t.resume(); }, {"model.safetensors"});
+}
+
+TEST(Trainer, MetricsHaveEveryStepAndEpoch) {
+  std::string dir = fresh_dir("metrics");
+  TrainConfig c = synthetic_config(dir);
+  c.train.epochs = 1;
+  Trainer(c).fit();
+  std::string text = io::read_file(dir + "/metrics.jsonl");
+  auto count = [&](const std::string& needle) {
+    int n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  int steps = count("\"type\":\"step\""), epochs = count("\"type\":\"epoch\"");
+  EXPECT_EQ(steps, 16);
+  EXPECT_EQ(epochs, 1);
+  EXPECT_NE(text.find("\"eval_accuracy\""), std::string::npos);
 }
 
 TEST(Trainer, MlpOnRealFashionMnistLearnsQuickly) {
