@@ -14,5 +14,6 @@ Command add_train_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
 Command add_generate_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
+Command add_run_command(CLI::App& app);
 
 }  // namespace tessera::cli

@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   const std::vector<tessera::cli::Command> commands{
       tessera::cli::add_train_command(app), tessera::cli::add_eval_command(app),
-      tessera::cli::add_generate_command(app), tessera::cli::add_bench_command(app)};
+      tessera::cli::add_generate_command(app), tessera::cli::add_bench_command(app),
+      tessera::cli::add_run_command(app)};
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) tessera::set_num_threads(threads);

@@ -1,0 +1,79 @@
+#include "tessera/dist/launcher/env.h"
+
+#include <charconv>
+#include <cstdlib>
+
+#include "tessera/core/error.h"
+
+namespace tessera::dist::launcher {
+
+namespace {
+
+constexpr const char* kHint = " (set by `tessera run`; see tessera/dist/launcher/env.h)";
+
+const std::string& required(const std::map<std::string, std::string>& variables, const char* name) {
+  auto it = variables.find(name);
+  TESSERA_CHECK(it != variables.end(), "[worker_env] environment variable ", name, " is not set", kHint);
+  return it->second;
+}
+
+// Whole-string integer in [lo, hi]; "3x", "" and " 3" are errors rather than silently 3 or 0.
+int parse_int(const std::string& text, const char* name, int lo, int hi) {
+  int value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  TESSERA_CHECK(ec == std::errc() && end == text.data() + text.size() && !text.empty(),
+                "[worker_env] ", name, "='", text, "' is not an integer", kHint);
+  TESSERA_CHECK(value >= lo && value <= hi, "[worker_env] ", name, "=", value, " is out of range [", lo, ", ", hi,
+                "]", kHint);
+  return value;
+}
+
+int required_int(const std::map<std::string, std::string>& variables, const char* name, int lo, int hi) {
+  return parse_int(required(variables, name), name, lo, hi);
+}
+
+constexpr int kMaxInt = 1 << 30;
+
+}  // namespace
+
+std::map<std::string, std::string> to_variables(const WorkerEnv& env) {
+  std::map<std::string, std::string> v{
+      {"RANK", std::to_string(env.rank)},
+      {"WORLD_SIZE", std::to_string(env.world_size)},
+      {"LOCAL_RANK", std::to_string(env.local_rank)},
+      {"LOCAL_WORLD_SIZE", std::to_string(env.local_world_size)},
+      {"NODE_RANK", std::to_string(env.node_rank)},
+      {"MASTER_ADDR", env.master_addr},
+      {"MASTER_PORT", std::to_string(env.master_port)},
+      {"TESSERA_JOB_TOKEN", env.job_token},
+  };
+  if (env.num_threads > 0) v["TESSERA_NUM_THREADS"] = std::to_string(env.num_threads);
+  return v;
+}
+
+WorkerEnv worker_env_from_variables(const std::map<std::string, std::string>& variables) {
+  WorkerEnv env;
+  env.world_size = required_int(variables, "WORLD_SIZE", 1, kMaxInt);
+  env.rank = required_int(variables, "RANK", 0, env.world_size - 1);
+  env.local_world_size = required_int(variables, "LOCAL_WORLD_SIZE", 1, env.world_size);
+  env.local_rank = required_int(variables, "LOCAL_RANK", 0, env.local_world_size - 1);
+  env.node_rank = required_int(variables, "NODE_RANK", 0, kMaxInt);
+  env.master_addr = required(variables, "MASTER_ADDR");
+  TESSERA_CHECK(!env.master_addr.empty(), "[worker_env] MASTER_ADDR is empty", kHint);
+  env.master_port = required_int(variables, "MASTER_PORT", 1, 65535);
+  env.job_token = required(variables, "TESSERA_JOB_TOKEN");
+  TESSERA_CHECK(!env.job_token.empty(), "[worker_env] TESSERA_JOB_TOKEN is empty", kHint);
+  if (auto it = variables.find("TESSERA_NUM_THREADS"); it != variables.end())
+    env.num_threads = parse_int(it->second, "TESSERA_NUM_THREADS", 1, 1024);
+  return env;
+}
+
+WorkerEnv worker_env_from_environment() {
+  std::map<std::string, std::string> variables;
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
+                           "MASTER_PORT", "TESSERA_JOB_TOKEN", "TESSERA_NUM_THREADS"})
+    if (const char* value = std::getenv(name)) variables[name] = value;
+  return worker_env_from_variables(variables);
+}
+
+}  // namespace tessera::dist::launcher

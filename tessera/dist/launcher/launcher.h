@@ -1,0 +1,65 @@
+// `tessera run`: starts the workers of one node of a job with the env contract (env.h), hosts the
+// rendezvous store on node 0 (rendezvous.h), prefixes their output with "[rank R] ", forwards
+// SIGINT/SIGTERM to them, and when one fails stops the others and says which rank failed and how.
+//
+// Policy, as torchrun's: a job succeeds only if every worker exits 0. The first worker to exit
+// non-zero or by a signal fails the job: the others get SIGTERM, and SIGKILL after the grace period.
+// A SIGINT or SIGTERM to the launcher is forwarded to every worker (their process groups), which
+// then have the grace period to finish (e.g. write a checkpoint) before SIGKILL. Nothing waits
+// without a bound: the launcher sleeps only in poll(), woken by output, by SIGCHLD or by a deadline.
+#pragma once
+#include <chrono>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+#include "tessera/dist/launcher/env.h"
+
+namespace tessera::dist::launcher {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;                // 0: node 0 picks a free port; required on the other nodes
+  std::vector<std::string> command;   // PROGRAM ARGS...; PROGRAM without a '/' is searched in PATH
+  std::string job_token;              // empty: $TESSERA_JOB_TOKEN, else random (single node only)
+  int threads_per_worker = 0;         // 0: $TESSERA_NUM_THREADS, else max(1, cores / nproc_per_node)
+  std::chrono::milliseconds timeout{0};          // for the whole job; 0: none
+  std::chrono::milliseconds grace_period{5000};  // between SIGTERM (or a forwarded signal) and SIGKILL
+  bool host_store = true;             // node 0 hosts the rendezvous store
+  int stdout_fd = 1;                  // where the workers' prefixed stdout goes
+  int stderr_fd = 2;                  // ... and their stderr
+};
+
+struct WorkerOutcome {
+  int rank = 0;          // global rank
+  pid_t pid = -1;
+  int wait_status = 0;   // as from waitpid
+  bool sigkilled = false;  // the launcher had to SIGKILL it after the grace period
+};
+
+struct LaunchResult {
+  // 0 when every worker exited 0. Otherwise, like a shell: the failed worker's exit status, or
+  // 128 + its signal; 124 for --timeout; 128 + the signal the launcher received and forwarded.
+  int exit_code = 0;
+  // Empty on success; else one line naming what went wrong, e.g. "rank 2 (pid 1234) exited with
+  // status 3; stopped the other 3 workers".
+  std::string message;
+  int failed_rank = -1;       // the worker whose failure stopped the job, if any
+  bool timed_out = false;
+  int received_signal = 0;    // SIGINT or SIGTERM the launcher received and forwarded, if any
+  std::vector<WorkerOutcome> workers;  // by local rank
+};
+
+// Runs the job's workers on this node to completion. Throws ValueError for bad options or a
+// PROGRAM that cannot be executed (before any worker runs, or after stopping those started).
+// Installs SIGINT/SIGTERM/SIGCHLD handlers while it runs, so one launch() at a time per process.
+LaunchResult launch(const LaunchOptions& options);
+
+// The env contract of each local worker for options whose master_port, job_token and
+// threads_per_worker are already resolved (launch() does that first).
+std::vector<WorkerEnv> worker_envs(const LaunchOptions& resolved);
+
+}  // namespace tessera::dist::launcher

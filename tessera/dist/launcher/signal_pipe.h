@@ -1,0 +1,34 @@
+// The self-pipe trick (D. J. Bernstein): the launcher's handlers for SIGINT, SIGTERM and SIGCHLD
+// only write the signal number into a pipe, which the poll() loop reads beside the workers'
+// output. All the work (forwarding, reaping) then happens in ordinary code, and a signal can
+// never be lost between checking for it and going to sleep in poll().
+#pragma once
+#include <csignal>
+#include <vector>
+
+#include "tessera/dist/launcher/fd.h"
+
+namespace tessera::dist::launcher {
+
+// Installs the handlers (and unblocks the signals in this thread) for its lifetime, then restores
+// what was there before. Handlers are process-wide, so only one may exist at a time (ValueError).
+class SignalPipe {
+ public:
+  SignalPipe();
+  ~SignalPipe();
+  SignalPipe(const SignalPipe&) = delete;
+  SignalPipe& operator=(const SignalPipe&) = delete;
+
+  // Readable (POLLIN) when a signal has arrived.
+  int fd() const { return read_.get(); }
+  // The signals received since the last call, in order; never blocks.
+  std::vector<int> take();
+
+ private:
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGCHLD};
+  detail::Fd read_, write_;
+  struct sigaction previous_[3];
+  sigset_t previous_mask_;
+};
+
+}  // namespace tessera::dist::launcher

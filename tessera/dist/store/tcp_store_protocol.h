@@ -1,0 +1,84 @@
+// The TCP store's wire format. Every message is a frame:
+//
+//   u32 length (little-endian, of what follows) | u8 opcode | fields
+//
+// where a field is an i64 (8 bytes LE), a u8, or a byte string (u32 LE length, then the bytes),
+// and a key list is a u32 count followed by that many byte strings. Requests and their fields:
+//
+//   kHello      u32 protocol version, i64 rank, token      (first message of every connection)
+//   kSet        key, value                   -> kOk
+//   kGet        key, i64 timeout ms          -> kValue value | kTimeout missing keys
+//   kAdd        key, i64 delta               -> kInt new value | kError message
+//   kCompareSet key, expected, desired       -> kValue value after
+//   kDeleteKey  key                          -> kBool existed
+//   kCheck      keys                         -> kBool all present
+//   kWait       keys, i64 timeout ms         -> kOk | kTimeout missing keys
+//
+// A wrong token or version gets kRejected (u8 reason) and the connection is closed. Blocking
+// requests carry their timeout so the server itself answers kTimeout with the keys still missing,
+// and the connection stays in step for the next request.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/dist/store/store.h"
+
+namespace tessera::dist::detail {
+
+constexpr uint32_t kStoreProtocolVersion = 1;
+constexpr size_t kFrameHeaderBytes = 4;
+
+enum class StoreOp : uint8_t { kHello = 1, kSet, kGet, kAdd, kCompareSet, kDeleteKey, kCheck, kWait };
+enum class StoreReply : uint8_t { kOk = 0x80, kValue, kInt, kBool, kTimeout, kError, kRejected };
+enum class RejectReason : uint8_t { kToken = 1, kVersion = 2 };
+
+// A frame that does not parse. The server drops the connection that sent it; the client reports
+// the store as failed.
+class ProtocolError : public Error {
+  using Error::Error;
+};
+
+uint32_t read_u32_le(const uint8_t* p);
+
+class FrameWriter {
+ public:
+  explicit FrameWriter(uint8_t opcode);
+  FrameWriter& u8(uint8_t v);
+  FrameWriter& u32(uint32_t v);
+  FrameWriter& i64(int64_t v);
+  FrameWriter& bytes(const uint8_t* data, size_t n);
+  FrameWriter& bytes(const Bytes& b) { return bytes(b.data(), b.size()); }
+  FrameWriter& str(const std::string& s) { return bytes(reinterpret_cast<const uint8_t*>(s.data()), s.size()); }
+  FrameWriter& keys(const std::vector<std::string>& keys);
+  // The frame with its length prefix filled in.
+  Bytes finish();
+
+ private:
+  Bytes buf_;
+};
+
+// Reads the fields of one frame (the bytes after the length prefix). Every length is checked
+// against the bytes left in the frame before anything is allocated, so a hostile length can
+// neither read past the frame nor reserve more memory than the frame (itself capped by
+// max_message_bytes) holds.
+class FrameReader {
+ public:
+  FrameReader(const uint8_t* data, size_t size) : p_(data), left_(size) {}
+  uint8_t u8();
+  uint32_t u32();
+  int64_t i64();
+  Bytes bytes();
+  std::string str();
+  std::vector<std::string> keys();
+  // ProtocolError if bytes remain: a frame longer than its fields is malformed too.
+  void expect_end() const;
+
+ private:
+  const uint8_t* take(size_t n, const char* what);
+  const uint8_t* p_;
+  size_t left_;
+};
+
+}  // namespace tessera::dist::detail
