@@ -11,8 +11,9 @@ if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
   cmake --build build-asan -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j "$jobs"
-  # ThreadSanitizer on the code that runs its own threads (loader, allocator, store, launcher). (libgomp is not instrumented, so tests
-  # whose ops run on the OpenMP team would report false races; these run with one intra-op thread.)
+  # ThreadSanitizer on the code that runs its own threads (loader, allocator, store, launcher).
+  # libgomp is not instrumented, so tests whose ops run on the OpenMP team would report false races;
+  # these run with one intra-op thread.
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE_THREAD=ON >/dev/null
   cmake --build build-tsan -j "$jobs" --target tessera_tests
   OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -j "$jobs" \
