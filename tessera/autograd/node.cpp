@@ -19,6 +19,15 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
   if (!fn_)
     throw ValueError("[backward] trying to backward through the graph a second time (at " + name_ +
                      "); its saved tensors were freed. Pass retain_graph=true to the first backward.");
+  for (const auto& saved : saved_versions) {
+    auto storage = saved.storage.lock();
+    if (storage && storage->version() != saved.version)
+      throw ValueError(detail::concat("[backward] input ", saved.input, " of ", name_, " (shape ",
+                                      shape_str(next_edges[saved.input].input_shape),
+                                      ") was modified in place after the forward (version ", saved.version, " -> ",
+                                      storage->version(), "), so its gradient would be wrong; e.g. optimizer.step() "
+                                      "ran between forward and backward. Clone the tensor before modifying it."));
+  }
   return fn_(grad_output);
 }
 
@@ -61,27 +70,33 @@ bool needs_grad(std::initializer_list<Tensor> inputs) {
   return false;
 }
 
-static Tensor record_impl(Tensor result, const char* name, const Tensor* inputs, size_t n, BackwardFn backward) {
+static Tensor record_impl(Tensor result, const char* name, const Tensor* inputs, size_t n, BackwardFn backward,
+                          Saves saves) {
   if (!grad_enabled()) return result;
   bool any = false;
   for (size_t i = 0; i < n; ++i) any = any || (inputs[i].defined() && inputs[i].requires_grad());
   if (!any) return result;
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
   node->next_edges.reserve(n);
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < n; ++i) {
     node->next_edges.push_back({gradient_edge(inputs[i]), inputs[i].defined() ? inputs[i].shape() : Shape{}});
+    if (saves == Saves::Inputs && inputs[i].defined()) {
+      const auto& storage = inputs[i].impl()->storage;
+      node->saved_versions.push_back({i, storage, storage->version()});
+    }
+  }
   // A view of an input shares its TensorImpl-free storage only; the result gets fresh autograd state.
   result.impl()->grad_fn = std::move(node);
   result.impl()->requires_grad = true;
   return result;
 }
 
-Tensor record(Tensor result, const char* name, std::initializer_list<Tensor> inputs, BackwardFn backward) {
-  return record_impl(std::move(result), name, inputs.begin(), inputs.size(), std::move(backward));
+Tensor record(Tensor result, const char* name, std::initializer_list<Tensor> inputs, BackwardFn backward, Saves saves) {
+  return record_impl(std::move(result), name, inputs.begin(), inputs.size(), std::move(backward), saves);
 }
 
-Tensor record(Tensor result, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward) {
-  return record_impl(std::move(result), name, inputs.data(), inputs.size(), std::move(backward));
+Tensor record(Tensor result, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward, Saves saves) {
+  return record_impl(std::move(result), name, inputs.data(), inputs.size(), std::move(backward), saves);
 }
 
 }  // namespace tessera::autograd

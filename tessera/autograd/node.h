@@ -43,11 +43,22 @@ class FunctionNode final : public Node {
   std::vector<Tensor> apply(const Tensor& grad_output) override;
   std::string name() const override { return name_; }
   void release() override { fn_ = nullptr; }
+  // Inputs whose values the backward reads, with their storage version at the forward.
+  struct SavedVersion {
+    size_t input;
+    std::weak_ptr<Storage> storage;
+    uint64_t version;
+  };
+  std::vector<SavedVersion> saved_versions;
 
  private:
   std::string name_;
   BackwardFn fn_;
 };
+
+// Whether an op's backward reads its inputs' values (then modifying one in place between forward and
+// backward is an error) or not (add, views, ... only need shapes).
+enum class Saves { Inputs, Nothing };
 
 // Adds the incoming gradient to the leaf's .grad, then runs its grad-ready hooks.
 class AccumulateGrad final : public Node {
@@ -66,8 +77,10 @@ std::shared_ptr<Node> gradient_edge(const Tensor& t);
 // Records `result` as the output of an op with the given inputs, if grad mode is on and any input
 // requires grad. `backward` receives the output gradient and returns one gradient per input.
 // Returns `result` for chaining.
-Tensor record(Tensor result, const char* name, std::initializer_list<Tensor> inputs, BackwardFn backward);
-Tensor record(Tensor result, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward);
+Tensor record(Tensor result, const char* name, std::initializer_list<Tensor> inputs, BackwardFn backward,
+              Saves saves = Saves::Inputs);
+Tensor record(Tensor result, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward,
+              Saves saves = Saves::Inputs);
 // True when an op on these inputs would be recorded.
 bool needs_grad(std::initializer_list<Tensor> inputs);
 

@@ -1,7 +1,9 @@
 // Reference-counted, 64-byte-aligned memory on one device. Tensors share a Storage through
 // std::shared_ptr, so views are free and the memory goes when the last view does.
 #pragma once
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "tessera/core/device.h"
@@ -18,6 +20,10 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
 
   void* data() const { return data_; }
+  // Counts in-place writes, so that backward can tell a tensor it saved was modified after the
+  // forward (the silent wrong gradient PyTorch's version counter also catches).
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
@@ -26,6 +32,7 @@ class Storage {
   void* data_;
   size_t nbytes_;
   Device device_;
+  std::atomic<uint64_t> version_{0};
 };
 
 }  // namespace tessera

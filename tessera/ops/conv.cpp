@@ -308,7 +308,7 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
       }
     });
     return std::vector<Tensor>{grad};
-  });
+  }, autograd::Saves::Nothing);
 }
 
 Tensor avg_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
@@ -349,7 +349,7 @@ Tensor avg_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
                         [&](int64_t oi, int64_t ii) { dp[ii] += gp[oi] * scale; });
     });
     return std::vector<Tensor>{grad};
-  });
+  }, autograd::Saves::Nothing);
 }
 
 }  // namespace tessera

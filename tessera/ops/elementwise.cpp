@@ -78,7 +78,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = map2(a, b, [](float x, float y) { return x + y; }, "add");
   Shape sa = a.shape(), sb = b.shape();
   return record(out, "AddBackward", {a, b},
-                [sa, sb](const Tensor& g) { return std::vector<Tensor>{sum_to(g, sa), sum_to(g, sb)}; });
+                [sa, sb](const Tensor& g) { return std::vector<Tensor>{sum_to(g, sa), sum_to(g, sb)}; }, autograd::Saves::Nothing);
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
@@ -86,7 +86,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = map2(a, b, [](float x, float y) { return x - y; }, "sub");
   Shape sa = a.shape(), sb = b.shape();
   return record(out, "SubBackward", {a, b},
-                [sa, sb](const Tensor& g) { return std::vector<Tensor>{sum_to(g, sa), sum_to(neg(g), sb)}; });
+                [sa, sb](const Tensor& g) { return std::vector<Tensor>{sum_to(g, sa), sum_to(neg(g), sb)}; }, autograd::Saves::Nothing);
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
@@ -113,13 +113,13 @@ Tensor div(const Tensor& a, const Tensor& b) {
 Tensor add(const Tensor& a, float s) {
   detail::check_float(a, "add", "a");
   Tensor out = map1(a, [s](float x) { return x + s; });
-  return record(out, "AddScalarBackward", {a}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  return record(out, "AddScalarBackward", {a}, [](const Tensor& g) { return std::vector<Tensor>{g}; }, autograd::Saves::Nothing);
 }
 
 Tensor mul(const Tensor& a, float s) {
   detail::check_float(a, "mul", "a");
   Tensor out = map1(a, [s](float x) { return x * s; });
-  return record(out, "MulScalarBackward", {a}, [s](const Tensor& g) { return std::vector<Tensor>{mul(g, s)}; });
+  return record(out, "MulScalarBackward", {a}, [s](const Tensor& g) { return std::vector<Tensor>{mul(g, s)}; }, autograd::Saves::Nothing);
 }
 
 Tensor pow(const Tensor& a, float e) {
@@ -145,14 +145,14 @@ Tensor pow(const Tensor& a, const Tensor& e) {
 Tensor neg(const Tensor& a) {
   detail::check_float(a, "neg", "a");
   return record(map1(a, [](float x) { return -x; }), "NegBackward", {a},
-                [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
+                [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; }, autograd::Saves::Nothing);
 }
 
 Tensor exp(const Tensor& a) {
   detail::check_float(a, "exp", "a");
   Tensor out = map1(a, [](float x) { return std::exp(x); });
   Tensor saved = out.detach();
-  return record(out, "ExpBackward", {a}, [saved](const Tensor& g) { return std::vector<Tensor>{mul(g, saved)}; });
+  return record(out, "ExpBackward", {a}, [saved](const Tensor& g) { return std::vector<Tensor>{mul(g, saved)}; }, autograd::Saves::Nothing);
 }
 
 Tensor log(const Tensor& a) {
@@ -167,7 +167,7 @@ Tensor sqrt(const Tensor& a) {
   Tensor saved = out.detach();
   return record(out, "SqrtBackward", {a}, [saved](const Tensor& g) {
     return std::vector<Tensor>{map2(g, saved, [](float gv, float o) { return 0.5f * gv / o; }, "sqrt")};
-  });
+  }, autograd::Saves::Nothing);
 }
 
 Tensor tanh(const Tensor& a) {
@@ -176,7 +176,7 @@ Tensor tanh(const Tensor& a) {
   Tensor saved = out.detach();
   return record(out, "TanhBackward", {a}, [saved](const Tensor& g) {
     return std::vector<Tensor>{map2(g, saved, [](float gv, float o) { return gv * (1.0f - o * o); }, "tanh")};
-  });
+  }, autograd::Saves::Nothing);
 }
 
 Tensor sigmoid(const Tensor& a) {
@@ -185,7 +185,7 @@ Tensor sigmoid(const Tensor& a) {
   Tensor saved = out.detach();
   return record(out, "SigmoidBackward", {a}, [saved](const Tensor& g) {
     return std::vector<Tensor>{map2(g, saved, [](float gv, float o) { return gv * o * (1.0f - o); }, "sigmoid")};
-  });
+  }, autograd::Saves::Nothing);
 }
 
 Tensor relu(const Tensor& a) {
@@ -194,7 +194,7 @@ Tensor relu(const Tensor& a) {
   Tensor saved = out.detach();
   return record(out, "ReluBackward", {a}, [saved](const Tensor& g) {
     return std::vector<Tensor>{map2(g, saved, [](float gv, float o) { return o > 0.0f ? gv : 0.0f; }, "relu")};
-  });
+  }, autograd::Saves::Nothing);
 }
 
 Tensor gelu(const Tensor& a) {
@@ -233,7 +233,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
     Tensor ga = map2(g, c, [](float gv, float m) { return m != 0.0f ? gv : 0.0f; }, "where");
     Tensor gb = map2(g, c, [](float gv, float m) { return m != 0.0f ? 0.0f : gv; }, "where");
     return std::vector<Tensor>{sum_to(ga, sa), sum_to(gb, sb)};
-  });
+  }, autograd::Saves::Nothing);
 }
 
 Tensor masked_fill(const Tensor& t, const Tensor& mask, float value) {
@@ -244,7 +244,7 @@ Tensor masked_fill(const Tensor& t, const Tensor& mask, float value) {
   Tensor out = map2(t, m, [value](float x, float mv) { return mv != 0.0f ? value : x; }, "masked_fill");
   return record(out, "MaskedFillBackward", {t}, [m](const Tensor& g) {
     return std::vector<Tensor>{map2(g, m, [](float gv, float mv) { return mv != 0.0f ? 0.0f : gv; }, "masked_fill")};
-  });
+  }, autograd::Saves::Nothing);
 }
 
 Tensor gt(const Tensor& a, float value) {

@@ -127,6 +127,7 @@ void copy_(Tensor& dst, const Tensor& src) {
   detail::check_defined(dst, "copy_", "dst");
   detail::check_defined(src, "copy_", "src");
   check_inplace_allowed(dst, "copy_");
+  dst.impl()->storage->bump_version();
   broadcast_shapes(dst.shape(), src.shape(), "copy_");
   TESSERA_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(), "[copy_] source shape ",
                 shape_str(src.shape()), " does not broadcast to destination shape ", shape_str(dst.shape()));
@@ -138,14 +139,14 @@ Tensor contiguous(const Tensor& t) {
   if (t.is_contiguous()) return t;
   Tensor out = Tensor::empty(t.shape(), t.dtype());
   convert_into(out, t);
-  return record(out, "ContiguousBackward", {t}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  return record(out, "ContiguousBackward", {t}, [](const Tensor& g) { return std::vector<Tensor>{g}; }, autograd::Saves::Nothing);
 }
 
 Tensor clone(const Tensor& t) {
   detail::check_defined(t, "clone", "t");
   Tensor out = Tensor::empty(t.shape(), t.dtype());
   convert_into(out, t);
-  return record(out, "CloneBackward", {t}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  return record(out, "CloneBackward", {t}, [](const Tensor& g) { return std::vector<Tensor>{g}; }, autograd::Saves::Nothing);
 }
 
 Tensor to_dtype(const Tensor& t, DType dtype) {
@@ -160,6 +161,7 @@ Tensor to_dtype(const Tensor& t, DType dtype) {
 void fill_(Tensor& t, float value) {
   detail::check_defined(t, "fill_", "t");
   check_inplace_allowed(t, "fill_");
+  t.impl()->storage->bump_version();
   if (t.dtype() == DType::Float32 && t.is_contiguous()) {
     float* p = t.data<float>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
@@ -174,6 +176,7 @@ void add_(Tensor& dst, const Tensor& src, float alpha) {
   detail::check_float(dst, "add_", "dst");
   detail::check_float(src, "add_", "src");
   check_inplace_allowed(dst, "add_");
+  dst.impl()->storage->bump_version();
   TESSERA_CHECK(broadcast_shapes(dst.shape(), src.shape(), "add_") == dst.shape(), "[add_] source shape ",
                 shape_str(src.shape()), " does not broadcast to destination shape ", shape_str(dst.shape()));
   Shape sst = detail::broadcast_strides(src, dst.shape());
@@ -193,6 +196,7 @@ void add_(Tensor& dst, const Tensor& src, float alpha) {
 void mul_(Tensor& dst, float value) {
   detail::check_float(dst, "mul_", "dst");
   check_inplace_allowed(dst, "mul_");
+  dst.impl()->storage->bump_version();
   float* d = dst.data<float>();
   cpu::for_each_row<1>(dst.shape(), {&dst.strides()},
                        [&](int64_t n, std::array<int64_t, 1> off, std::array<int64_t, 1> st) {

@@ -44,7 +44,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
       at += s;
     }
     return grads;
-  });
+  }, autograd::Saves::Nothing);
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
@@ -104,7 +104,7 @@ Tensor index_select(const Tensor& t_in, int64_t dim, const Tensor& indices_in) {
       for (int64_t i = 0; i < k; ++i)
         for (int64_t j = 0; j < inner; ++j) dp[(a * n + ix[i]) * inner + j] += gp[(a * k + i) * inner + j];
     return std::vector<Tensor>{grad};
-  });
+  }, autograd::Saves::Nothing);
 }
 
 }  // namespace tessera

@@ -63,7 +63,7 @@ Tensor softmax_last(const Tensor& t_in, bool log_space) {
       }
     });
     return std::vector<Tensor>{grad};
-  });
+  }, autograd::Saves::Nothing);
 }
 
 Tensor softmax_any(const Tensor& t, int64_t dim, bool log_space, const char* op) {
@@ -176,7 +176,7 @@ Tensor embedding(const Tensor& weight_in, const Tensor& indices_in) {
     for (int64_t i = 0; i < indices.numel(); ++i)
       for (int64_t j = 0; j < D; ++j) dp[ix[i] * D + j] += gp[i * D + j];
     return std::vector<Tensor>{grad};
-  });
+  }, autograd::Saves::Nothing);
 }
 
 Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
@@ -361,7 +361,7 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
     NoGradGuard no_grad;
     out = mul(x, mask);
   }
-  return record(out, "DropoutBackward", {x}, [mask](const Tensor& g) { return std::vector<Tensor>{mul(g, mask)}; });
+  return record(out, "DropoutBackward", {x}, [mask](const Tensor& g) { return std::vector<Tensor>{mul(g, mask)}; }, autograd::Saves::Nothing);
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {

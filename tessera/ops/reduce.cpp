@@ -85,7 +85,7 @@ Tensor sum(const Tensor& t, const Shape& dims_in, bool keepdim) {
   Shape in_shape = t.shape();
   return record(out, "SumBackward", {t}, [in_shape, dims, keepdim](const Tensor& g) {
     return std::vector<Tensor>{expand_reduced_grad(g, in_shape, dims, keepdim)};
-  });
+  }, autograd::Saves::Nothing);
 }
 
 Tensor sum(const Tensor& t) { return sum(t, Shape{}, false); }
@@ -146,7 +146,7 @@ MaxResult max(const Tensor& t, int64_t dim, bool keepdim) {
     for (int64_t a = 0; a < outer; ++a)
       for (int64_t b = 0; b < inner; ++b) gp[(a * n + iv[a * inner + b]) * inner + b] += gv[a * inner + b];
     return std::vector<Tensor>{grad};
-  });
+  }, autograd::Saves::Nothing);
   return {out, indices};
 }
 

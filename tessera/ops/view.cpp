@@ -34,7 +34,7 @@ Shape infer_shape(const Shape& requested, int64_t numel, const char* op, const S
 
 Tensor record_reshape_back(Tensor out, const Tensor& t, const char* name) {
   Shape in_shape = t.shape();
-  return record(out, name, {t}, [in_shape](const Tensor& g) { return std::vector<Tensor>{reshape(g, in_shape)}; });
+  return record(out, name, {t}, [in_shape](const Tensor& g) { return std::vector<Tensor>{reshape(g, in_shape)}; }, autograd::Saves::Nothing);
 }
 
 }  // namespace
@@ -63,7 +63,7 @@ Tensor transpose(const Tensor& t, int64_t dim0, int64_t dim1) {
   std::swap(s[a], s[b]);
   std::swap(st[a], st[b]);
   return record(make_view(t, s, st, t.offset()), "TransposeBackward", {t},
-                [a, b](const Tensor& g) { return std::vector<Tensor>{transpose(g, a, b)}; });
+                [a, b](const Tensor& g) { return std::vector<Tensor>{transpose(g, a, b)}; }, autograd::Saves::Nothing);
 }
 
 Tensor permute(const Tensor& t, const Shape& dims) {
@@ -82,7 +82,7 @@ Tensor permute(const Tensor& t, const Shape& dims) {
     st[i] = t.strides()[norm[i]];
   }
   return record(make_view(t, s, st, t.offset()), "PermuteBackward", {t},
-                [inverse](const Tensor& g) { return std::vector<Tensor>{permute(g, inverse)}; });
+                [inverse](const Tensor& g) { return std::vector<Tensor>{permute(g, inverse)}; }, autograd::Saves::Nothing);
 }
 
 Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t step) {
@@ -105,7 +105,7 @@ Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t s
                   Tensor window = slice(full_grad, d, start, end, step);
                   copy_(window, g);
                   return std::vector<Tensor>{full_grad};
-                });
+                }, autograd::Saves::Nothing);
 }
 
 Tensor expand(const Tensor& t, const Shape& shape) {
@@ -122,7 +122,7 @@ Tensor expand(const Tensor& t, const Shape& shape) {
   Shape st = detail::broadcast_strides(t, target);
   Shape in_shape = t.shape();
   return record(make_view(t, target, st, t.offset()), "ExpandBackward", {t},
-                [in_shape](const Tensor& g) { return std::vector<Tensor>{sum_to(g, in_shape)}; });
+                [in_shape](const Tensor& g) { return std::vector<Tensor>{sum_to(g, in_shape)}; }, autograd::Saves::Nothing);
 }
 
 Tensor unsqueeze(const Tensor& t, int64_t dim) {

@@ -23,6 +23,7 @@ void Adam::step() {
     Tensor g_t = params_[i].grad();
     if (!g_t.defined()) continue;
     g_t = g_t.contiguous();
+    params_[i].impl()->storage->bump_version();
     float* p = params_[i].data<float>();
     const float* g = g_t.data<float>();
     float* m = state(i, "exp_avg").data<float>();

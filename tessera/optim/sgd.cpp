@@ -14,6 +14,7 @@ void SGD::step() {
     Tensor g_t = params_[i].grad();
     if (!g_t.defined()) continue;
     g_t = g_t.contiguous();
+    params_[i].impl()->storage->bump_version();
     float* p = params_[i].data<float>();
     const float* g = g_t.data<float>();
     const int64_t n = params_[i].numel();

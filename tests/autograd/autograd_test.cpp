@@ -100,3 +100,24 @@ TEST(Autograd, SetRequiresGradOnNonLeafIsAnError) {
   expect_error<ValueError>([&] { b.set_requires_grad(false); }, {"leaf"});
   expect_error<ValueError>([] { arange(3).set_requires_grad(true); }, {"float32"});
 }
+
+TEST(Autograd, InPlaceChangeOfASavedInputIsDetected) {
+  // The classic silent bug: the optimizer updates the weights between forward and backward.
+  nn::Linear layer(3, 2);
+  Tensor loss = sum(layer(ones({4, 3})));
+  {
+    NoGradGuard no_grad;
+    add_(layer.weight, ones({2, 3}), 0.1f);
+  }
+  expect_error<ValueError>([&] { loss.backward(); }, {"LinearBackward", "modified in place", "[2, 3]"});
+
+  // An op whose backward does not read its inputs (add) is unaffected.
+  Tensor a = ones({2}).set_requires_grad(true), b = ones({2}).set_requires_grad(true);
+  Tensor y = sum(add(a, b));
+  {
+    NoGradGuard no_grad;
+    fill_(a, 5.0f);
+  }
+  y.backward();
+  expect_near(a.grad(), {1, 1});
+}
