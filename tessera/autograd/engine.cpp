@@ -112,10 +112,6 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       }
     }
   }
-  if (!retain_graph) {
-    // Drop the roots' link to the freed graph only where it is safe: leave grad_fn so a second
-    // backward reports the clear "second time" error.
-  }
 }
 
 }  // namespace tessera::autograd

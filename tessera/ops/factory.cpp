@@ -154,7 +154,6 @@ Tensor to_dtype(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
   Tensor out = Tensor::empty(t.shape(), dtype);
   convert_into(out, t);
-  if (dtype == DType::Float32 && t.dtype() == DType::BFloat16) return out;
   return out;  // conversions are not differentiable (only float32 carries gradients)
 }
 
