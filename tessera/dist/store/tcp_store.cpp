@@ -163,8 +163,7 @@ Bytes TcpStore::get(const std::string& key) {
   } catch (const detail::ProtocolError& e) {
     fail_protocol(op, e.what());
   }
-  throw TimeoutError(concat("[", op, "] ", me(), " timed out after ", timeout.count(), " ms waiting for keys: ",
-                            detail::format_keys(missing), " (store at ", address_, ")"));
+  fail_wait_timeout(op, timeout, missing);
 }
 
 int64_t TcpStore::add(const std::string& key, int64_t delta) {
@@ -253,6 +252,10 @@ void TcpStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) 
   } catch (const detail::ProtocolError& e) {
     fail_protocol(op, e.what());
   }
+  fail_wait_timeout(op, timeout, missing);
+}
+
+void TcpStore::fail_wait_timeout(const char* op, Milliseconds timeout, const std::vector<std::string>& missing) {
   throw TimeoutError(concat("[", op, "] ", me(), " timed out after ", timeout.count(), " ms waiting for keys: ",
                             detail::format_keys(missing), " (store at ", address_, ")"));
 }

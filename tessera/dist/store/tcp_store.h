@@ -59,6 +59,8 @@ class TcpStore : public Store {
   bool read_bool(const char* op, const Reply& reply);
   [[noreturn]] void fail_peer(const char* op, const std::string& why);
   [[noreturn]] void fail_protocol(const char* op, const std::string& why);
+  // The TimeoutError of a get/wait the server answered with the keys still missing.
+  [[noreturn]] void fail_wait_timeout(const char* op, Milliseconds timeout, const std::vector<std::string>& missing);
   std::string me() const;  // "rank 3" for messages
 
   TcpStoreOptions options_;
