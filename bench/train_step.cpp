@@ -20,6 +20,7 @@ namespace tessera::bench {
 namespace {
 
 constexpr int64_t kBatch = 128;
+constexpr int kTorchTimeoutSeconds = 900;
 
 struct Stats {
   double median = 0, min = 0, max = 0;
@@ -62,7 +63,8 @@ struct TorchResult {
 
 TorchResult time_torch(const TrainStepOptions& o, const std::string& model, int threads, int steps) {
   std::ostringstream cmd;
-  cmd << o.python << " " << o.script << " --model " << model << " --threads " << threads << " --steps " << steps
+  // coreutils' timeout bounds the wait: a wedged PyTorch run fails this cell instead of hanging.
+  cmd << "timeout " << kTorchTimeoutSeconds << " " << o.python << " " << o.script << " --model " << model << " --threads " << threads << " --steps " << steps
       << " --repeats " << o.repeats << " 2>/dev/null";
   TorchResult r;
   FILE* pipe = popen(cmd.str().c_str(), "r");
@@ -75,7 +77,7 @@ TorchResult time_torch(const TrainStepOptions& o, const std::string& model, int 
   while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
   int status = pclose(pipe);
   if (status != 0) {
-    r.error = "PyTorch run failed (is python3-torch installed?): " + cmd.str();
+    r.error = "PyTorch run failed or timed out (is python3-torch installed?): " + cmd.str();
     return r;
   }
   try {

@@ -18,7 +18,6 @@ namespace tessera::cpu_allocator {
 
 namespace {
 
-constexpr size_t kAlignment = 64;
 constexpr size_t kLargeBlock = size_t{64} << 10;  // cache blocks from 64 KiB
 constexpr size_t kPage = 4096;
 

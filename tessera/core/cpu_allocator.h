@@ -7,6 +7,8 @@
 
 namespace tessera::cpu_allocator {
 
+constexpr size_t kAlignment = 64;  // one cache line; also what AVX-512 loads want
+
 void* allocate(size_t nbytes);          // 64-byte aligned; nullptr only for nbytes == 0
 void deallocate(void* ptr, size_t nbytes);
 // Frees every cached block (for example before forking workers or to measure memory).

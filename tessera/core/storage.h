@@ -12,8 +12,6 @@ namespace tessera {
 
 class Storage {
  public:
-  static constexpr size_t kAlignment = 64;  // one cache line; also what AVX-512 loads want
-
   static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;

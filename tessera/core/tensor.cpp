@@ -92,8 +92,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 }
 
 Tensor Tensor::detach() const {
-  Tensor t = make_view(*this, shape(), strides(), offset());
-  return t;
+  return make_view(*this, shape(), strides(), offset());
 }
 
 void Tensor::register_grad_ready_hook(GradReadyHook hook) const {

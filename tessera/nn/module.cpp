@@ -60,8 +60,10 @@ void Module::train(bool on) {
   for (auto& [n, child] : children_) child->train(on);
 }
 
-void Module::zero_grad(bool set_to_none) {
-  for (auto& [n, p] : named_parameters()) {
+void Module::zero_grad(bool set_to_none) { nn::zero_grad(parameters(), set_to_none); }
+
+void zero_grad(const std::vector<Tensor>& params, bool set_to_none) {
+  for (const auto& p : params) {
     if (set_to_none || !p.grad().defined()) {
       p.set_grad(Tensor());
     } else {

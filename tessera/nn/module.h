@@ -58,4 +58,7 @@ class Module {
 
 using ModulePtr = std::shared_ptr<Module>;
 
+// Drops (set_to_none) or zeroes the .grad of each tensor; Module and Optimizer zero_grad call it.
+void zero_grad(const std::vector<Tensor>& params, bool set_to_none = true);
+
 }  // namespace tessera::nn

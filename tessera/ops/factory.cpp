@@ -128,7 +128,6 @@ void copy_(Tensor& dst, const Tensor& src) {
   detail::check_defined(src, "copy_", "src");
   check_inplace_allowed(dst, "copy_");
   dst.impl()->storage->bump_version();
-  broadcast_shapes(dst.shape(), src.shape(), "copy_");
   TESSERA_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(), "[copy_] source shape ",
                 shape_str(src.shape()), " does not broadcast to destination shape ", shape_str(dst.shape()));
   convert_into(dst, src);

@@ -17,16 +17,7 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(
   state_.resize(params_.size());
 }
 
-void Optimizer::zero_grad(bool set_to_none) {
-  for (auto& p : params_) {
-    if (set_to_none || !p.grad().defined()) {
-      p.set_grad(Tensor());
-    } else {
-      Tensor g = p.grad();
-      fill_(g, 0.0f);
-    }
-  }
-}
+void Optimizer::zero_grad(bool set_to_none) { nn::zero_grad(params_, set_to_none); }
 
 Tensor& Optimizer::state(size_t index, const std::string& name) {
   for (auto& [n, t] : state_[index])
