@@ -19,3 +19,11 @@ find_package(dnnl CONFIG REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(tomlplusplus REQUIRED)
+
+# Gloo (Debian's libgloo-dev): the `gloo` backend's collectives over its TCP transport.
+find_package(Gloo CONFIG REQUIRED)
+
+# Open MPI (Debian's libopenmpi-dev): the `mpi` backend. Optional, as MLX does it: without MPI the
+# backend compiles as tessera/dist/backends/mpi/no_mpi.cpp, which says how to get it.
+set(MPI_CXX_SKIP_MPICXX ON)  # the C API only; the C++ bindings are deprecated
+find_package(MPI COMPONENTS CXX QUIET)

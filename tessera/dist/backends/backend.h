@@ -1,0 +1,36 @@
+// Backends by name. Each builds a Communicator for one rank of a group, rendezvousing through the
+// group's private store; init_process_group (init.h) and ProcessGroup::new_group call these.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/dist/communicator.h"
+
+namespace tessera::dist {
+
+struct BackendContext {
+  std::shared_ptr<Store> store;  // private to the group being created (a PrefixStore)
+  int rank = 0;
+  int size = 1;
+  // How many of the group's ranks share this machine; size when all do (shm needs that; auto
+  // uses it to choose). 0: unknown, the backend finds out through the store.
+  int local_size = 0;
+  Milliseconds timeout{300000};  // for the rendezvous itself
+};
+
+// Gloo's algorithms over its TCP transport (Debian's libgloo-dev). Any topology.
+std::unique_ptr<Communicator> make_gloo_communicator(const BackendContext& context);
+// Our shared-memory backend: every rank of the group on this machine. ValueError otherwise.
+std::unique_ptr<Communicator> make_shm_communicator(const BackendContext& context);
+// Open MPI's MPI_COMM_WORLD (context.rank/size must match MPI's). NotSupportedError in a build
+// without MPI, or in a process not started by mpirun/srun.
+std::unique_ptr<Communicator> make_mpi_communicator(const BackendContext& context);
+// The fastest available for each op and size (see auto_communicator.cpp for the measurements).
+std::unique_ptr<Communicator> make_auto_communicator(const BackendContext& context);
+
+// "gloo", "shm", "mpi" or "auto"; ValueError naming the choices otherwise.
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, const BackendContext& context);
+std::vector<std::string> backend_names();
+
+}  // namespace tessera::dist

@@ -1,0 +1,67 @@
+// Communicator: the interface a backend implements (gloo, mpi, shm; nccl later). It is synchronous
+// and sees only byte buffers, ranks and deadlines; ProcessGroup (process_group.h) adds what every
+// backend shares on top: the asynchronous Work queue, sequence numbers, Avg, tensor checks, the
+// debug-mode call check, and the timeout report that names the ranks that never arrived.
+//
+// Threading contract: ProcessGroup calls the collectives from one thread at a time, in the same
+// order on every rank. post_send/post_recv may be called from any thread, concurrently with a
+// collective (pipeline schedules overlap the two), and return at once.
+//
+// Failure contract: every call returns by `deadline` or throws. TimeoutError when the deadline
+// passes; PeerFailureError when a peer is known to be gone (connection reset, process exited). The
+// message names the backend, the operation and the peer where the backend knows it. After a
+// failure the communicator is not used again (ProcessGroup marks itself broken).
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessera/dist/types.h"
+
+namespace tessera::dist {
+
+// A point-to-point transfer in flight: wait() blocks until the buffer may be reused (send) or holds
+// the message (recv).
+class PendingTransfer {
+ public:
+  virtual ~PendingTransfer() = default;
+  virtual void wait(Deadline deadline) = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual const char* backend_name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place over `data` on every rank. op is never Avg (ProcessGroup sums, then divides).
+  virtual void allreduce(Buffer data, ReduceOp op, Deadline deadline) = 0;
+  // `data` of root to every rank.
+  virtual void broadcast(Buffer data, int root, Deadline deadline) = 0;
+  // The reduction lands in `data` on root; other ranks' `data` is left unspecified.
+  virtual void reduce(Buffer data, ReduceOp op, int root, Deadline deadline) = 0;
+  // output = concat over ranks r of r's input; counts[r] elements from rank r (counts.size() ==
+  // size(), input.count == counts[rank()], output.count == sum(counts)). Equal or unequal.
+  virtual void allgather(Buffer input, Buffer output, std::span<const int64_t> counts, Deadline deadline) = 0;
+  // input holds sum(counts) elements on every rank; rank r receives the reduction of segment r
+  // (counts[r] elements, at offset sum(counts[0..r))) in `output`.
+  virtual void reduce_scatter(Buffer input, Buffer output, std::span<const int64_t> counts, ReduceOp op,
+                              Deadline deadline) = 0;
+  // input and output hold size() equal blocks; block j of input goes to rank j, and block r of
+  // output comes from rank r.
+  virtual void alltoall(Buffer input, Buffer output, Deadline deadline) = 0;
+  virtual void barrier(Deadline deadline) = 0;
+
+  virtual std::unique_ptr<PendingTransfer> post_send(Buffer data, int peer, int tag) = 0;
+  virtual std::unique_ptr<PendingTransfer> post_recv(Buffer data, int peer, int tag) = 0;
+
+  // A communicator over `ranks` (sorted, unique, containing rank()), in which this process has
+  // rank index-of(rank()). Called by the members only, in the same order on each; `store` is
+  // private to the new group (a PrefixStore), so backends may rendezvous through it.
+  virtual std::unique_ptr<Communicator> split(std::span<const int> ranks, std::shared_ptr<Store> store,
+                                              Milliseconds timeout) = 0;
+};
+
+}  // namespace tessera::dist

@@ -1,0 +1,61 @@
+#include "tessera/dist/init.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "tessera/core/error.h"
+#include "tessera/dist/backends/backend.h"
+#include "tessera/dist/backends/mpi/mpi_job.h"
+#include "tessera/dist/launcher/env.h"
+#include "tessera/dist/store/hash_store.h"
+#include "tessera/dist/store/prefix_store.h"
+#include "tessera/dist/store/store_from_env.h"
+
+namespace tessera::dist {
+
+namespace {
+
+bool debug_from_environment() {
+  const char* v = std::getenv("TESSERA_DIST_DEBUG");
+  return v != nullptr && std::strcmp(v, "0") != 0 && *v != '\0';
+}
+
+// Every rank calls init_process_group the same number of times, so the n-th call of each meets
+// the others' n-th under the same store prefix.
+std::atomic<int> groups_initialised{0};
+
+}  // namespace
+
+ProcessGroupPtr init_process_group(const InitOptions& options) {
+  TESSERA_CHECK(options.timeout > Milliseconds(0), "[init_process_group] timeout must be positive");
+  std::string prefix = tessera::detail::concat("pg", groups_initialised++);
+  BackendContext context;
+  context.timeout = options.timeout;
+  std::shared_ptr<Store> root;
+  if (std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr) {
+    launcher::WorkerEnv env = launcher::worker_env_from_environment();
+    root = store_from_env(options.timeout);
+    context.rank = env.rank;
+    context.size = env.world_size;
+    context.local_size = env.local_world_size;
+  } else if (launched_by_mpi()) {
+    MpiJob job = join_mpi_job(options.timeout);
+    root = job.store;
+    context.rank = job.rank;
+    context.size = job.size;
+    context.local_size = job.local_size;
+  } else {
+    root = std::make_shared<HashStore>();
+    context.local_size = 1;
+  }
+  root->set_timeout(options.timeout);
+  context.store = std::make_shared<PrefixStore>(prefix, root);
+  std::unique_ptr<Communicator> communicator = make_communicator(options.backend, context);
+  ProcessGroupOptions group_options;
+  group_options.timeout = options.timeout;
+  group_options.debug = options.debug.value_or(debug_from_environment());
+  return std::make_shared<ProcessGroup>(std::move(communicator), context.store, group_options);
+}
+
+}  // namespace tessera::dist

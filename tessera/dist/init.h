@@ -1,0 +1,22 @@
+// init_process_group: how a worker joins its job (torch.distributed.init_process_group):
+//   - started by `tessera run`: RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and the store at
+//     MASTER_ADDR:MASTER_PORT with TESSERA_JOB_TOKEN (launcher/env.h);
+//   - started by mpirun or srun: rank and size from MPI, rank 0 hosting the store (mpi_job.h);
+//   - neither: a group of one over an in-process store, so single-process code runs unchanged.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "tessera/dist/process_group.h"
+
+namespace tessera::dist {
+
+struct InitOptions {
+  std::string backend = "auto";  // auto | gloo | shm | mpi
+  Milliseconds timeout{300000};  // rendezvous, and every operation of the group
+  std::optional<bool> debug;     // default: TESSERA_DIST_DEBUG=1
+};
+
+ProcessGroupPtr init_process_group(const InitOptions& options = {});
+
+}  // namespace tessera::dist

@@ -1,0 +1,511 @@
+#include "tessera/dist/process_group.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "tessera/core/error.h"
+#include "tessera/dist/store/prefix_store.h"
+
+namespace tessera::dist {
+
+using tessera::detail::concat;
+
+namespace {
+
+// The same exception type as `error`, with `prefix` and `suffix` around its message, so callers
+// can still catch TimeoutError / PeerFailureError by type.
+std::exception_ptr with_context(std::exception_ptr error, const std::string& prefix, const std::string& suffix) {
+  auto text = [&](const std::exception& e) { return prefix + e.what() + suffix; };
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError& e) {
+    return std::make_exception_ptr(TimeoutError(text(e)));
+  } catch (const PeerFailureError& e) {
+    return std::make_exception_ptr(PeerFailureError(text(e)));
+  } catch (const NotSupportedError& e) {
+    return std::make_exception_ptr(NotSupportedError(text(e)));
+  } catch (const ValueError& e) {
+    return std::make_exception_ptr(ValueError(text(e)));
+  } catch (const IoError& e) {
+    return std::make_exception_ptr(IoError(text(e)));
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(Error(text(e)));
+  } catch (...) {
+    return std::make_exception_ptr(Error(prefix + "unknown exception" + suffix));
+  }
+}
+
+bool is_communication_failure(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError&) {
+    return true;
+  } catch (const PeerFailureError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+// Keeps the tensors of a send/recv alive until the transfer is waited on.
+class TransferKeepingTensors : public PendingTransfer {
+ public:
+  TransferKeepingTensors(std::unique_ptr<PendingTransfer> inner, std::vector<Tensor> keep)
+      : inner_(std::move(inner)), keep_(std::move(keep)) {}
+  void wait(Deadline deadline) override { inner_->wait(deadline); }
+
+ private:
+  std::unique_ptr<PendingTransfer> inner_;
+  std::vector<Tensor> keep_;
+};
+
+std::string buffer_details(const Buffer& b) { return concat(dtype_name(b.dtype), " x ", b.count); }
+
+std::string counts_text(const std::vector<int64_t>& counts) {
+  std::string s = "[";
+  for (size_t i = 0; i < counts.size(); ++i) s += (i ? "," : "") + std::to_string(counts[i]);
+  return s + "]";
+}
+
+int64_t total(const std::vector<int64_t>& counts) { return std::accumulate(counts.begin(), counts.end(), int64_t{0}); }
+
+// How often a stuck collective is reported to the store, and how long a failing rank waits for
+// the others' reports: a quarter of the timeout, within [20 ms, 1 s].
+Milliseconds watchdog_interval(Milliseconds timeout) {
+  return std::clamp(timeout / 4, Milliseconds(20), Milliseconds(1000));
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Communicator> communicator, std::shared_ptr<Store> store,
+                           ProcessGroupOptions options, std::vector<int> global_ranks)
+    : communicator_(std::move(communicator)), store_(std::move(store)), options_(options) {
+  TESSERA_CHECK(communicator_ != nullptr, "[ProcessGroup] communicator is null");
+  TESSERA_CHECK(store_ != nullptr, "[ProcessGroup] store is null");
+  TESSERA_CHECK(options_.timeout > Milliseconds(0), "[ProcessGroup] timeout must be positive");
+  rank_ = communicator_->rank();
+  size_ = communicator_->size();
+  if (global_ranks.empty()) {
+    global_ranks.resize(static_cast<size_t>(size_));
+    std::iota(global_ranks.begin(), global_ranks.end(), 0);
+  }
+  TESSERA_CHECK(static_cast<int>(global_ranks.size()) == size_, "[ProcessGroup] ", global_ranks.size(),
+                " global ranks for a group of ", size_);
+  global_ranks_ = std::move(global_ranks);
+  worker_ = std::thread([this] { run_worker(); });
+  watchdog_ = std::thread([this] { run_watchdog(); });
+}
+
+ProcessGroup::~ProcessGroup() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  worker_.join();  // drains the queue; each task is bounded by the timeout
+  watchdog_cv_.notify_all();
+  watchdog_.join();
+}
+
+// ---- queue ----------------------------------------------------------------------------------
+
+WorkPtr ProcessGroup::enqueue(std::string op, std::string details, std::vector<Tensor> keep,
+                              std::function<void(Deadline)> body) {
+  Task task;
+  task.op = std::move(op);
+  task.keep = std::move(keep);
+  task.signature = concat(task.op, " (", details, ")");
+  task.body = std::move(body);
+  return enqueue_task(std::move(task));
+}
+
+WorkPtr ProcessGroup::enqueue_task(Task task) {
+  std::unique_lock lock(mu_);
+  if (task.collective) {
+    task.sequence = next_sequence_++;
+    task.description = concat(task.op, " #", task.sequence, " ", task.signature.substr(task.op.size() + 1));
+  } else {
+    task.description = task.signature;
+  }
+  task.work = std::make_shared<Work>(task.description);
+  WorkPtr work = task.work;
+  queue_.push_back(std::move(task));
+  lock.unlock();
+  queue_cv_.notify_one();
+  return work;
+}
+
+void ProcessGroup::run_worker() {
+  for (;;) {
+    Task task;
+    std::exception_ptr broken;
+    std::string broken_by;
+    {
+      std::unique_lock lock(mu_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued has run
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      broken = broken_;
+      broken_by = broken_by_;
+      if (!broken && task.collective) {
+        in_flight_ = true;
+        in_flight_sequence_ = task.sequence;
+        in_flight_op_ = task.op;
+      }
+    }
+    if (broken) {
+      task.work->finish(with_context(broken, concat("[", task.description, "] not run: the group failed earlier in ",
+                                                    broken_by, ": "),
+                                     ""));
+      continue;
+    }
+    run_task(task);
+  }
+}
+
+void ProcessGroup::run_task(Task& task) {
+  Deadline deadline = detail::deadline_after(options_.timeout);
+  std::exception_ptr error;
+  try {
+    if (options_.debug && task.collective && size_ > 1) check_same_call(task, deadline);
+    task.body(deadline);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (!error) {
+    {
+      std::lock_guard lock(mu_);
+      in_flight_ = false;
+    }
+    task.work->finish(nullptr);
+    return;
+  }
+  std::string report;
+  if (task.collective && size_ > 1 && is_communication_failure(error)) report = describe_stragglers(task);
+  std::string prefix = concat("[", task.description, "] rank ", rank_, " of ", size_, " (", backend_name(), "): ");
+  std::exception_ptr contextual = with_context(error, prefix, report);
+  {
+    std::lock_guard lock(mu_);
+    in_flight_ = false;
+    if (!broken_) {
+      broken_ = contextual;
+      broken_by_ = task.description;
+    }
+  }
+  task.work->finish(contextual);
+}
+
+// ---- failure reports ------------------------------------------------------------------------
+
+void ProcessGroup::run_watchdog() {
+  // Polls; publishes "progress/<rank>" = "<seq> <op>" once for a collective seen in flight at two
+  // consecutive polls, i.e. stuck for at least one interval. Nothing is sent while collectives
+  // complete within the interval.
+  const Milliseconds interval = watchdog_interval(options_.timeout);
+  std::unique_lock lock(mu_);
+  uint64_t seen = UINT64_MAX, published = UINT64_MAX;
+  while (!stopping_) {
+    watchdog_cv_.wait_for(lock, interval, [&] { return stopping_; });
+    if (stopping_) return;
+    if (!in_flight_) {
+      seen = UINT64_MAX;
+      continue;
+    }
+    uint64_t sequence = in_flight_sequence_;
+    if (sequence == seen && sequence != published) {
+      std::string value = concat(sequence, " ", in_flight_op_);
+      published = sequence;
+      lock.unlock();
+      try {
+        store_->set(concat("progress/", rank_), value);
+      } catch (const std::exception&) {
+        // The report is best-effort; the collective's own timeout still fires.
+      }
+      lock.lock();
+    }
+    seen = sequence;
+  }
+}
+
+std::string ProcessGroup::describe_stragglers(const Task& task) {
+  // Every rank stuck in this collective publishes within two watchdog intervals of getting stuck;
+  // wait that long (bounded) for the reports, then name the ranks that never showed up.
+  const Milliseconds interval = watchdog_interval(options_.timeout);
+  std::vector<std::string> last_seen(static_cast<size_t>(size_));
+  std::vector<bool> arrived(static_cast<size_t>(size_), false);
+  arrived[static_cast<size_t>(rank_)] = true;
+  try {
+    store_->set(concat("progress/", rank_), concat(task.sequence, " ", task.op));
+    Deadline until = detail::deadline_after(3 * interval);
+    for (;;) {
+      bool all = true;
+      for (int r = 0; r < size_; ++r) {
+        if (arrived[static_cast<size_t>(r)]) continue;
+        std::string key = concat("progress/", r);
+        if (store_->check({key})) {
+          std::string value = store_->get_string(key);
+          last_seen[static_cast<size_t>(r)] = value;
+          if (std::stoull(value) >= task.sequence) arrived[static_cast<size_t>(r)] = true;
+        }
+        all = all && arrived[static_cast<size_t>(r)];
+      }
+      if (all || detail::Clock::now() >= until) break;
+      // Diagnostics after a failure, not synchronisation: a short poll of the store.
+      std::this_thread::sleep_for(Milliseconds(20));
+    }
+  } catch (const std::exception& e) {
+    return concat("; (could not read the other ranks' progress from the store: ", e.what(), ")");
+  }
+  std::string missing;
+  for (int r = 0; r < size_; ++r) {
+    if (arrived[static_cast<size_t>(r)]) continue;
+    int global = global_ranks_[static_cast<size_t>(r)];
+    std::string who = global == r ? concat("rank ", r) : concat("rank ", r, " (global rank ", global, ")");
+    const std::string& seen = last_seen[static_cast<size_t>(r)];
+    std::string where = seen.empty() ? "no report: dead, stopped, or busy outside any collective"
+                                     : concat("last seen stuck in #", seen);
+    missing += concat(missing.empty() ? "" : ", ", who, " [", where, "]");
+  }
+  if (missing.empty()) return concat("; every rank reached #", task.sequence, " (a backend or network failure)");
+  return concat("; rank(s) that never arrived at #", task.sequence, ": ", missing);
+}
+
+void ProcessGroup::check_same_call(const Task& task, Deadline deadline) {
+  auto key = [&](uint64_t sequence, int r) { return concat("debug/", sequence, "/", r); };
+  store_->set(key(task.sequence, rank_), task.signature);
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(key(task.sequence, r));
+  auto left = std::chrono::ceil<Milliseconds>(deadline - detail::Clock::now());
+  store_->wait(keys, std::max(left, Milliseconds(0)));
+  std::vector<std::string> calls;
+  for (const auto& k : keys) calls.push_back(store_->get_string(k));
+  // Everyone has read the keys of #seq-1 before publishing #seq, so #seq-2's are no longer needed.
+  if (task.sequence >= 2) store_->delete_key(key(task.sequence - 2, rank_));
+  if (std::all_of(calls.begin(), calls.end(), [&](const std::string& c) { return c == calls[0]; })) return;
+  std::string listing;
+  for (int r = 0; r < size_; ++r) listing += concat("\n  rank ", r, ": ", calls[static_cast<size_t>(r)]);
+  throw ValueError(concat("[TESSERA_DIST_DEBUG] collective #", task.sequence,
+                          " differs across ranks (every rank must call the same collective with the same sizes,"
+                          " dtype and root):",
+                          listing));
+}
+
+// ---- argument checks ------------------------------------------------------------------------
+
+Buffer ProcessGroup::checked_buffer(const Tensor& tensor, const char* op, const char* name) const {
+  TESSERA_CHECK(tensor.defined(), "[", op, "] ", name, " is an undefined tensor");
+  TESSERA_CHECK(tensor.device().is_cpu(), "[", op, "] ", name, " is on ", tensor.device().str(),
+                "; backend ", backend_name(), " takes CPU tensors");
+  TESSERA_CHECK(tensor.is_contiguous(), "[", op, "] ", name, " must be contiguous (call .contiguous() first)");
+  return Buffer{tensor.raw_data(), tensor.numel(), tensor.dtype()};
+}
+
+void ProcessGroup::check_rank(int r, const char* op, const char* what) const {
+  TESSERA_CHECK(r >= 0 && r < size_, "[", op, "] ", what, " ", r, " is not a rank of this group of ", size_);
+}
+
+// ---- collectives ----------------------------------------------------------------------------
+// Each Tensor overload checks its tensors, then calls the Buffer form with the tensors to keep
+// alive until the task has run.
+
+WorkPtr ProcessGroup::allreduce(Buffer data, ReduceOp op) { return allreduce_buffer(data, op, {}); }
+
+WorkPtr ProcessGroup::allreduce(const Tensor& tensor, ReduceOp op) {
+  return allreduce_buffer(checked_buffer(tensor, "allreduce", "tensor"), op, {tensor});
+}
+
+WorkPtr ProcessGroup::allreduce_buffer(Buffer data, ReduceOp op, std::vector<Tensor> keep) {
+  return enqueue("allreduce", concat(reduce_op_name(op), ", ", buffer_details(data)), std::move(keep),
+                 [this, data, op](Deadline d) {
+                   if (data.count == 0) return;
+                   communicator_->allreduce(data, op == ReduceOp::Avg ? ReduceOp::Sum : op, d);
+                   if (op == ReduceOp::Avg) divide_in_place(data, size_);
+                 });
+}
+
+WorkPtr ProcessGroup::broadcast(Buffer data, int root) { return broadcast_buffer(data, root, {}); }
+
+WorkPtr ProcessGroup::broadcast(const Tensor& tensor, int root) {
+  return broadcast_buffer(checked_buffer(tensor, "broadcast", "tensor"), root, {tensor});
+}
+
+WorkPtr ProcessGroup::broadcast_buffer(Buffer data, int root, std::vector<Tensor> keep) {
+  check_rank(root, "broadcast", "root");
+  return enqueue("broadcast", concat("root ", root, ", ", buffer_details(data)), std::move(keep),
+                 [this, data, root](Deadline d) {
+                   if (data.count > 0) communicator_->broadcast(data, root, d);
+                 });
+}
+
+WorkPtr ProcessGroup::reduce(const Tensor& tensor, ReduceOp op, int root) {
+  Buffer data = checked_buffer(tensor, "reduce", "tensor");
+  check_rank(root, "reduce", "root");
+  return enqueue("reduce", concat(reduce_op_name(op), ", root ", root, ", ", buffer_details(data)), {tensor},
+                 [this, data, op, root](Deadline d) {
+                   if (data.count == 0) return;
+                   communicator_->reduce(data, op == ReduceOp::Avg ? ReduceOp::Sum : op, root, d);
+                   if (op == ReduceOp::Avg && rank_ == root) divide_in_place(data, size_);
+                 });
+}
+
+WorkPtr ProcessGroup::allgather(Buffer input, Buffer output, std::vector<int64_t> counts) {
+  return allgather_buffer(input, output, std::move(counts), {});
+}
+
+WorkPtr ProcessGroup::allgather(const Tensor& input, const Tensor& output) {
+  Buffer in = checked_buffer(input, "allgather", "input");
+  Buffer out = checked_buffer(output, "allgather", "output");
+  TESSERA_CHECK(out.count == in.count * size_, "[allgather] output has ", out.count, " elements; expected ",
+                size_, " x ", in.count, " (one input per rank)");
+  return allgather_buffer(in, out, std::vector<int64_t>(static_cast<size_t>(size_), in.count), {input, output});
+}
+
+WorkPtr ProcessGroup::allgather(const Tensor& input, const Tensor& output, std::vector<int64_t> counts) {
+  return allgather_buffer(checked_buffer(input, "allgather", "input"), checked_buffer(output, "allgather", "output"),
+                          std::move(counts), {input, output});
+}
+
+WorkPtr ProcessGroup::allgather_buffer(Buffer input, Buffer output, std::vector<int64_t> counts,
+                                       std::vector<Tensor> keep) {
+  check_counts("allgather", counts);
+  TESSERA_CHECK(input.count == counts[static_cast<size_t>(rank_)], "[allgather] rank ", rank_, " input has ",
+                input.count, " elements but counts says ", counts[static_cast<size_t>(rank_)]);
+  TESSERA_CHECK(output.count == total(counts), "[allgather] output has ", output.count,
+                " elements; the counts add up to ", total(counts));
+  TESSERA_CHECK(input.dtype == output.dtype, "[allgather] input is ", dtype_name(input.dtype), " but output is ",
+                dtype_name(output.dtype));
+  std::string details = concat(dtype_name(input.dtype), ", counts ", counts_text(counts));
+  return enqueue("allgather", details, std::move(keep), [this, input, output, counts = std::move(counts)](Deadline d) {
+    if (total(counts) > 0) communicator_->allgather(input, output, counts, d);
+  });
+}
+
+WorkPtr ProcessGroup::reduce_scatter(Buffer input, Buffer output, std::vector<int64_t> counts, ReduceOp op) {
+  return reduce_scatter_buffer(input, output, std::move(counts), op, {});
+}
+
+WorkPtr ProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
+  Buffer in = checked_buffer(input, "reduce_scatter", "input");
+  Buffer out = checked_buffer(output, "reduce_scatter", "output");
+  TESSERA_CHECK(in.count == out.count * size_, "[reduce_scatter] input has ", in.count, " elements; expected ",
+                size_, " x ", out.count, " (one output block per rank)");
+  return reduce_scatter_buffer(in, out, std::vector<int64_t>(static_cast<size_t>(size_), out.count), op,
+                               {input, output});
+}
+
+WorkPtr ProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, std::vector<int64_t> counts,
+                                     ReduceOp op) {
+  return reduce_scatter_buffer(checked_buffer(input, "reduce_scatter", "input"),
+                               checked_buffer(output, "reduce_scatter", "output"), std::move(counts), op,
+                               {input, output});
+}
+
+WorkPtr ProcessGroup::reduce_scatter_buffer(Buffer input, Buffer output, std::vector<int64_t> counts, ReduceOp op,
+                                            std::vector<Tensor> keep) {
+  check_counts("reduce_scatter", counts);
+  TESSERA_CHECK(output.count == counts[static_cast<size_t>(rank_)], "[reduce_scatter] rank ", rank_,
+                " output has ", output.count, " elements but counts says ", counts[static_cast<size_t>(rank_)]);
+  TESSERA_CHECK(input.count == total(counts), "[reduce_scatter] input has ", input.count,
+                " elements; the counts add up to ", total(counts));
+  TESSERA_CHECK(input.dtype == output.dtype, "[reduce_scatter] input is ", dtype_name(input.dtype),
+                " but output is ", dtype_name(output.dtype));
+  std::string details = concat(reduce_op_name(op), ", ", dtype_name(input.dtype), ", counts ", counts_text(counts));
+  return enqueue("reduce_scatter", details, std::move(keep),
+                 [this, input, output, op, counts = std::move(counts)](Deadline d) {
+                   if (total(counts) == 0) return;
+                   communicator_->reduce_scatter(input, output, counts, op == ReduceOp::Avg ? ReduceOp::Sum : op, d);
+                   if (op == ReduceOp::Avg) divide_in_place(output, size_);
+                 });
+}
+
+WorkPtr ProcessGroup::alltoall(const Tensor& input, const Tensor& output) {
+  Buffer in = checked_buffer(input, "alltoall", "input");
+  Buffer out = checked_buffer(output, "alltoall", "output");
+  TESSERA_CHECK(in.count == out.count, "[alltoall] input has ", in.count, " elements but output has ", out.count);
+  TESSERA_CHECK(in.count % size_ == 0, "[alltoall] ", in.count, " elements do not split into ", size_,
+                " equal blocks");
+  TESSERA_CHECK(in.dtype == out.dtype, "[alltoall] input is ", dtype_name(in.dtype), " but output is ",
+                dtype_name(out.dtype));
+  return enqueue("alltoall", buffer_details(in), {input, output}, [this, in, out](Deadline d) {
+    if (in.count > 0) communicator_->alltoall(in, out, d);
+  });
+}
+
+WorkPtr ProcessGroup::barrier() {
+  return enqueue("barrier", "", {}, [this](Deadline d) {
+    if (size_ > 1) communicator_->barrier(d);
+  });
+}
+
+void ProcessGroup::check_counts(const char* op, const std::vector<int64_t>& counts) const {
+  TESSERA_CHECK(static_cast<int>(counts.size()) == size_, "[", op, "] ", counts.size(), " counts for a group of ",
+                size_);
+  for (int64_t c : counts) TESSERA_CHECK(c >= 0, "[", op, "] negative count ", c, " in ", counts_text(counts));
+}
+
+// ---- point to point -------------------------------------------------------------------------
+
+WorkPtr ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
+  return post_transfer("send", checked_buffer(tensor, "send", "tensor"), dst, tag, {tensor});
+}
+
+WorkPtr ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
+  return post_transfer("recv", checked_buffer(tensor, "recv", "tensor"), src, tag, {tensor});
+}
+
+WorkPtr ProcessGroup::post_transfer(const char* op, Buffer data, int peer, int tag, std::vector<Tensor> keep) {
+  bool is_send = std::string_view(op) == "send";
+  check_rank(peer, op, is_send ? "destination" : "source");
+  TESSERA_CHECK(peer != rank_, "[", op, "] rank ", rank_, " cannot ", op, is_send ? " to" : " from", " itself");
+  TESSERA_CHECK(tag >= 0, "[", op, "] tag must be non-negative, got ", tag);
+  std::string description =
+      concat(op, is_send ? " to rank " : " from rank ", peer, " (tag ", tag, ", ", buffer_details(data), ")");
+  {
+    std::lock_guard lock(mu_);
+    if (broken_) {
+      auto work = std::make_shared<Work>(description);
+      work->finish(with_context(broken_, concat("[", description, "] not run: the group failed earlier in ",
+                                                broken_by_, ": "),
+                                ""));
+      return work;
+    }
+  }
+  std::unique_ptr<PendingTransfer> pending =
+      is_send ? communicator_->post_send(data, peer, tag) : communicator_->post_recv(data, peer, tag);
+  auto transfer = std::make_unique<TransferKeepingTensors>(std::move(pending), std::move(keep));
+  return std::make_shared<Work>(concat("[rank ", rank_, "] ", description), std::move(transfer),
+                                detail::deadline_after(options_.timeout));
+}
+
+// ---- subgroups ------------------------------------------------------------------------------
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks) {
+  TESSERA_CHECK(!ranks.empty(), "[new_group] ranks is empty");
+  std::sort(ranks.begin(), ranks.end());
+  TESSERA_CHECK(std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end(), "[new_group] ranks repeat");
+  for (int r : ranks) check_rank(r, "new_group", "rank");
+  uint64_t id;
+  {
+    std::lock_guard lock(mu_);
+    id = groups_created_++;
+  }
+  auto member = std::find(ranks.begin(), ranks.end(), rank_);
+  if (member == ranks.end()) return nullptr;
+  auto group_store = std::make_shared<PrefixStore>(concat("group", id), store_);
+  std::unique_ptr<Communicator> child;
+  Task task;
+  task.collective = false;
+  task.op = "new_group";
+  task.signature = concat("new_group #", id, " (", ranks.size(), " ranks)");
+  // Runs on the worker thread, in order with the collectives (backends such as MPI create
+  // communicators collectively, and must not do so concurrently with another call).
+  task.body = [&](Deadline) { child = communicator_->split(ranks, group_store, options_.timeout); };
+  enqueue_task(std::move(task))->wait();
+  std::vector<int> global;
+  for (int r : ranks) global.push_back(global_ranks_[static_cast<size_t>(r)]);
+  return std::make_shared<ProcessGroup>(std::move(child), group_store, options_, std::move(global));
+}
+
+}  // namespace tessera::dist

@@ -1,0 +1,145 @@
+// ProcessGroup: the collectives of a group of ranks, asynchronous, over any backend (c10d's
+// ProcessGroup). Every call checks its arguments on the caller's thread (shapes, dtypes, ranks:
+// ValueError at once, naming the op), then queues the operation and returns a Work handle.
+// One worker thread runs the queue in order, so every rank runs its collectives in the order it
+// issued them; send/recv bypass the queue (post at once, complete in Work::wait()).
+//
+// Failure behaviour: each operation is bounded by the group's timeout, counted from when it starts
+// running. When one fails (TimeoutError, or PeerFailureError for a dead peer), the error names the
+// operation, its sequence number and the ranks that never arrived: a rank stuck in a collective for
+// longer than a quarter of the timeout publishes "I am in #n" to the store (a watchdog, so healthy
+// jobs send nothing), and the failing rank reads those reports. The group is then broken: later
+// operations fail at once with the first error.
+//
+// Debug mode (TESSERA_DIST_DEBUG=1, or options.debug): before each collective every rank publishes
+// its call (op, dtype, sizes, root) to the store and compares it with every other rank's; a
+// mismatch is a ValueError listing each rank's call.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tessera/core/tensor.h"
+#include "tessera/dist/communicator.h"
+#include "tessera/dist/work.h"
+
+namespace tessera::dist {
+
+struct ProcessGroupOptions {
+  Milliseconds timeout{300000};  // per operation, as torch.distributed's default of 30 minutes is too long
+  bool debug = false;            // the call check described above; init_process_group reads TESSERA_DIST_DEBUG
+};
+
+class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
+ public:
+  // `store` is private to this group (a PrefixStore) and reachable by all its ranks; `global_ranks`
+  // maps this group's ranks to the world's (empty: the identity).
+  ProcessGroup(std::unique_ptr<Communicator> communicator, std::shared_ptr<Store> store,
+               ProcessGroupOptions options, std::vector<int> global_ranks = {});
+  // Waits for the queued operations (each bounded by the timeout), then stops the threads.
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const char* backend_name() const { return communicator_->backend_name(); }
+  const std::vector<int>& global_ranks() const { return global_ranks_; }
+  Milliseconds timeout() const { return options_.timeout; }
+  // Collectives issued so far; the next one gets this number.
+  uint64_t sequence_number() const { return next_sequence_.load(); }
+
+  // Tensors must be contiguous CPU tensors; in-place ops overwrite `tensor`. The tensors are kept
+  // alive until the operation finishes; do not read or write them before wait().
+  WorkPtr allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  WorkPtr broadcast(const Tensor& tensor, int root);
+  WorkPtr reduce(const Tensor& tensor, ReduceOp op, int root);  // result on root only
+  // output.numel() == size() * input.numel().
+  WorkPtr allgather(const Tensor& input, const Tensor& output);
+  // Unequal sizes: counts[r] elements from rank r; input.numel() == counts[rank()], output.numel()
+  // == sum(counts).
+  WorkPtr allgather(const Tensor& input, const Tensor& output, std::vector<int64_t> counts);
+  // input.numel() == size() * output.numel(); rank r gets the reduction of block r.
+  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::Sum);
+  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, std::vector<int64_t> counts,
+                         ReduceOp op = ReduceOp::Sum);
+  // input and output: size() equal blocks; block j of input goes to rank j.
+  WorkPtr alltoall(const Tensor& input, const Tensor& output);
+  WorkPtr send(const Tensor& tensor, int dst, int tag = 0);
+  WorkPtr recv(const Tensor& tensor, int src, int tag = 0);
+  WorkPtr barrier();
+
+  // The same over raw buffers (DDP's flat buckets); the caller keeps them alive until wait().
+  WorkPtr allreduce(Buffer data, ReduceOp op = ReduceOp::Sum);
+  WorkPtr broadcast(Buffer data, int root);
+  WorkPtr allgather(Buffer input, Buffer output, std::vector<int64_t> counts);
+  WorkPtr reduce_scatter(Buffer input, Buffer output, std::vector<int64_t> counts, ReduceOp op);
+
+  // A subgroup over `ranks` (this group's rank numbers, any order, no repeats). Every rank of this
+  // group calls it, in the same order (as torch.distributed.new_group); members get the new
+  // group, the others nullptr.
+  std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks);
+
+ private:
+  struct Task {
+    uint64_t sequence = 0;
+    std::string op;           // "allreduce"
+    std::string description;  // "allreduce #3 (sum, float32 x 10)"
+    std::string signature;    // what debug mode compares across ranks
+    std::function<void(Deadline)> body;
+    WorkPtr work;
+    bool collective = true;  // false for new_group's split, which has no sequence number
+    std::vector<Tensor> keep;  // alive until the task has run
+  };
+
+  WorkPtr enqueue(std::string op, std::string details, std::vector<Tensor> keep,
+                  std::function<void(Deadline)> body);
+  WorkPtr allreduce_buffer(Buffer data, ReduceOp op, std::vector<Tensor> keep);
+  WorkPtr broadcast_buffer(Buffer data, int root, std::vector<Tensor> keep);
+  WorkPtr allgather_buffer(Buffer input, Buffer output, std::vector<int64_t> counts, std::vector<Tensor> keep);
+  WorkPtr reduce_scatter_buffer(Buffer input, Buffer output, std::vector<int64_t> counts, ReduceOp op,
+                                std::vector<Tensor> keep);
+  void check_counts(const char* op, const std::vector<int64_t>& counts) const;
+  WorkPtr enqueue_task(Task task);
+  void run_worker();
+  void run_watchdog();
+  void run_task(Task& task);
+  void check_same_call(const Task& task, Deadline deadline);
+  std::string describe_stragglers(const Task& task);
+  Buffer checked_buffer(const Tensor& tensor, const char* op, const char* name) const;
+  void check_rank(int r, const char* op, const char* what) const;
+  WorkPtr post_transfer(const char* op, Buffer data, int peer, int tag, std::vector<Tensor> keep);
+
+  std::unique_ptr<Communicator> communicator_;
+  std::shared_ptr<Store> store_;
+  ProcessGroupOptions options_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<int> global_ranks_;
+  std::atomic<uint64_t> next_sequence_{0};
+  uint64_t groups_created_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+  std::exception_ptr broken_;  // the first failure; later operations rethrow it
+  std::string broken_by_;
+  // The collective now running, for the watchdog.
+  bool in_flight_ = false;
+  uint64_t in_flight_sequence_ = 0;
+  std::string in_flight_op_;
+  std::condition_variable watchdog_cv_;
+  std::thread worker_;
+  std::thread watchdog_;
+};
+
+using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;
+
+}  // namespace tessera::dist

@@ -1,0 +1,52 @@
+#include "tessera/dist/work.h"
+
+#include "tessera/core/error.h"
+
+namespace tessera::dist {
+
+Work::Work(std::string description, std::unique_ptr<PendingTransfer> transfer, Deadline deadline)
+    : description_(std::move(description)), transfer_(std::move(transfer)), transfer_deadline_(deadline) {}
+
+void Work::wait() { wait_until(Deadline::max()); }
+
+void Work::wait(Milliseconds timeout) { wait_until(detail::deadline_after(timeout)); }
+
+void Work::wait_until(Deadline deadline) {
+  std::unique_lock lock(mu_);
+  if (transfer_ && !done_) {
+    // A point-to-point transfer completes on the waiting thread: the backend's own wait is bounded
+    // by the group's timeout or the caller's, whichever comes first. Holding mu_ makes concurrent
+    // waiters queue behind the first.
+    // A backend cannot resume a timed-out wait, so a transfer whose wait failed stays failed.
+    std::exception_ptr error;
+    try {
+      transfer_->wait(std::min(deadline, transfer_deadline_));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    done_ = true;
+    error_ = error;
+    transfer_.reset();
+    done_cv_.notify_all();
+  }
+  if (!done_cv_.wait_until(lock, deadline, [&] { return done_; })) {
+    throw TimeoutError(tessera::detail::concat("[", description_, "] Work::wait timed out; the operation is still running"));
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool Work::is_completed() const {
+  std::lock_guard lock(mu_);
+  return done_;
+}
+
+void Work::finish(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mu_);
+    done_ = true;
+    error_ = std::move(error);
+  }
+  done_cv_.notify_all();
+}
+
+}  // namespace tessera::dist
