@@ -16,6 +16,19 @@ struct TrainStepOptions {
 };
 
 int train_step(const TrainStepOptions& options);
+
+struct CommOptions {
+  std::string backend = "auto";
+  std::string op = "allreduce";  // allreduce, broadcast, allgather, reduce_scatter, alltoall
+  size_t min_bytes = 4096;
+  size_t max_bytes = 256u << 20;
+  int iters = 0;   // timed calls per size; 0: about 64 MiB of traffic per size, 5..200 calls
+  int warmup = 2;
+  int timeout_ms = 120000;
+  bool json = false;  // one JSON object per size (for bench/compare_comm.py)
+};
+// nccl-tests-style table of one collective over the job's process group; exit 1 if a result was wrong.
+int comm(const CommOptions& options);
 // GFLOP/s of the sgemm path at n×n against the measured FMA peak of the same threads.
 int matmul(int n, const std::string& threads, int repeats);
 // Peak FP32 GFLOP/s of `threads` cores from a register-resident FMA loop (AVX-512 when the CPU has it).

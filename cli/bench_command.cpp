@@ -1,4 +1,4 @@
-// tessera bench train-step | matmul
+// tessera bench train-step | matmul | comm
 #include "bench/bench.h"
 #include "cli/commands.h"
 
@@ -30,8 +30,21 @@ Command add_bench_command(CLI::App& app) {
   matmul->add_option("--threads-list", mm->threads, "Comma-separated thread counts")->capture_default_str();
   matmul->add_option("--repeats", mm->repeats, "Timed repeats")->capture_default_str()->check(CLI::Range(1, 1000));
 
+  auto cm = std::make_shared<bench::CommOptions>();
+  auto* comm = bench->add_subcommand(
+      "comm", "Collective bandwidth (nccl-tests table); run under `tessera run --nproc-per-node N --` or mpirun");
+  comm->add_option("--backend", cm->backend, "auto, gloo, shm or mpi")->capture_default_str();
+  comm->add_option("--op", cm->op, "allreduce, broadcast, allgather, reduce_scatter or alltoall")->capture_default_str();
+  comm->add_option("--min-bytes", cm->min_bytes, "Smallest size")->capture_default_str();
+  comm->add_option("--max-bytes", cm->max_bytes, "Largest size (doubling from --min-bytes)")->capture_default_str();
+  comm->add_option("--iters", cm->iters, "Timed calls per size (0: about 64 MiB of traffic, 5..200)")->capture_default_str();
+  comm->add_option("--warmup", cm->warmup, "Untimed calls per size")->capture_default_str();
+  comm->add_option("--timeout-ms", cm->timeout_ms, "Per-operation timeout")->capture_default_str();
+  comm->add_flag("--json", cm->json, "One JSON object per size instead of the table");
+
   return {bench, [=]() -> int {
     if (train_step->parsed()) return bench::train_step(*ts);
+    if (comm->parsed()) return bench::comm(*cm);
     return bench::matmul(mm->n, mm->threads, mm->repeats);
   }};
 }

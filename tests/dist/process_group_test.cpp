@@ -1,0 +1,194 @@
+// ProcessGroup over the threaded backend (tier 1): every collective at world sizes 1–8, argument
+// checks, sequence numbers, subgroups, and the failure behaviour (a rank that never arrives is
+// named; the group is broken afterwards; debug mode reports a mismatch rank by rank).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <latch>
+
+#include "dist/collective_suite.h"
+#include "tessera/dist/backends/threaded/threaded_communicator.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera {
+namespace {
+
+using dist::ProcessGroup;
+
+testing::CommunicatorFactory threaded(int world) {
+  auto shared = dist::make_threaded_world(world);
+  return [shared](const dist::BackendContext& c) { return dist::make_threaded_communicator(shared, c.rank); };
+}
+
+dist::ProcessGroupOptions short_timeout(int ms) {
+  dist::ProcessGroupOptions o;
+  o.timeout = std::chrono::milliseconds(ms);
+  return o;
+}
+
+class ThreadedCollectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(ThreadedCollectives, EveryOperationMatchesTheSerialReference) {
+  int world = GetParam();
+  // No chunking to exercise here, so no multi-MiB size (the real backends test those).
+  auto failures = testing::run_suite_on_threads(world, threaded(world), {{0, 1, 7, 1027, 65537}, true});
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failures, first: " << failures.front();
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ThreadedCollectives, ::testing::Values(1, 2, 3, 4, 5, 7, 8));
+
+TEST(ProcessGroup, ChecksArgumentsOnTheCallersThread) {
+  testing::run_on_threads(2, threaded(2), [](ProcessGroup& g) {
+    Tensor m = ones({3, 4});
+    EXPECT_THROW(g.allreduce(m.transpose(0, 1)), ValueError);  // not contiguous
+    EXPECT_THROW(g.broadcast(ones({4}), 2), ValueError);       // root out of range
+    EXPECT_THROW(g.allgather(ones({4}), ones({7})), ValueError);
+    EXPECT_THROW(g.reduce_scatter(ones({5}), ones({2})), ValueError);
+    EXPECT_THROW(g.alltoall(ones({5}), ones({5})), ValueError);  // 5 does not split into 2 blocks
+    EXPECT_THROW(g.send(ones({4}), g.rank()), ValueError);        // to itself
+    EXPECT_THROW(g.new_group({0, 0}), ValueError);
+    try {
+      g.allgather(ones({4}), ones({4}), {4, 1, 2});
+      ADD_FAILURE() << "expected ValueError";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("[allgather] 3 counts for a group of 2"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(g.sequence_number(), 0u);  // nothing was queued
+  });
+}
+
+TEST(ProcessGroup, NumbersCollectivesInOrderAndDescribesThem) {
+  testing::run_on_threads(3, threaded(3), [](ProcessGroup& g) {
+    auto a = g.allreduce(ones({10}));
+    auto b = g.broadcast(ones({5}), 1);
+    EXPECT_EQ(a->description(), "allreduce #0 (sum, float32 x 10)");
+    EXPECT_EQ(b->description(), "broadcast #1 (root 1, float32 x 5)");
+    b->wait();
+    a->wait();
+    EXPECT_TRUE(a->is_completed());
+    EXPECT_EQ(g.sequence_number(), 2u);
+  });
+}
+
+TEST(ProcessGroup, SubgroupsRunIndependently) {
+  testing::run_on_threads(4, threaded(4), [](ProcessGroup& g) {
+    auto low = g.new_group({0, 1});
+    auto high = g.new_group({3, 2});
+    if (g.rank() < 2) {
+      ASSERT_NE(low, nullptr);
+      EXPECT_EQ(high, nullptr);
+      EXPECT_EQ(low->rank(), g.rank());
+    } else {
+      EXPECT_EQ(low, nullptr);
+      ASSERT_NE(high, nullptr);
+      EXPECT_EQ(high->rank(), g.rank() - 2);
+      EXPECT_EQ(high->global_ranks(), (std::vector<int>{2, 3}));
+    }
+    auto& mine = g.rank() < 2 ? low : high;
+    Tensor t = full({3}, static_cast<float>(g.rank()));
+    mine->allreduce(t)->wait();
+    float want = g.rank() < 2 ? 0.0f + 1.0f : 2.0f + 3.0f;
+    EXPECT_EQ(t.data<float>()[2], want);
+    auto failures = testing::run_collective_suite(*mine, {{0, 5, 1000}, true});
+    EXPECT_TRUE(failures.empty()) << failures.front();
+    g.barrier()->wait();  // the parent still works
+  });
+}
+
+TEST(ProcessGroup, ARankThatNeverArrivesIsNamedAndTheGroupIsBroken) {
+  const int world = 4, victim = 2;
+  std::latch others_failed(world - 1);
+  testing::run_on_threads(
+      world, threaded(world),
+      [&](ProcessGroup& g) {
+        g.allreduce(ones({8}))->wait();  // #0
+        if (g.rank() == victim) {
+          others_failed.wait();  // never calls #1, stays alive until the others have failed
+          return;
+        }
+        try {
+          g.allreduce(ones({8}))->wait();  // #1
+          ADD_FAILURE() << "expected a timeout";
+        } catch (const TimeoutError& e) {
+          std::string m = e.what();
+          EXPECT_NE(m.find("[allreduce #1 (sum, float32 x 8)] rank " + std::to_string(g.rank()) + " of 4"),
+                    std::string::npos)
+              << m;
+          EXPECT_NE(m.find("never arrived at #1: rank 2 [no report"), std::string::npos) << m;
+        }
+        others_failed.count_down();
+        // Broken: the next op fails at once, naming the op that broke it.
+        try {
+          g.barrier()->wait();
+          ADD_FAILURE() << "expected the group to be broken";
+        } catch (const TimeoutError& e) {
+          EXPECT_NE(std::string(e.what()).find("failed earlier in allreduce #1"), std::string::npos) << e.what();
+        }
+      },
+      short_timeout(300));
+}
+
+TEST(ProcessGroup, DebugModeReportsAMismatchOnEveryRank) {
+  dist::ProcessGroupOptions options = short_timeout(5000);
+  options.debug = true;
+  std::atomic<int> reported{0};
+  testing::run_on_threads(
+      3, threaded(3),
+      [&](ProcessGroup& g) {
+        g.allreduce(ones({4}))->wait();
+        try {
+          if (g.rank() == 1) {
+            g.broadcast(ones({4}), 0)->wait();
+          } else {
+            g.allreduce(ones({4}))->wait();
+          }
+          ADD_FAILURE() << "expected a mismatch report";
+        } catch (const ValueError& e) {
+          std::string m = e.what();
+          EXPECT_NE(m.find("collective #1 differs across ranks"), std::string::npos) << m;
+          EXPECT_NE(m.find("rank 0: allreduce (sum, float32 x 4)"), std::string::npos) << m;
+          EXPECT_NE(m.find("rank 1: broadcast (root 0, float32 x 4)"), std::string::npos) << m;
+          ++reported;
+        }
+      },
+      options);
+  EXPECT_EQ(reported.load(), 3);
+}
+
+TEST(ProcessGroup, WorkWaitWithAShortTimeoutNamesTheOperation) {
+  std::latch done(1);
+  testing::run_on_threads(
+      2, threaded(2),
+      [&](ProcessGroup& g) {
+        if (g.rank() == 1) {
+          done.wait();  // joins the allreduce only after rank 0 has given up waiting once
+        }
+        auto work = g.allreduce(ones({4}));
+        if (g.rank() == 0) {
+          try {
+            work->wait(std::chrono::milliseconds(20));
+            ADD_FAILURE() << "expected a timeout";
+          } catch (const TimeoutError& e) {
+            EXPECT_NE(std::string(e.what()).find("[allreduce #0"), std::string::npos) << e.what();
+          }
+          done.count_down();
+        }
+        work->wait();  // still completes
+      },
+      short_timeout(20000));
+}
+
+TEST(ProcessGroup, SendAndRecvAcrossThreads) {
+  testing::run_on_threads(2, threaded(2), [](ProcessGroup& g) {
+    Tensor t = g.rank() == 0 ? full({6}, 3.5f) : zeros({6});
+    if (g.rank() == 0) {
+      g.send(t, 1, 7)->wait();
+    } else {
+      g.recv(t, 0, 7)->wait();
+      EXPECT_EQ(t.data<float>()[5], 3.5f);
+    }
+  });
+}
+
+}  // namespace
+}  // namespace tessera
