@@ -37,9 +37,47 @@ std::unordered_map<Node*, int> count_dependencies(const std::vector<Node*>& root
   return deps;
 }
 
+// The callbacks of the backward pass running on this thread (null outside backward).
+thread_local std::vector<std::function<void()>>* current_callbacks = nullptr;
+
+// Installs a callback list for one backward pass; restores the outer one (a backward run from a
+// callback or hook) when done.
+class CallbackScope {
+ public:
+  CallbackScope() : outer_(current_callbacks) { current_callbacks = &callbacks_; }
+  ~CallbackScope() { current_callbacks = outer_; }
+  // Runs the callbacks queued so far and any they queue.
+  void run() {
+    for (size_t i = 0; i < callbacks_.size(); ++i) {
+      auto callback = std::move(callbacks_[i]);
+      callback();
+    }
+    callbacks_.clear();
+  }
+
+ private:
+  std::vector<std::function<void()>> callbacks_;
+  std::vector<std::function<void()>>* outer_;
+};
+
+void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph);
+
 }  // namespace
 
+void queue_callback(std::function<void()> callback) {
+  TESSERA_CHECK(current_callbacks != nullptr, "[queue_callback] called outside a backward pass");
+  current_callbacks->push_back(std::move(callback));
+}
+
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  CallbackScope scope;
+  run_graph(roots, grads, retain_graph);
+  scope.run();
+}
+
+namespace {
+
+void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   TESSERA_CHECK(roots.size() == grads.size(), "[backward] got ", roots.size(), " roots but ", grads.size(),
                 " gradients");
   NoGradGuard no_grad;  // backward formulas themselves are not recorded
@@ -113,5 +151,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     }
   }
 }
+
+}  // namespace
 
 }  // namespace tessera::autograd

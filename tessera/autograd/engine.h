@@ -1,5 +1,6 @@
 // Runs backward over the recorded graph.
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "tessera/core/tensor.h"
@@ -10,5 +11,10 @@ namespace tessera::autograd {
 // Gradients accumulate into the .grad of leaves that require grad. Without retain_graph the graph's
 // saved tensors are freed, and a second backward through it raises an error.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph = false);
+
+// From a grad-ready hook: runs `callback` once the backward pass now running has finished (before
+// backward() returns), as PyTorch's queue_callback. DDP's reducer waits for its last buckets here,
+// so a training loop's loss.backward() returns with averaged gradients. ValueError outside backward.
+void queue_callback(std::function<void()> callback);
 
 }  // namespace tessera::autograd

@@ -1,0 +1,151 @@
+#include "tessera/dist/backends/mpi/mpi_runtime.h"
+
+#include <sched.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "tessera/core/error.h"
+
+namespace tessera::dist::detail {
+
+namespace {
+
+// Spin, then sched_yield, then sleep: the thresholds are the time since the wait began. 50 µs of
+// spinning covers a small allreduce on one machine; sleeps stay at or below 200 µs because Open
+// MPI's nonblocking collectives (libnbc) advance a round only when we call MPI_Test.
+constexpr auto kSpinFor = std::chrono::microseconds(50);
+constexpr auto kYieldFor = std::chrono::milliseconds(2);
+constexpr auto kMinPollSleep = std::chrono::microseconds(20);
+constexpr auto kMaxPollSleep = std::chrono::microseconds(200);
+
+struct Runtime {
+  std::mutex init_mu;  // guards initialised / owned
+  bool initialised = false;
+  bool owned = false;  // we called MPI_Init_thread, so we finalise
+  std::atomic<bool> serialised{false};
+  std::atomic<bool> unfinishable{false};
+  std::mutex call_mu;  // MpiLock's, when serialised
+  std::mutex keep_mu;
+  std::vector<std::shared_ptr<void>> keep;
+};
+
+// Never destroyed: the atexit handler and late destructors (a ProcessGroup in a global) may run
+// after static destruction has begun.
+Runtime& runtime() {
+  static Runtime* r = new Runtime;
+  return *r;
+}
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+  }
+  return "an unknown thread level";
+}
+
+void finalize_at_exit() {
+  Runtime& r = runtime();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && !r.unfinishable.load()) MPI_Finalize();
+  // Only now may rank 0's store server go: every rank has passed the finalize fence, so none is
+  // still talking to it. After a failure, stopping it tells the peers at once (PeerFailureError).
+  std::vector<std::shared_ptr<void>> keep;
+  {
+    std::lock_guard lock(r.keep_mu);
+    keep.swap(r.keep);
+  }
+  keep.clear();
+}
+
+}  // namespace
+
+void ensure_mpi_initialised() {
+  Runtime& r = runtime();
+  std::lock_guard lock(r.init_mu);
+  if (r.initialised) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) throw Error("[init_process_group] backend mpi: MPI was already finalised in this process");
+  int already = 0;
+  MPI_Initialized(&already);
+  int provided = MPI_THREAD_SINGLE;
+  if (already) {
+    MPI_Query_thread(&provided);
+  } else {
+    int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    if (code != MPI_SUCCESS) {
+      throw Error(tessera::detail::concat("[init_process_group] backend mpi: MPI_Init_thread failed (error ", code,
+                                          "); is this process started by a matching mpirun?"));
+    }
+    r.owned = true;
+    std::atexit(finalize_at_exit);
+  }
+  r.initialised = true;
+  if (provided < MPI_THREAD_MULTIPLE) {
+    // Correct for MPI_THREAD_SERIALIZED; below that it relies on the library tolerating calls from
+    // several threads one at a time, which Open MPI and MPICH do in practice.
+    r.serialised = true;
+    std::fprintf(stderr,
+                 "[mpi] this MPI library provides %s, not MPI_THREAD_MULTIPLE: tessera serialises its MPI calls "
+                 "with a lock (point-to-point transfers then wait behind collectives' progress calls)\n",
+                 thread_level_name(provided));
+  }
+}
+
+bool mpi_calls_serialised() { return runtime().serialised.load(); }
+
+MpiLock::MpiLock() {
+  if (runtime().serialised.load()) lock_ = std::unique_lock(runtime().call_mu);
+}
+
+void mark_mpi_unfinishable() { runtime().unfinishable = true; }
+
+void keep_until_mpi_finalize(std::shared_ptr<void> object) {
+  std::lock_guard lock(runtime().keep_mu);
+  runtime().keep.push_back(std::move(object));
+}
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return tessera::detail::concat("MPI error ", code);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+RequestOutcome wait_for_request(MPI_Request& request, Deadline deadline, MPI_Status* status) {
+  const Clock::time_point start = Clock::now();
+  auto sleep = kMinPollSleep;
+  for (;;) {
+    int done = 0, code;
+    {
+      MpiLock lock;
+      code = MPI_Test(&request, &done, status);
+    }
+    if (code != MPI_SUCCESS) return {true, code};
+    if (done) return {true, MPI_SUCCESS};
+    Clock::time_point now = Clock::now();
+    if (now >= deadline) return {false, MPI_SUCCESS};
+    auto waited = now - start;
+    if (waited < kSpinFor) continue;
+    if (waited < kYieldFor) {
+      sched_yield();
+      continue;
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(sleep, deadline - now));
+    sleep = std::min<std::chrono::microseconds>(sleep * 2, kMaxPollSleep);
+  }
+}
+
+long long elapsed_ms(Clock::time_point start) {
+  return std::chrono::duration_cast<Milliseconds>(Clock::now() - start).count();
+}
+
+}  // namespace tessera::dist::detail

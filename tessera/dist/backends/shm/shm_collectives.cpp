@@ -1,0 +1,205 @@
+// The collectives of ShmCommunicator, as rounds over the shared slots (the protocol is described
+// in shm_communicator.h). With one rank every collective is a local copy or nothing.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/dist/backends/shm/shm_communicator.h"
+#include "tessera/dist/backends/shm/shm_reduce.h"
+
+namespace tessera::dist {
+
+namespace {
+
+constexpr size_t kLine = 64;
+
+char* bytes(const Buffer& b) { return static_cast<char*>(b.data); }
+
+// Start of rank j's share of an m-element round split n ways, on a cache-line boundary so that
+// no two ranks write the same line of the output or of a slot.
+int64_t share_begin(int64_t m, int j, int n, int64_t line_elems) {
+  if (j >= n) return m;
+  return m * j / n / line_elems * line_elems;
+}
+
+// Elements [lo, lo + per) of a piece of `count` elements, clipped: how much of it round `lo` moves.
+int64_t piece(int64_t count, int64_t lo, int64_t per) { return std::clamp<int64_t>(count - lo, 0, per); }
+
+void copy(void* dst, const void* src, int64_t n, size_t elem) {
+  if (n > 0 && dst != src) std::memmove(dst, src, static_cast<size_t>(n) * elem);
+}
+
+}  // namespace
+
+void ShmCommunicator::allreduce(Buffer data, ReduceOp op, Deadline deadline) {
+  if (size_ == 1) return;
+  reduce_rounds(data, op, -1, "allreduce", deadline);
+}
+
+void ShmCommunicator::reduce(Buffer data, ReduceOp op, int root, Deadline deadline) {
+  if (size_ == 1) return;
+  reduce_rounds(data, op, root, "reduce", deadline);
+}
+
+void ShmCommunicator::reduce_rounds(Buffer data, ReduceOp op, int root, const char* name, Deadline deadline) {
+  const size_t es = dtype_size(data.dtype);
+  const int64_t per_round = static_cast<int64_t>(chunk_bytes_ / es);
+  const int64_t line = static_cast<int64_t>(kLine / es);
+  const int n = size_, r = rank_;
+  const bool result_here = root < 0 || root == r;  // copies the others' results out
+  const bool result_shared = root < 0 || root != r;  // puts its own result in its slot
+  std::vector<const void*> src(static_cast<size_t>(n));
+  char* d = bytes(data);
+  auto begin = [&](int64_t m, int j) { return share_begin(m, j, n, line); };
+  // Chunk i of the tensor: elements [i * per_round, + m).
+  auto copy_out = [&](int64_t base, int64_t m, uint64_t k) {
+    for (int p = 0; p < n; ++p) {
+      if (p != r) copy(d + (base + begin(m, p)) * es, slot(p, k) + begin(m, p) * es, begin(m, p + 1) - begin(m, p), es);
+    }
+  };
+  int64_t prev_base = 0, prev_m = 0;
+  uint64_t prev_k = 0;
+  for (int64_t base = 0; base < data.count; base += per_round) {
+    const int64_t m = std::min(per_round, data.count - base);
+    const uint64_t k = begin_round(name, deadline, 3);  // chunk i is copied out in round k + 1
+    char* mine = slot(r, k);
+    // The other ranks' shares of my input into my slot; my own share stays where it is.
+    for (int j = 0; j < n; ++j) {
+      if (j != r) copy(mine + begin(m, j) * es, d + (base + begin(m, j)) * es, begin(m, j + 1) - begin(m, j), es);
+    }
+    arrive_and_wait(k, name, deadline);
+    // Every peer reduced the previous chunk before arriving here.
+    if (prev_m > 0 && result_here) copy_out(prev_base, prev_m, prev_k);
+    // My share, reduced across every rank in rank order, to my output and (for the others to
+    // copy) to my slot, whose share r the copy-in above left free.
+    const int64_t lo = begin(m, r), len = begin(m, r + 1) - lo;
+    for (int p = 0; p < n; ++p) src[static_cast<size_t>(p)] = p == r ? d + (base + lo) * es : slot(p, k) + lo * es;
+    if (len > 0) {
+      void* out = result_here ? d + (base + lo) * es : mine + lo * es;
+      void* out_copy = result_here && result_shared ? mine + lo * es : nullptr;
+      detail::shm_reduce(out, out_copy, src.data(), n, len, data.dtype, op);
+    }
+    prev_base = base;
+    prev_m = m;
+    prev_k = k;
+  }
+  // A last round without data: everyone's last share is reduced once everyone arrives.
+  const uint64_t k = round_++;
+  arrive_and_wait(k, name, deadline);
+  if (result_here) copy_out(prev_base, prev_m, prev_k);
+}
+
+void ShmCommunicator::broadcast(Buffer data, int root, Deadline deadline) {
+  if (size_ == 1) return;
+  const size_t total = data.nbytes();
+  char* d = bytes(data);
+  for (size_t off = 0; off < total; off += chunk_bytes_) {
+    const size_t len = std::min(chunk_bytes_, total - off);
+    if (rank_ == root) {
+      // The root waits for nobody but a free buffer, so it runs up to two rounds ahead.
+      const uint64_t k = begin_round("broadcast", deadline, 1);
+      std::memcpy(slot(root, k), d + off, len);
+      sync_->publish(static_cast<uint32_t>(k + 1));
+    } else {
+      const uint64_t k = round_++;
+      sync_->wait(static_cast<uint32_t>(k + 1), "broadcast", deadline, root);
+      std::memcpy(d + off, slot(root, k), len);
+      sync_->publish(static_cast<uint32_t>(k + 1));
+    }
+  }
+}
+
+void ShmCommunicator::allgather(Buffer input, Buffer output, std::span<const int64_t> counts, Deadline deadline) {
+  const size_t es = dtype_size(input.dtype);
+  const int n = size_, r = rank_;
+  std::vector<int64_t> offset(static_cast<size_t>(n) + 1, 0);
+  for (int p = 0; p < n; ++p) offset[static_cast<size_t>(p) + 1] = offset[static_cast<size_t>(p)] + counts[static_cast<size_t>(p)];
+  char* in = bytes(input);
+  char* out = bytes(output);
+  const int64_t own = counts[static_cast<size_t>(r)];
+  if (n == 1) {
+    copy(out, in, own, es);
+    return;
+  }
+  const int64_t per_round = static_cast<int64_t>(chunk_bytes_ / es);
+  const int64_t longest = *std::max_element(counts.begin(), counts.end());
+  for (int64_t lo = 0; lo < longest; lo += per_round) {
+    const uint64_t k = begin_round("allgather", deadline, 2);
+    const int64_t mine = piece(own, lo, per_round);
+    if (mine > 0) std::memcpy(slot(r, k), in + lo * es, static_cast<size_t>(mine) * es);
+    sync_->publish(static_cast<uint32_t>(k + 1));
+    // My own piece goes straight to my output, while the peers fill their slots.
+    copy(out + (offset[static_cast<size_t>(r)] + lo) * es, in + lo * es, mine, es);
+    sync_->wait(static_cast<uint32_t>(k + 1), "allgather", deadline);
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      copy(out + (offset[static_cast<size_t>(p)] + lo) * es, slot(p, k), piece(counts[static_cast<size_t>(p)], lo, per_round),
+           es);
+    }
+  }
+}
+
+void ShmCommunicator::reduce_scatter(Buffer input, Buffer output, std::span<const int64_t> counts, ReduceOp op,
+                                     Deadline deadline) {
+  exchange_rounds(input, output, counts, true, op, "reduce_scatter", deadline);
+}
+
+void ShmCommunicator::alltoall(Buffer input, Buffer output, Deadline deadline) {
+  std::vector<int64_t> counts(static_cast<size_t>(size_), input.count / size_);
+  exchange_rounds(input, output, counts, false, ReduceOp::Sum, "alltoall", deadline);
+}
+
+void ShmCommunicator::exchange_rounds(Buffer input, Buffer output, std::span<const int64_t> counts, bool reduce,
+                                      ReduceOp op, const char* name, Deadline deadline) {
+  const size_t es = dtype_size(input.dtype);
+  const int n = size_, r = rank_;
+  // Piece j of the input (for rank j) starts at in_off[j]; for reduce_scatter it is segment j of
+  // the input, for alltoall block j. Alltoall puts rank p's piece at block p of the output.
+  std::vector<int64_t> in_off(static_cast<size_t>(n), 0);
+  for (int p = 1; p < n; ++p) in_off[static_cast<size_t>(p)] = in_off[static_cast<size_t>(p) - 1] + counts[static_cast<size_t>(p) - 1];
+  const int64_t mine_count = counts[static_cast<size_t>(r)];
+  char* in = bytes(input);
+  char* out = bytes(output);
+  if (n == 1) {
+    copy(out, in, mine_count, es);
+    return;
+  }
+  // Each slot buffer holds one area per destination rank, on cache-line boundaries.
+  const size_t area_bytes = chunk_bytes_ / static_cast<size_t>(n) / kLine * kLine;
+  const int64_t per_round = static_cast<int64_t>(area_bytes / es);
+  const int64_t longest = *std::max_element(counts.begin(), counts.end());
+  std::vector<const void*> src(static_cast<size_t>(n));
+  for (int64_t lo = 0; lo < longest; lo += per_round) {
+    const uint64_t k = begin_round(name, deadline, 2);
+    char* mine = slot(r, k);
+    for (int j = 0; j < n; ++j) {
+      if (j == r) continue;
+      const int64_t len = piece(counts[static_cast<size_t>(j)], lo, per_round);
+      copy(mine + static_cast<size_t>(j) * area_bytes, in + (in_off[static_cast<size_t>(j)] + lo) * es, len, es);
+    }
+    sync_->publish(static_cast<uint32_t>(k + 1));
+    const int64_t len = piece(mine_count, lo, per_round);
+    if (!reduce) copy(out + (in_off[static_cast<size_t>(r)] + lo) * es, in + (in_off[static_cast<size_t>(r)] + lo) * es, len, es);
+    sync_->wait(static_cast<uint32_t>(k + 1), name, deadline);
+    if (reduce) {
+      for (int p = 0; p < n; ++p) {
+        src[static_cast<size_t>(p)] =
+            p == r ? in + (in_off[static_cast<size_t>(r)] + lo) * es : slot(p, k) + static_cast<size_t>(r) * area_bytes;
+      }
+      if (len > 0) detail::shm_reduce(out + lo * es, nullptr, src.data(), n, len, input.dtype, op);
+    } else {
+      for (int p = 0; p < n; ++p) {
+        if (p != r) copy(out + (in_off[static_cast<size_t>(p)] + lo) * es, slot(p, k) + static_cast<size_t>(r) * area_bytes, len, es);
+      }
+    }
+  }
+}
+
+void ShmCommunicator::barrier(Deadline deadline) {
+  if (size_ == 1) return;
+  arrive_and_wait(round_++, "barrier", deadline);  // writes no slot, so it needs no free buffer
+}
+
+}  // namespace tessera::dist

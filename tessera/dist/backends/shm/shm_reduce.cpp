@@ -1,0 +1,108 @@
+#include "tessera/dist/backends/shm/shm_reduce.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace tessera::dist::detail {
+
+namespace {
+
+// The fold runs over blocks small enough that the accumulator stays in L1 (48 KiB here) while the
+// n sources stream past it once: one pass over memory whatever n is. The accumulator also lets
+// `out` alias a source: nothing is written until every source of the block has been read.
+constexpr int64_t kBlockBytes = 8192;
+
+struct Sum {
+  template <typename T> T operator()(T x, T y) const { return x + y; }
+};
+// The same expressions as reduce_pair (std::max / std::min), so NaNs propagate the same way.
+struct Max {
+  template <typename T> T operator()(T x, T y) const { return std::max(x, y); }
+};
+struct Min {
+  template <typename T> T operator()(T x, T y) const { return std::min(x, y); }
+};
+
+template <typename T, typename Op>
+void fold(void* out_v, void* copy_v, const void* const* src_v, int n, int64_t count, Op op) {
+  constexpr int64_t kBlock = kBlockBytes / sizeof(T);
+  alignas(64) T acc[kBlock];
+  T* out = static_cast<T*>(out_v);
+  T* copy = static_cast<T*>(copy_v);
+  for (int64_t base = 0; base < count; base += kBlock) {
+    const int64_t m = std::min(kBlock, count - base);
+    const T* __restrict s0 = static_cast<const T*>(src_v[0]) + base;
+    if (n == 1) {
+      for (int64_t i = 0; i < m; ++i) acc[i] = s0[i];
+    } else {
+      const T* __restrict s1 = static_cast<const T*>(src_v[1]) + base;
+      for (int64_t i = 0; i < m; ++i) acc[i] = op(s0[i], s1[i]);
+    }
+    for (int p = 2; p < n; ++p) {
+      const T* __restrict s = static_cast<const T*>(src_v[p]) + base;
+      for (int64_t i = 0; i < m; ++i) acc[i] = op(acc[i], s[i]);
+    }
+    std::memcpy(out + base, acc, static_cast<size_t>(m) * sizeof(T));
+    if (copy != nullptr) std::memcpy(copy + base, acc, static_cast<size_t>(m) * sizeof(T));
+  }
+}
+
+inline float widen(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// float_to_bf16 (core/dtype.h) written without branches so that the loop vectorises: round to
+// nearest even, NaN stays a (quiet) NaN.
+inline uint16_t narrow(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t nan = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+template <typename Op>
+void fold_bf16(void* out_v, void* copy_v, const void* const* src_v, int n, int64_t count, Op op) {
+  constexpr int64_t kBlock = kBlockBytes / sizeof(float);
+  alignas(64) float acc[kBlock];
+  alignas(64) uint16_t result[kBlock];
+  uint16_t* out = static_cast<uint16_t*>(out_v);
+  uint16_t* copy = static_cast<uint16_t*>(copy_v);
+  for (int64_t base = 0; base < count; base += kBlock) {
+    const int64_t m = std::min(kBlock, count - base);
+    const uint16_t* __restrict s0 = static_cast<const uint16_t*>(src_v[0]) + base;
+    for (int64_t i = 0; i < m; ++i) acc[i] = widen(s0[i]);
+    for (int p = 1; p < n; ++p) {
+      const uint16_t* __restrict s = static_cast<const uint16_t*>(src_v[p]) + base;
+      for (int64_t i = 0; i < m; ++i) acc[i] = op(acc[i], widen(s[i]));
+    }
+    for (int64_t i = 0; i < m; ++i) result[i] = narrow(acc[i]);
+    std::memcpy(out + base, result, static_cast<size_t>(m) * 2);
+    if (copy != nullptr) std::memcpy(copy + base, result, static_cast<size_t>(m) * 2);
+  }
+}
+
+template <typename Op>
+void fold_typed(void* out, void* copy, const void* const* src, int n, int64_t count, DType dtype, Op op) {
+  switch (dtype) {
+    case DType::Float32: fold<float>(out, copy, src, n, count, op); return;
+    case DType::Int64: fold<int64_t>(out, copy, src, n, count, op); return;
+    case DType::BFloat16: fold_bf16(out, copy, src, n, count, op); return;
+  }
+}
+
+}  // namespace
+
+void shm_reduce(void* out, void* out_copy, const void* const* src, int n, int64_t count, DType dtype, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: fold_typed(out, out_copy, src, n, count, dtype, Sum{}); return;
+    case ReduceOp::Max: fold_typed(out, out_copy, src, n, count, dtype, Max{}); return;
+    case ReduceOp::Min: fold_typed(out, out_copy, src, n, count, dtype, Min{}); return;
+  }
+}
+
+}  // namespace tessera::dist::detail

@@ -1,0 +1,39 @@
+// ShmSegment: one POSIX shared-memory mapping (shm_open + mmap) that the ranks of an shm group
+// share. Rank 0 creates it under a fresh random name; the others open that name; once every rank
+// has mapped it, rank 0 unlinks the name, so the memory goes away with the last mapping even if a
+// process crashes (nothing is left behind in /dev/shm after setup).
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace tessera::dist::detail {
+
+class ShmSegment {
+ public:
+  ShmSegment() = default;
+  // A new segment of `bytes` under a unique name (name() tells which). The pages are allocated
+  // up front (posix_fallocate), so a full /dev/shm is an IoError here rather than a SIGBUS later.
+  static ShmSegment create(size_t bytes);
+  // Maps the segment `name`; IoError when it does not exist or is smaller than `bytes`.
+  static ShmSegment open(const std::string& name, size_t bytes);
+  // Removes the name; the mappings stay valid. Idempotent.
+  static void unlink(const std::string& name);
+
+  ~ShmSegment();
+  ShmSegment(ShmSegment&& other) noexcept;
+  ShmSegment& operator=(ShmSegment&& other) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  ShmSegment(std::string name, char* data, size_t size) : name_(std::move(name)), data_(data), size_(size) {}
+  std::string name_;
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace tessera::dist::detail

@@ -1,0 +1,49 @@
+// ShmSync: the flags an shm group synchronises on. Each rank owns one monotonically increasing
+// counter in the shared segment (the rounds it has arrived at, shm_communicator.h); it publishes
+// its own and waits for the peers'. A wait spins briefly, then sleeps on a
+// shared futex (no FUTEX_PRIVATE_FLAG: the peers are other processes) in bounded slices, checking
+// the deadline (TimeoutError naming the ranks not yet there) and, after each idle slice, whether
+// the peers' processes still exist (PeerFailureError naming the one that is gone).
+#pragma once
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "tessera/dist/types.h"
+
+namespace tessera::dist::detail {
+
+// One flag on its own 128 bytes: the adjacent-line prefetcher pulls pairs of 64-byte lines, and a
+// flag sharing them with another rank's flag would bounce between the cores on every publish.
+struct alignas(128) ShmCounter {
+  std::atomic<uint32_t> value{0};
+  std::atomic<uint32_t> sleepers{0};  // waiters in futex_wait on `value`; publish wakes only if > 0
+};
+
+class ShmSync {
+ public:
+  // `counters` points at `size` counters in the segment; `pids[r]` is rank r's process.
+  ShmSync(ShmCounter* counters, int rank, int size, std::vector<pid_t> pids);
+
+  // Sets this rank's counter to `value` and wakes the peers sleeping on it.
+  void publish(uint32_t value);
+  // Returns once rank p's counter has reached `value` (wrap-around safe) for every peer p, or only
+  // for `only_peer` when it is >= 0. `op` names the collective in errors ("allreduce").
+  void wait(uint32_t value, const char* op, Deadline deadline, int only_peer = -1);
+
+ private:
+  void wait_one(int peer, uint32_t value, const char* op, Deadline deadline, int only_peer);
+  [[noreturn]] void throw_timeout(uint32_t value, const char* op, int only_peer);
+  void check_alive(int peer, const char* op);
+
+  ShmCounter* counters_;
+  int rank_;
+  int size_;
+  std::vector<pid_t> pids_;
+  int max_spin_;  // pauses before sleeping, at most; see the constructor for the measurement
+  int spin_;      // the current budget, adapted after every wait
+};
+
+}  // namespace tessera::dist::detail

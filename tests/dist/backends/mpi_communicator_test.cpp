@@ -1,0 +1,185 @@
+// The mpi backend across real processes: jobs started by mpirun, as users start them. Each test
+// runs `timeout 120 mpirun -np N` over either the shared collective worker (the whole suite, for
+// N in 1, 2, 3, 4, 8, and gloo bootstrapped by the mpi job) or this test binary itself, whose
+// MpiWorkerRole tests (mpi_worker_roles_test.cpp) are the ranks of the mpi-specific cases: subgroups,
+// in-place and aliased buffers, p2p from a second thread, timeouts. Skipped in a build without MPI.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/dist/backends/backend.h"
+#include "tessera/dist/backends/mpi/mpi_job.h"
+#include "tessera/dist/store/hash_store.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "tessera-mpi-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+struct MpiRun {
+  int exit_code = -1;  // 124: killed by `timeout`, i.e. the job hung
+  std::string output;  // mpirun's stdout and stderr, with every rank's
+  double seconds = 0;
+};
+
+// `timeout 120 mpirun -np <np> <command...>` with `env` exported to the ranks. Open MPI leaks by
+// design, so the ranks run without LeakSanitizer in sanitizer builds.
+MpiRun mpirun(int np, const std::vector<std::string>& command, const TempDir& dir,
+              const std::vector<std::string>& env = {}) {
+  std::string line = "timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(np) +
+                     " -x ASAN_OPTIONS=detect_leaks=0";
+  for (const auto& e : env) line += " -x '" + e + "'";
+  for (const auto& c : command) line += " '" + c + "'";
+  fs::path out = dir.path() / "mpirun.txt";
+  line += " > '" + out.string() + "' 2>&1 < /dev/null";
+  auto start = std::chrono::steady_clock::now();
+  int status = std::system(line.c_str());
+  MpiRun run;
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  run.output = line + "\n" + read_text(out);
+  return run;
+}
+
+// The ranks of a role test: this binary, filtered to that one test.
+MpiRun run_role(int np, const std::string& role, const TempDir& dir) {
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  return mpirun(np, {self, "--gtest_color=no", "--gtest_filter=MpiWorkerRole." + role}, dir,
+                {"TESSERA_MPI_TEST_ROLE=" + role, "TESSERA_MPI_TEST_DIR=" + dir.path().string()});
+}
+
+#ifndef TESSERA_HAVE_MPI
+#define SKIP_WITHOUT_MPI() GTEST_SKIP() << "this tessera was built without MPI"
+#else
+#define SKIP_WITHOUT_MPI() \
+  do {                     \
+  } while (0)
+#endif
+
+class MpiSuite : public ::testing::TestWithParam<int> {};
+
+TEST_P(MpiSuite, EveryCollectiveMatchesTheSerialReference) {
+  SKIP_WITHOUT_MPI();
+  const int world = GetParam();
+  TempDir dir;
+  // Eight processes share two cores: smaller sizes there.
+  std::string large = world >= 8 ? "65537" : "262147";
+  MpiRun run = mpirun(world, {TESSERA_COLLECTIVE_WORKER, "--backend", "mpi", "--sizes", "0", "1", "7", "1027", large},
+                      dir);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (int r = 0; r < world; ++r)
+    EXPECT_EQ(count(run.output, "rank " + std::to_string(r) + " of " + std::to_string(world) + " (mpi): ok"), 1)
+        << run.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, MpiSuite, ::testing::Values(1, 2, 3, 4, 8),
+                         [](const auto& info) { return "np" + std::to_string(info.param); });
+
+TEST(MpiJob, GlooRunsUnderMpirunThroughTheStoreRank0Hosts) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  MpiRun run = mpirun(2, {TESSERA_COLLECTIVE_WORKER, "--backend", "gloo", "--sizes", "0", "7", "1027"}, dir);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(count(run.output, "of 2 (gloo): ok"), 2) << run.output;
+}
+
+TEST(MpiJob, DebugModeReportsAMismatchOnEveryRank) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  MpiRun run = mpirun(3, {TESSERA_COLLECTIVE_WORKER, "--backend", "mpi", "--mode", "mismatch", "--victim", "1"}, dir);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(count(run.output, "ValueError"), 3) << run.output;
+  EXPECT_EQ(count(run.output, "rank 1: allreduce (sum, float32 x 17)"), 3) << run.output;
+}
+
+TEST(MpiCommunicator, SubgroupsInPlaceBuffersAndConcurrentTransfers) {
+  SKIP_WITHOUT_MPI();
+  for (int world : {1, 3, 4}) {
+    TempDir dir;
+    MpiRun run = run_role(world, "Features", dir);
+    EXPECT_EQ(run.exit_code, 0) << "np " << world << "\n" << run.output;
+    EXPECT_EQ(count(run.output, "[  PASSED  ] 1 test"), world) << run.output;
+  }
+}
+
+TEST(MpiCommunicator, ATimedOutRecvIsCancelledAndTheGroupGoesOn) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  MpiRun run = run_role(2, "RecvTimeout", dir);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(count(run.output, "[  PASSED  ] 1 test"), 2) << run.output;
+}
+
+TEST(MpiCommunicator, ARankThatNeverArrivesTimesOutTheOthersAndNoRankHangsAtExit) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  MpiRun run = run_role(3, "Absent", dir);
+  // The ranks that timed out exit without MPI_Finalize (their allreduce is still pending), so
+  // mpirun reports an abnormal end; what matters is that it ends, well before `timeout` fires.
+  EXPECT_NE(run.exit_code, 124) << run.output;
+  EXPECT_LT(run.seconds, 60) << run.output;
+  for (int r : {0, 1}) {
+    std::string report = read_text(dir.path() / ("rank" + std::to_string(r) + ".txt"));
+    SCOPED_TRACE(run.output);
+    EXPECT_NE(report.find("TimeoutError"), std::string::npos) << report;
+    EXPECT_NE(report.find("[mpi allreduce] rank " + std::to_string(r) + ": not complete after"), std::string::npos)
+        << report;
+    EXPECT_NE(report.find("never arrived at #1: rank 2"), std::string::npos) << report;
+  }
+}
+
+TEST(MpiCommunicator, OutsideAnMpiJobTheBackendSaysHowToStartOne) {
+  if (dist::launched_by_mpi()) GTEST_SKIP() << "this process was started by mpirun";
+  dist::BackendContext context;
+  context.store = std::make_shared<dist::HashStore>();
+  try {
+    dist::make_communicator("mpi", context);
+    FAIL() << "expected NotSupportedError";
+  } catch (const NotSupportedError& e) {
+    std::string message = e.what();
+#ifdef TESSERA_HAVE_MPI
+    EXPECT_NE(message.find("mpirun"), std::string::npos) << message;
+#else
+    EXPECT_NE(message.find("built without MPI"), std::string::npos) << message;
+#endif
+  }
+}
+
+}  // namespace
+}  // namespace tessera
