@@ -2,9 +2,11 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <vector>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "tessera/core/error.h"
@@ -48,6 +50,12 @@ ConvPrimitives build(const ConvShape& s) {
                      (s.OW - 1) * s.stride_w + (s.KW - 1) * s.dilation_w + 1 - s.W - s.pad_w};
   memory::desc src_any(src, dt::f32, tag::any), dst_any(dst, dt::f32, tag::any), w_any(weights, dt::f32, tag::any);
   memory::desc bias_md(bias, dt::f32, tag::x);
+  // Scratchpads are ours (scratchpad_mode::user), one per calling thread: Debian's oneDNN shares one
+  // library scratchpad among all primitives, so two threads running convolutions at once (ranks of
+  // the threaded backend, a data-loader thread) corrupted each other's reduction barriers and
+  // backward-weights spun forever.
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   ConvPrimitives p;
   p.shape = s;
   p.threads = omp_get_max_threads();
@@ -57,13 +65,13 @@ ConvPrimitives build(const ConvShape& s) {
   p.user_bias = bias_md;
   dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_any,
                                      w_any, bias_md, dst_any, strides, dilates, pad_l, pad_r);
-  p.fwd = dnnl::convolution_forward::primitive_desc(fd, eng);
+  p.fwd = dnnl::convolution_forward::primitive_desc(fd, attr, eng);
   dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_any, w_any, dst_any, strides,
                                            dilates, pad_l, pad_r);
-  p.bwd_data = dnnl::convolution_backward_data::primitive_desc(bd, eng, p.fwd);
+  p.bwd_data = dnnl::convolution_backward_data::primitive_desc(bd, attr, eng, p.fwd);
   dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, src_any, w_any, bias_md, dst_any,
                                               strides, dilates, pad_l, pad_r);
-  p.bwd_weights = dnnl::convolution_backward_weights::primitive_desc(bw, eng, p.fwd);
+  p.bwd_weights = dnnl::convolution_backward_weights::primitive_desc(bw, attr, eng, p.fwd);
   p.fwd_prim = dnnl::convolution_forward(p.fwd);
   p.bwd_data_prim = dnnl::convolution_backward_data(p.bwd_data);
   p.bwd_weights_prim = dnnl::convolution_backward_weights(p.bwd_weights);
@@ -100,6 +108,14 @@ memory as_layout(memory user, const memory::desc& wanted, dnnl::stream& stream, 
   return m;
 }
 
+// This thread's scratchpad, grown to what `pd` asks for.
+memory scratchpad_for(const dnnl::primitive_desc_base& pd) {
+  thread_local std::vector<uint8_t> buffer;
+  memory::desc md = pd.scratchpad_desc();
+  if (buffer.size() < md.get_size() || buffer.empty()) buffer.resize(std::max<size_t>(md.get_size(), 1));
+  return memory(md, cpu_engine(), buffer.data());
+}
+
 void copy_out(memory from, memory user, dnnl::stream& stream) {
   if (from.get_data_handle() != user.get_data_handle()) dnnl::reorder(from, user).execute(stream, from, user);
 }
@@ -120,7 +136,8 @@ void onednn_conv_forward(const ConvShape& s, const float* src, const float* weig
   std::vector<float> zero_bias;
   if (!bias) zero_bias.assign(s.OC, 0.0f);
   memory m_bias = wrap(p->user_bias, bias ? bias : zero_bias.data());
-  p->fwd_prim.execute(stream, {{DNNL_ARG_SRC, m_src}, {DNNL_ARG_WEIGHTS, m_w}, {DNNL_ARG_BIAS, m_bias}, {DNNL_ARG_DST, m_dst}});
+  p->fwd_prim.execute(stream, {{DNNL_ARG_SRC, m_src}, {DNNL_ARG_WEIGHTS, m_w}, {DNNL_ARG_BIAS, m_bias}, {DNNL_ARG_DST, m_dst},
+                                {DNNL_ARG_SCRATCHPAD, scratchpad_for(p->fwd)}});
   copy_out(m_dst, u_dst, stream);
   stream.wait();
 }
@@ -132,7 +149,8 @@ void onednn_conv_backward_data(const ConvShape& s, const float* diff_dst, const 
   memory m_dd = as_layout(u_dd, p->bwd_data.diff_dst_desc(), stream, true);
   memory m_w = as_layout(u_w, p->bwd_data.weights_desc(), stream, true);
   memory m_ds = as_layout(u_ds, p->bwd_data.diff_src_desc(), stream, false);
-  p->bwd_data_prim.execute(stream, {{DNNL_ARG_DIFF_DST, m_dd}, {DNNL_ARG_WEIGHTS, m_w}, {DNNL_ARG_DIFF_SRC, m_ds}});
+  p->bwd_data_prim.execute(stream, {{DNNL_ARG_DIFF_DST, m_dd}, {DNNL_ARG_WEIGHTS, m_w}, {DNNL_ARG_DIFF_SRC, m_ds},
+                                     {DNNL_ARG_SCRATCHPAD, scratchpad_for(p->bwd_data)}});
   copy_out(m_ds, u_ds, stream);
   stream.wait();
 }
@@ -149,7 +167,7 @@ void onednn_conv_backward_weights(const ConvShape& s, const float* src, const fl
   if (!diff_bias) scratch_bias.resize(s.OC);
   memory m_db = wrap(p->user_bias, diff_bias ? diff_bias : scratch_bias.data());
   p->bwd_weights_prim.execute(stream, {{DNNL_ARG_SRC, m_src}, {DNNL_ARG_DIFF_DST, m_dd}, {DNNL_ARG_DIFF_WEIGHTS, m_dw},
-                                       {DNNL_ARG_DIFF_BIAS, m_db}});
+                                       {DNNL_ARG_DIFF_BIAS, m_db}, {DNNL_ARG_SCRATCHPAD, scratchpad_for(p->bwd_weights)}});
   copy_out(m_dw, u_dw, stream);
   stream.wait();
 }

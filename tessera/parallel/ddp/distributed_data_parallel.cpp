@@ -1,0 +1,103 @@
+#include "tessera/parallel/ddp/distributed_data_parallel.h"
+
+#include <cstring>
+
+#include "tessera/core/error.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera::parallel::ddp {
+
+using tessera::detail::concat;
+
+namespace {
+
+// "name [shape] dtype" per parameter, one line each: what must agree across ranks.
+std::string describe(const nn::StateDict& parameters) {
+  std::string s;
+  for (const auto& [name, p] : parameters) s += concat(name, " ", shape_str(p.shape()), " ", dtype_name(p.dtype()), "\n");
+  return s;
+}
+
+// `text` packed into int64 words (for an allgather), and back.
+Tensor pack(const std::string& text) {
+  int64_t words = static_cast<int64_t>((text.size() + 7) / 8);
+  Tensor t = zeros({words}, DType::Int64);
+  std::memcpy(t.raw_data(), text.data(), text.size());
+  return t;
+}
+
+std::string first_line_difference(const std::string& a, const std::string& b) {
+  size_t start = 0;
+  while (true) {
+    size_t ea = a.find('\n', start), eb = b.find('\n', start);
+    std::string la = ea == std::string::npos ? a.substr(start) : a.substr(start, ea - start);
+    std::string lb = eb == std::string::npos ? b.substr(start) : b.substr(start, eb - start);
+    if (la != lb) return concat("'", la.empty() ? "(none)" : la, "' vs '", lb.empty() ? "(none)" : lb, "'");
+    if (ea == std::string::npos || eb == std::string::npos) return "(lengths differ)";
+    start = ea + 1;
+  }
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module, dist::ProcessGroupPtr group,
+                                                 DdpOptions options)
+    : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)) {
+  TESSERA_CHECK(module_ != nullptr, "[DistributedDataParallel] module is null");
+  TESSERA_CHECK(group_ != nullptr, "[DistributedDataParallel] process group is null");
+  check_same_model();
+  // Every replica starts from rank 0's values.
+  std::vector<dist::WorkPtr> works;
+  for (auto& [name, p] : module_->named_parameters()) works.push_back(group_->broadcast(p, 0));
+  for (auto& [name, b] : module_->named_buffers()) works.push_back(group_->broadcast(b, 0));
+  for (auto& w : works) w->wait();
+  ReducerOptions reducer;
+  reducer.bucket_cap_bytes = options_.bucket_cap_bytes;
+  reducer.first_bucket_cap_bytes = options_.first_bucket_cap_bytes;
+  reducer.find_unused_parameters = options_.find_unused_parameters;
+  nn::StateDict trainable;
+  for (auto& [name, p] : module_->named_parameters())
+    if (p.requires_grad()) trainable.emplace_back(name, p);
+  reducer_ = Reducer::create(std::move(trainable), group_, reducer, make_comm_hook(options_.comm_hook));
+}
+
+void DistributedDataParallel::check_same_model() {
+  // A fixed-size fingerprint first (one small allgather); the full descriptions only on mismatch,
+  // to name the first parameter that differs.
+  std::string mine = describe(module_->named_parameters()) + describe(module_->named_buffers());
+  int world = group_->size();
+  Tensor length = Tensor::empty({1}, DType::Int64);
+  length.data<int64_t>()[0] = static_cast<int64_t>(mine.size());
+  Tensor lengths = zeros({world}, DType::Int64);
+  group_->allgather(length, lengths)->wait();
+  std::vector<int64_t> counts;
+  for (int r = 0; r < world; ++r) counts.push_back((lengths.data<int64_t>()[r] + 7) / 8);
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  Tensor all = zeros({total}, DType::Int64);
+  group_->allgather(pack(mine), all, counts)->wait();
+  const char* base = static_cast<const char*>(all.raw_data());
+  std::string reference(base, static_cast<size_t>(lengths.data<int64_t>()[0]));
+  int64_t offset = counts[0];
+  for (int r = 1; r < world; ++r) {
+    std::string theirs(base + offset * 8, static_cast<size_t>(lengths.data<int64_t>()[r]));
+    offset += counts[static_cast<size_t>(r)];
+    if (theirs != reference)
+      throw ValueError(concat("[DistributedDataParallel] rank ", r, "'s model differs from rank 0's: ",
+                              first_line_difference(reference, theirs),
+                              ". Every rank must build the same model (same layers, names and shapes)"));
+  }
+}
+
+void DistributedDataParallel::broadcast_buffers() {
+  std::vector<dist::WorkPtr> works;
+  for (auto& [name, b] : module_->named_buffers()) works.push_back(group_->broadcast(b, 0));
+  for (auto& w : works) w->wait();
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& input) {
+  if (options_.broadcast_buffers && module_->is_training() && group_->size() > 1) broadcast_buffers();
+  return module_->forward(input);
+}
+
+}  // namespace tessera::parallel::ddp

@@ -1,0 +1,165 @@
+#include "tessera/parallel/ddp/reducer.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "tessera/autograd/engine.h"
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/error.h"
+#include "tessera/ops/ops.h"
+#include "tessera/parallel/ddp/bucket.h"
+
+namespace tessera::parallel::ddp {
+
+using tessera::detail::concat;
+
+std::shared_ptr<Reducer> Reducer::create(nn::StateDict parameters, dist::ProcessGroupPtr group,
+                                         ReducerOptions options, std::unique_ptr<CommHook> hook) {
+  std::shared_ptr<Reducer> reducer(
+      new Reducer(std::move(parameters), std::move(group), options, std::move(hook)));
+  std::weak_ptr<Reducer> weak = reducer;
+  for (size_t i = 0; i < reducer->parameters_.size(); ++i) {
+    reducer->parameters_[i].second.register_grad_ready_hook([weak, i](const Tensor&) {
+      if (auto r = weak.lock()) r->mark_ready(i);
+    });
+  }
+  return reducer;
+}
+
+Reducer::Reducer(nn::StateDict parameters, dist::ProcessGroupPtr group, ReducerOptions options,
+                 std::unique_ptr<CommHook> hook)
+    : parameters_(std::move(parameters)), group_(std::move(group)), options_(options), hook_(std::move(hook)) {
+  TESSERA_CHECK(group_ != nullptr, "[DistributedDataParallel] process group is null");
+  TESSERA_CHECK(hook_ != nullptr, "[DistributedDataParallel] comm hook is null");
+  for (const auto& [name, p] : parameters_) {
+    TESSERA_CHECK(p.dtype() == DType::Float32, "[DistributedDataParallel] parameter ", name, " is ",
+                  dtype_name(p.dtype()), "; DDP averages float32 parameters");
+    bytes_.push_back(static_cast<size_t>(p.numel()) * 4);
+  }
+  std::vector<size_t> reverse(parameters_.size());
+  std::iota(reverse.rbegin(), reverse.rend(), size_t{0});
+  build_buckets(assign_buckets(reverse, bytes_, options_.first_bucket_cap_bytes, options_.bucket_cap_bytes));
+  ready_.assign(parameters_.size(), false);
+}
+
+void Reducer::build_buckets(std::vector<std::vector<size_t>> layout) {
+  layout_ = std::move(layout);
+  flats_.clear();
+  bucket_of_.assign(parameters_.size(), 0);
+  offset_of_.assign(parameters_.size(), 0);
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    int64_t offset = 0;
+    for (size_t i : layout_[b]) {
+      bucket_of_[i] = b;
+      offset_of_[i] = offset;
+      offset += parameters_[i].second.numel();
+    }
+    flats_.push_back(zeros({offset}));
+  }
+}
+
+Tensor Reducer::slot(size_t index) const {
+  const Tensor& p = parameters_[index].second;
+  int64_t offset = offset_of_[index];
+  return flats_[bucket_of_[index]].slice(0, offset, offset + p.numel()).view(p.shape());
+}
+
+void Reducer::begin_iteration() {
+  in_iteration_ = true;
+  std::fill(ready_.begin(), ready_.end(), false);
+  pending_.clear();
+  for (const auto& bucket : layout_) pending_.push_back(bucket.size());
+  next_to_launch_ = 0;
+  // Finish when this backward pass ends.
+  std::weak_ptr<Reducer> weak = weak_from_this();
+  autograd::queue_callback([weak] {
+    if (auto r = weak.lock()) r->finalize();
+  });
+}
+
+void Reducer::mark_ready(size_t index) {
+  if (!sync_) return;
+  if (!in_iteration_) begin_iteration();
+  TESSERA_CHECK(!ready_[index], "[DistributedDataParallel] parameter ", parameters_[index].first,
+                " got its gradient twice in one backward pass (is it used through two graphs with "
+                "retain_graph?); DDP supports one gradient per parameter per iteration");
+  ready_[index] = true;
+  if (!rebuilt_) ready_order_.push_back(index);
+  Tensor destination = slot(index);
+  copy_(destination, parameters_[index].second.grad());
+  if (--pending_[bucket_of_[index]] == 0) launch_ready_buckets();
+}
+
+void Reducer::launch_ready_buckets() {
+  while (next_to_launch_ < layout_.size() && pending_[next_to_launch_] == 0) {
+    hook_->start(*group_, static_cast<int>(next_to_launch_), flats_[next_to_launch_]);
+    ++next_to_launch_;
+  }
+}
+
+void Reducer::finalize() {
+  autograd::NoGradGuard no_grad;
+  in_iteration_ = false;
+  std::vector<size_t> unused;
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    if (!ready_[i]) unused.push_back(i);
+  if (!unused.empty()) {
+    if (!options_.find_unused_parameters) {
+      std::string names;
+      for (size_t k = 0; k < unused.size() && k < 10; ++k) names += (k ? ", " : "") + parameters_[unused[k]].first;
+      if (unused.size() > 10) names += concat(" and ", unused.size() - 10, " more");
+      throw ValueError(concat("[DistributedDataParallel] rank ", group_->rank(), ": parameter(s) ", names,
+                              " received no gradient in this backward pass. If some parameters are unused by "
+                              "design, construct DistributedDataParallel with find_unused_parameters = true"));
+    }
+    for (size_t i : unused) {
+      Tensor s = slot(i);
+      fill_(s, 0.0f);
+      --pending_[bucket_of_[i]];
+    }
+    launch_ready_buckets();
+  }
+  // Which parameters some rank used: .grad stays unset for the others, as in PyTorch.
+  std::vector<bool> used_anywhere(parameters_.size(), true);
+  if (options_.find_unused_parameters) {
+    Tensor used = Tensor::empty({static_cast<int64_t>(parameters_.size())}, DType::Int64);
+    for (size_t i = 0; i < parameters_.size(); ++i) used.data<int64_t>()[i] = ready_[i] ? 1 : 0;
+    group_->allreduce(used, dist::ReduceOp::Max)->wait();
+    for (size_t i = 0; i < parameters_.size(); ++i) used_anywhere[i] = used.data<int64_t>()[i] != 0;
+  }
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    hook_->finish(*group_, static_cast<int>(b), flats_[b]);
+    for (size_t i : layout_[b]) {
+      if (!used_anywhere[i]) continue;
+      const Tensor& p = parameters_[i].second;
+      Tensor averaged = slot(i);
+      Tensor grad = p.grad();
+      if (grad.defined()) {
+        copy_(grad, averaged);
+      } else {
+        p.set_grad(clone(averaged));
+      }
+    }
+  }
+  ++iterations_;
+  if (!rebuilt_) rebuild_buckets();
+}
+
+void Reducer::rebuild_buckets() {
+  // Rank 0's ready order (unused parameters last, in reverse registration order), broadcast so
+  // every rank builds the same buckets.
+  std::vector<size_t> order = ready_order_;
+  std::vector<bool> seen(parameters_.size(), false);
+  for (size_t i : order) seen[i] = true;
+  for (size_t i = parameters_.size(); i-- > 0;)
+    if (!seen[i]) order.push_back(i);
+  Tensor shared = Tensor::empty({static_cast<int64_t>(order.size())}, DType::Int64);
+  for (size_t k = 0; k < order.size(); ++k) shared.data<int64_t>()[k] = static_cast<int64_t>(order[k]);
+  group_->broadcast(shared, 0)->wait();
+  for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<size_t>(shared.data<int64_t>()[k]);
+  build_buckets(assign_buckets(order, bytes_, options_.first_bucket_cap_bytes, options_.bucket_cap_bytes));
+  ready_order_.clear();
+  rebuilt_ = true;
+}
+
+}  // namespace tessera::parallel::ddp

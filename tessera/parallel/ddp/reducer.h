@@ -1,0 +1,82 @@
+// Reducer: averages gradients across a process group while backward runs (PyTorch DDP's reducer).
+//
+// Policy, as PyTorch's:
+//   - buckets hold parameters in reverse registration order at first (gradients of the last
+//     layers are ready first), a 1 MiB first bucket then 25 MiB ones (bucket.h);
+//   - every parameter has a grad-ready hook; the hook copies the gradient into its bucket slot, and
+//     when a bucket's last gradient arrives the bucket's all-reduce starts at once, asynchronously,
+//     so communication overlaps the rest of backward. Buckets start in index order on every rank
+//     (collectives must be issued in the same order everywhere);
+//   - when backward ends (autograd::queue_callback) the reducer waits for the buckets and writes
+//     the averages back into .grad, so loss.backward() returns with synchronised gradients;
+//   - after the first iteration the buckets are rebuilt once, in the order gradients actually
+//     became ready on rank 0 (broadcast, so every rank agrees).
+// A parameter that got no gradient is an error naming it, unless find_unused_parameters: then its
+// slot is zero, and a small all-reduce of "used" flags keeps .grad unset where no rank used it.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/dist/process_group.h"
+#include "tessera/nn/module.h"
+#include "tessera/parallel/ddp/comm_hook.h"
+
+namespace tessera::parallel::ddp {
+
+struct ReducerOptions {
+  size_t bucket_cap_bytes = 25u << 20;
+  size_t first_bucket_cap_bytes = 1u << 20;
+  bool find_unused_parameters = false;
+};
+
+class Reducer : public std::enable_shared_from_this<Reducer> {
+ public:
+  // Registers the hooks; the hooks hold a weak reference, so they do nothing once the reducer is gone.
+  static std::shared_ptr<Reducer> create(nn::StateDict parameters, dist::ProcessGroupPtr group,
+                                         ReducerOptions options, std::unique_ptr<CommHook> hook);
+
+  // false inside no_sync(): gradients accumulate locally and nothing is communicated.
+  void set_sync(bool on) { sync_ = on; }
+  bool sync() const { return sync_; }
+
+  // Parameter indices per bucket, in launch order.
+  const std::vector<std::vector<size_t>>& buckets() const { return layout_; }
+  bool rebuilt() const { return rebuilt_; }
+  const CommHook& hook() const { return *hook_; }
+  // Iterations synchronised so far.
+  int64_t iterations() const { return iterations_; }
+
+ private:
+  Reducer(nn::StateDict parameters, dist::ProcessGroupPtr group, ReducerOptions options,
+          std::unique_ptr<CommHook> hook);
+  void build_buckets(std::vector<std::vector<size_t>> layout);
+  void mark_ready(size_t index);
+  void begin_iteration();
+  void launch_ready_buckets();
+  void finalize();
+  void rebuild_buckets();
+  Tensor slot(size_t index) const;
+
+  nn::StateDict parameters_;
+  dist::ProcessGroupPtr group_;
+  ReducerOptions options_;
+  std::unique_ptr<CommHook> hook_;
+  std::vector<size_t> bytes_;
+
+  std::vector<std::vector<size_t>> layout_;
+  std::vector<Tensor> flats_;           // one contiguous float32 buffer per bucket
+  std::vector<size_t> bucket_of_;       // parameter -> bucket
+  std::vector<int64_t> offset_of_;      // parameter -> element offset in its bucket
+
+  bool sync_ = true;
+  bool in_iteration_ = false;
+  std::vector<bool> ready_;
+  std::vector<size_t> pending_;         // per bucket: gradients not yet ready
+  size_t next_to_launch_ = 0;
+  bool rebuilt_ = false;
+  std::vector<size_t> ready_order_;     // first iteration, for the rebuild
+  int64_t iterations_ = 0;
+};
+
+}  // namespace tessera::parallel::ddp

@@ -1,0 +1,245 @@
+// DistributedDataParallel against single-process training (tier 1: ranks as threads over the
+// threaded backend). With N ranks and per-rank batch B, DDP must equal one process training on
+// the N·B global batch: same initial parameters, same samples, parameters within 1e-5 after 20 steps.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "dist/collective_suite.h"
+#include "tessera/dist/backends/threaded/threaded_communicator.h"
+#include "tessera/nn/models.h"
+#include "tessera/ops/ops.h"
+#include "tessera/optim/sgd.h"
+#include "tessera/parallel/ddp/distributed_data_parallel.h"
+
+namespace tessera {
+namespace {
+
+using parallel::ddp::DdpOptions;
+using parallel::ddp::DistributedDataParallel;
+
+testing::CommunicatorFactory threaded(int world) {
+  auto shared = dist::make_threaded_world(world);
+  return [shared](const dist::BackendContext& c) { return dist::make_threaded_communicator(shared, c.rank); };
+}
+
+using ModelFactory = std::function<std::shared_ptr<nn::Module>()>;
+
+struct Data {
+  Tensor x, y;  // the global batches of every step, stacked: x (steps, N*B, ...), y (steps, N*B)
+};
+
+Data make_data(int steps, int64_t global_batch, const Shape& sample, int64_t classes, uint64_t seed) {
+  Generator gen(seed);
+  Shape xs = {steps, global_batch};
+  xs.insert(xs.end(), sample.begin(), sample.end());
+  return {randn(xs, gen), randint(0, classes, {steps, global_batch}, gen)};
+}
+
+Tensor rows(const Tensor& t, int64_t step, int64_t begin, int64_t end) {
+  return t.slice(0, step, step + 1).squeeze(0).slice(0, begin, end).contiguous();
+}
+
+double max_difference(const nn::Module& a, const nn::Module& b) {
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const float* x = pa[i].second.contiguous().data<float>();
+    const float* y = pb[i].second.contiguous().data<float>();
+    for (int64_t k = 0; k < pa[i].second.numel(); ++k) worst = std::max(worst, std::fabs(double(x[k]) - y[k]));
+  }
+  return worst;
+}
+
+optim::SGDOptions sgd() {
+  optim::SGDOptions o;
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  return o;
+}
+
+// Single process on the global batches; `accumulate` micro-batches per step with losses scaled.
+std::shared_ptr<nn::Module> train_single(const ModelFactory& make, const Data& data, int steps, int accumulate) {
+  manual_seed(7);
+  auto model = make();
+  optim::SGD opt(model->parameters(), sgd());
+  int64_t global = data.x.shape()[1], micro = global / accumulate;
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    for (int m = 0; m < accumulate; ++m) {
+      Tensor loss = cross_entropy((*model)(rows(data.x, s, m * micro, (m + 1) * micro)),
+                                  rows(data.y, s, m * micro, (m + 1) * micro));
+      mul(loss, 1.0f / accumulate).backward();
+    }
+    opt.step();
+  }
+  return model;
+}
+
+// DDP on `world` threads: rank r takes its B = global/world share of every micro-batch.
+std::vector<std::shared_ptr<nn::Module>> train_ddp(const ModelFactory& make, const Data& data, int steps, int world,
+                                                   int accumulate, DdpOptions options) {
+  // Models are built on this thread (the default generator is not thread-safe); rank 0's seed
+  // matches the single-process run and the others differ, so the initial broadcast matters.
+  std::vector<std::shared_ptr<nn::Module>> models;
+  for (int r = 0; r < world; ++r) {
+    manual_seed(r == 0 ? 7 : 100 + r);
+    models.push_back(make());
+  }
+  int64_t global = data.x.shape()[1], micro = global / accumulate, per_rank = micro / world;
+  testing::run_on_threads(world, threaded(world), [&](dist::ProcessGroup& group) {
+    auto g = std::shared_ptr<dist::ProcessGroup>(&group, [](dist::ProcessGroup*) {});
+    int r = group.rank();
+    DistributedDataParallel ddp(models[static_cast<size_t>(r)], g, options);
+    optim::SGD opt(ddp.module().parameters(), sgd());
+    for (int s = 0; s < steps; ++s) {
+      opt.zero_grad();
+      for (int m = 0; m < accumulate; ++m) {
+        int64_t begin = m * micro + r * per_rank;
+        auto step = [&] {
+          Tensor loss = cross_entropy(ddp(rows(data.x, s, begin, begin + per_rank)),
+                                      rows(data.y, s, begin, begin + per_rank));
+          mul(loss, 1.0f / accumulate).backward();
+        };
+        if (m + 1 < accumulate) {
+          auto guard = ddp.no_sync();
+          step();
+        } else {
+          step();
+        }
+      }
+      opt.step();
+    }
+  });
+  return models;
+}
+
+ModelFactory mlp() {
+  return [] { return std::static_pointer_cast<nn::Module>(nn::make_mlp({20, 32, 16, 5})); };
+}
+ModelFactory cnn() {
+  return [] { return std::static_pointer_cast<nn::Module>(nn::make_cnn(10)); };
+}
+
+struct Case {
+  std::string model;
+  int world;
+  int accumulate;
+};
+
+class DdpEqualsSingleProcess : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DdpEqualsSingleProcess, ParametersAfter20Steps) {
+  const Case& c = GetParam();
+  bool is_cnn = c.model == "cnn";
+  int steps = is_cnn ? 6 : 20;  // the CNN is slow on two cores; 6 steps still move every weight
+  int64_t global = 8 * c.accumulate;
+  Data data = is_cnn ? make_data(steps, global, {1, 28, 28}, 10, 3) : make_data(steps, global, {20}, 5, 3);
+  ModelFactory make = is_cnn ? cnn() : mlp();
+  auto single = train_single(make, data, steps, c.accumulate);
+  DdpOptions options;
+  options.first_bucket_cap_bytes = 2048;  // several buckets even for the small MLP
+  options.bucket_cap_bytes = 16384;
+  auto replicas = train_ddp(make, data, steps, c.world, c.accumulate, options);
+  for (int r = 0; r < c.world; ++r) EXPECT_LT(max_difference(*single, *replicas[static_cast<size_t>(r)]), 1e-5) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DdpEqualsSingleProcess,
+                         ::testing::Values(Case{"mlp", 1, 1}, Case{"mlp", 2, 1}, Case{"mlp", 4, 1},
+                                           Case{"mlp", 2, 2}, Case{"mlp", 4, 2}, Case{"cnn", 2, 1},
+                                           Case{"cnn", 4, 1}, Case{"cnn", 2, 2}),
+                         [](const auto& info) {
+                           return info.param.model + "_" + std::to_string(info.param.world) + "ranks_" +
+                                  std::to_string(info.param.accumulate) + "micro";
+                         });
+
+// A model whose second layer is never used.
+class PartlyUsed : public nn::Module {
+ public:
+  PartlyUsed() {
+    used_ = register_module("used", std::make_shared<nn::Linear>(4, 3));
+    unused_ = register_module("unused", std::make_shared<nn::Linear>(4, 3));
+  }
+  Tensor forward(const Tensor& x) override { return (*used_)(x); }
+
+ private:
+  std::shared_ptr<nn::Linear> used_, unused_;
+};
+
+TEST(Ddp, AParameterWithoutGradientIsNamed) {
+  testing::run_on_threads(2, threaded(2), [](dist::ProcessGroup& group) {
+    auto g = std::shared_ptr<dist::ProcessGroup>(&group, [](dist::ProcessGroup*) {});
+    DistributedDataParallel ddp(std::make_shared<PartlyUsed>(), g);
+    try {
+      sum(ddp(ones({2, 4}))).backward();
+      ADD_FAILURE() << "expected an error naming the unused parameters";
+    } catch (const ValueError& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("unused.weight, unused.bias"), std::string::npos) << m;
+      EXPECT_NE(m.find("find_unused_parameters"), std::string::npos) << m;
+    }
+  });
+}
+
+TEST(Ddp, FindUnusedParametersLeavesTheirGradUnset) {
+  testing::run_on_threads(2, threaded(2), [](dist::ProcessGroup& group) {
+    auto g = std::shared_ptr<dist::ProcessGroup>(&group, [](dist::ProcessGroup*) {});
+    DdpOptions options;
+    options.find_unused_parameters = true;
+    auto model = std::make_shared<PartlyUsed>();
+    DistributedDataParallel ddp(model, g, options);
+    for (int step = 0; step < 3; ++step) {
+      model->zero_grad();
+      sum(ddp(full({2, 4}, static_cast<float>(group.rank() + 1)))).backward();
+    }
+    for (auto& [name, p] : model->named_parameters()) {
+      if (name.rfind("unused", 0) == 0) {
+        EXPECT_FALSE(p.grad().defined()) << name;
+      } else {
+        ASSERT_TRUE(p.grad().defined()) << name;
+      }
+    }
+    // d(sum)/d(bias) = batch size 2 on every rank.
+    EXPECT_FLOAT_EQ(model->named_parameters()[1].second.grad().data<float>()[0], 2.0f);
+    // The weight's gradient is the average of the ranks' inputs (1 and 2) times the batch: 3.
+    EXPECT_FLOAT_EQ(model->named_parameters()[0].second.grad().data<float>()[0], 3.0f);
+  });
+}
+
+TEST(Ddp, DifferentModelsAcrossRanksAreRejectedNamingTheParameter) {
+  testing::run_on_threads(2, threaded(2), [](dist::ProcessGroup& group) {
+    auto g = std::shared_ptr<dist::ProcessGroup>(&group, [](dist::ProcessGroup*) {});
+    auto model = nn::make_mlp({4, group.rank() == 0 ? 8 : 9, 2});
+    try {
+      DistributedDataParallel ddp(model, g);
+      ADD_FAILURE() << "expected a model mismatch";
+    } catch (const ValueError& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("rank 1's model differs from rank 0's: '0.weight [8, 4] float32' vs '0.weight [9, 4] float32'"),
+                std::string::npos)
+          << m;
+    }
+  });
+}
+
+TEST(Ddp, BucketsAreRebuiltInReadyOrderAfterTheFirstIteration) {
+  testing::run_on_threads(2, threaded(2), [](dist::ProcessGroup& group) {
+    auto g = std::shared_ptr<dist::ProcessGroup>(&group, [](dist::ProcessGroup*) {});
+    DdpOptions options;
+    options.first_bucket_cap_bytes = 1;
+    options.bucket_cap_bytes = 1;  // one parameter per bucket
+    manual_seed(1);
+    auto model = nn::make_mlp({4, 4, 2});
+    DistributedDataParallel ddp(model, g, options);
+    // Reverse registration order at first: 2.bias (index 3), 2.weight (2), 0.bias (1), 0.weight (0).
+    ASSERT_EQ(ddp.reducer().buckets().size(), 4u);
+    EXPECT_EQ(ddp.reducer().buckets()[0], std::vector<size_t>{3});
+    sum(ddp(ones({2, 4}))).backward();
+    EXPECT_TRUE(ddp.reducer().rebuilt());
+    EXPECT_EQ(ddp.reducer().iterations(), 1);
+    EXPECT_EQ(ddp.reducer().buckets().size(), 4u);
+  });
+}
+
+}  // namespace
+}  // namespace tessera
