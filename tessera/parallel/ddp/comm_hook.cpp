@@ -3,6 +3,7 @@
 #include <map>
 
 #include "tessera/core/error.h"
+#include "tessera/ops/ops.h"
 
 namespace tessera::parallel::ddp {
 
@@ -11,16 +12,21 @@ namespace {
 class AllreduceHook : public CommHook {
  public:
   std::string name() const override { return "none"; }
-  void start(dist::ProcessGroup& group, int index, const Tensor& bucket) override {
-    bytes_ += bucket.numel() * 4;
-    pending_[index] = group.allreduce(bucket, dist::ReduceOp::Avg);
+  void start(dist::ProcessGroup& group, const BucketView& bucket) override {
+    bytes_ += bucket.flat.numel() * 4;
+    bool average = bucket.divisor == group.size();
+    pending_[bucket.index] = group.allreduce(bucket.flat, average ? dist::ReduceOp::Avg : dist::ReduceOp::Sum);
   }
-  void finish(dist::ProcessGroup&, int index, const Tensor&) override {
-    auto it = pending_.find(index);
-    TESSERA_ASSERT(it != pending_.end(), "bucket ", index, " finished without being started");
+  void finish(dist::ProcessGroup& group, const BucketView& bucket) override {
+    auto it = pending_.find(bucket.index);
+    TESSERA_ASSERT(it != pending_.end(), "bucket ", bucket.index, " finished without being started");
     dist::WorkPtr work = std::move(it->second);
     pending_.erase(it);
     work->wait();
+    if (bucket.divisor != group.size()) {
+      Tensor flat = bucket.flat;
+      mul_(flat, 1.0f / static_cast<float>(bucket.divisor));
+    }
   }
 
  private:

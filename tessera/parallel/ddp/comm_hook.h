@@ -5,20 +5,31 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tessera/core/tensor.h"
 #include "tessera/dist/process_group.h"
 
 namespace tessera::parallel::ddp {
 
+// What a hook sees of one bucket.
+struct BucketView {
+  int index = 0;                 // bucket number, in launch order
+  Tensor flat;                   // contiguous float32: the bucket's gradients back to back
+  std::vector<Shape> shapes;     // each parameter's shape, in bucket order
+  std::vector<int64_t> offsets;  // each parameter's element offset in `flat`
+  int divisor = 1;               // the result is the group's sum divided by this (the ranks that
+                                 // contributed: the group's size unless some have joined)
+};
+
 class CommHook {
  public:
   virtual ~CommHook() = default;
   virtual std::string name() const = 0;
-  // Starts reducing `bucket` (contiguous float32) of bucket number `index`; returns at once.
-  virtual void start(dist::ProcessGroup& group, int index, const Tensor& bucket) = 0;
-  // Blocks until bucket `index` holds the group's average.
-  virtual void finish(dist::ProcessGroup& group, int index, const Tensor& bucket) = 0;
+  // Starts reducing `bucket.flat`; returns at once (the work overlaps the rest of backward).
+  virtual void start(dist::ProcessGroup& group, const BucketView& bucket) = 0;
+  // Blocks until `bucket.flat` holds the group's sum divided by bucket.divisor.
+  virtual void finish(dist::ProcessGroup& group, const BucketView& bucket) = 0;
   // Bytes this rank has handed to the communication layer so far (payload, per call).
   int64_t bytes_communicated() const { return bytes_; }
 

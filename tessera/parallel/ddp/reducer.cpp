@@ -44,24 +44,29 @@ Reducer::Reducer(nn::StateDict parameters, dist::ProcessGroupPtr group, ReducerO
 
 void Reducer::build_buckets(std::vector<std::vector<size_t>> layout) {
   layout_ = std::move(layout);
-  flats_.clear();
+  views_.clear();
   bucket_of_.assign(parameters_.size(), 0);
   offset_of_.assign(parameters_.size(), 0);
   for (size_t b = 0; b < layout_.size(); ++b) {
+    BucketView view;
+    view.index = static_cast<int>(b);
     int64_t offset = 0;
     for (size_t i : layout_[b]) {
       bucket_of_[i] = b;
       offset_of_[i] = offset;
+      view.shapes.push_back(parameters_[i].second.shape());
+      view.offsets.push_back(offset);
       offset += parameters_[i].second.numel();
     }
-    flats_.push_back(zeros({offset}));
+    view.flat = zeros({offset});
+    views_.push_back(std::move(view));
   }
 }
 
 Tensor Reducer::slot(size_t index) const {
   const Tensor& p = parameters_[index].second;
   int64_t offset = offset_of_[index];
-  return flats_[bucket_of_[index]].slice(0, offset, offset + p.numel()).view(p.shape());
+  return views_[bucket_of_[index]].flat.slice(0, offset, offset + p.numel()).view(p.shape());
 }
 
 void Reducer::begin_iteration() {
@@ -70,6 +75,7 @@ void Reducer::begin_iteration() {
   pending_.clear();
   for (const auto& bucket : layout_) pending_.push_back(bucket.size());
   next_to_launch_ = 0;
+  divisor_ = group_->size();
   // Finish when this backward pass ends.
   std::weak_ptr<Reducer> weak = weak_from_this();
   autograd::queue_callback([weak] {
@@ -92,7 +98,8 @@ void Reducer::mark_ready(size_t index) {
 
 void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < layout_.size() && pending_[next_to_launch_] == 0) {
-    hook_->start(*group_, static_cast<int>(next_to_launch_), flats_[next_to_launch_]);
+    views_[next_to_launch_].divisor = divisor_;
+    hook_->start(*group_, views_[next_to_launch_]);
     ++next_to_launch_;
   }
 }
@@ -128,7 +135,7 @@ void Reducer::finalize() {
     for (size_t i = 0; i < parameters_.size(); ++i) used_anywhere[i] = used.data<int64_t>()[i] != 0;
   }
   for (size_t b = 0; b < layout_.size(); ++b) {
-    hook_->finish(*group_, static_cast<int>(b), flats_[b]);
+    hook_->finish(*group_, views_[b]);
     for (size_t i : layout_[b]) {
       if (!used_anywhere[i]) continue;
       const Tensor& p = parameters_[i].second;

@@ -65,7 +65,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<size_t> bytes_;
 
   std::vector<std::vector<size_t>> layout_;
-  std::vector<Tensor> flats_;           // one contiguous float32 buffer per bucket
+  std::vector<BucketView> views_;       // per bucket: its flat float32 buffer, shapes and offsets
   std::vector<size_t> bucket_of_;       // parameter -> bucket
   std::vector<int64_t> offset_of_;      // parameter -> element offset in its bucket
 
@@ -77,6 +77,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   bool rebuilt_ = false;
   std::vector<size_t> ready_order_;     // first iteration, for the rebuild
   int64_t iterations_ = 0;
+  int divisor_ = 1;                     // ranks contributing this iteration (the group's size)
 };
 
 }  // namespace tessera::parallel::ddp
