@@ -1,14 +1,33 @@
-// tessera train CONFIG [--set key=value ...] [--resume [CHECKPOINT]]
+// tessera train CONFIG [--set key=value ...] [--resume [CHECKPOINT]] [--nproc N]
+// With --nproc N > 1 this process becomes the launcher (tessera run) of N copies of itself without
+// --nproc; each copy finds its rank in the environment and trains with DDP.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.h"
+#include "tessera/dist/init.h"
+#include "tessera/dist/launcher/launcher.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::cli {
 
 namespace {
 extern "C" void on_stop_signal(int) { train::Trainer::request_stop(); }
+
+// Runs `nproc` workers of this same command line, minus --nproc, under the launcher.
+int launch_workers(int nproc, const std::string& config_path, const std::vector<std::string>& overrides,
+                   bool resume, const std::string& resume_from) {
+  dist::launcher::LaunchOptions o;
+  o.nproc_per_node = nproc;
+  o.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "train", config_path};
+  for (const auto& s : overrides) o.command.insert(o.command.end(), {"--set", s});
+  if (resume) o.command.insert(o.command.end(), {"--resume", resume_from.empty() ? "latest" : resume_from});
+  dist::launcher::LaunchResult result = dist::launcher::launch(o);
+  if (!result.message.empty()) std::fprintf(stderr, "tessera train: %s\n", result.message.c_str());
+  return result.exit_code;
+}
 }  // namespace
 
 Command add_train_command(CLI::App& app) {
@@ -24,6 +43,10 @@ Command add_train_command(CLI::App& app) {
       ->expected(0, 1)
       ->default_str("latest");
   cmd->add_flag("--print-config", *print_config, "Print the resolved config and exit");
+  auto nproc = std::make_shared<int>(1);
+  cmd->add_option("--nproc", *nproc,
+                  "Train data-parallel (DDP) on N local worker processes; train.batch_size is per worker")
+      ->check(CLI::Range(1, 1024));
   return {cmd, [=]() -> int {
     train::TrainConfig config = train::load_config(*config_path);
     for (const auto& o : *overrides) train::apply_override(config, o);
@@ -32,11 +55,21 @@ Command add_train_command(CLI::App& app) {
       std::printf("%s\n", train::to_toml(config).c_str());
       return 0;
     }
-    train::Trainer trainer(config);
+    if (*nproc > 1 && !dist::launched_as_job())
+      return launch_workers(*nproc, *config_path, *overrides, cmd->count("--resume") > 0, *resume);
+    dist::ProcessGroupPtr group;
+    if (dist::launched_as_job()) {
+      dist::InitOptions init;
+      init.backend = config.distributed.backend;
+      init.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
+      group = dist::init_process_group(init);
+    }
+    train::Trainer trainer(config, group);
+    const bool lead = trainer.rank() == 0;
     if (cmd->count("--resume")) {
       std::string from = *resume == "latest" || resume->empty() ? "" : *resume;
       trainer.resume(from);
-      std::fprintf(stderr, "resumed at step %lld\n", static_cast<long long>(trainer.global_step()));
+      if (lead) std::fprintf(stderr, "resumed at step %lld\n", static_cast<long long>(trainer.global_step()));
     }
     // Ctrl-C / SIGTERM: finish the current step, write a checkpoint, exit 130.
     std::signal(SIGINT, on_stop_signal);
@@ -44,14 +77,14 @@ Command add_train_command(CLI::App& app) {
     train::FitResult r = trainer.fit();
     std::signal(SIGINT, SIG_DFL);
     std::signal(SIGTERM, SIG_DFL);
-    if (r.last_eval) {
+    if (r.last_eval && lead) {
       if (trainer.vocabulary())
         std::printf("final validation loss %.4f\n", r.last_eval->loss);
       else
         std::printf("final test accuracy %.2f%% (loss %.4f) on %lld samples\n", 100.0 * r.last_eval->accuracy,
                     r.last_eval->loss, static_cast<long long>(r.last_eval->samples));
     }
-    std::printf("checkpoint: %s\n", r.last_checkpoint.c_str());
+    if (lead) std::printf("checkpoint: %s\n", r.last_checkpoint.c_str());
     bool interrupted = r.stopped_early && !(config.train.max_steps > 0 && r.steps >= config.train.max_steps);
     return interrupted ? 130 : 0;
   }};

@@ -47,12 +47,29 @@ SequentialSampler::SequentialSampler(int64_t n) : n_(n) {
 
 std::vector<int64_t> SequentialSampler::indices(int64_t) const { return iota(n_); }
 
+RangeSampler::RangeSampler(int64_t begin, int64_t end) : begin_(begin), end_(end) {
+  TESSERA_CHECK(0 <= begin && begin <= end, "[RangeSampler] needs 0 <= begin <= end, got [", begin, ", ", end, ")");
+}
+
+std::vector<int64_t> RangeSampler::indices(int64_t) const {
+  std::vector<int64_t> v = iota(end_ - begin_);
+  for (auto& i : v) i += begin_;
+  return v;
+}
+
 RandomSampler::RandomSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
   TESSERA_CHECK(n >= 0, "[RandomSampler] n must be >= 0, got ", n);
 }
 
+// The generator seed of (seed, epoch), shared by RandomSampler and DistributedSampler so that a
+// distributed job's global order is the single-process one: with world size N and per-rank batch B,
+// step s covers exactly the samples of the single-process batch s of size N·B.
+namespace {
+uint64_t epoch_seed(uint64_t seed, int64_t epoch) { return mix64(seed ^ mix64(static_cast<uint64_t>(epoch))); }
+}  // namespace
+
 std::vector<int64_t> RandomSampler::indices(int64_t epoch) const {
-  return random_permutation(n_, mix64(seed_ ^ mix64(static_cast<uint64_t>(epoch))));
+  return random_permutation(n_, epoch_seed(seed_, epoch));
 }
 
 DistributedSampler::DistributedSampler(int64_t n, int rank, int world_size, bool shuffle, uint64_t seed, bool drop_last)
@@ -65,7 +82,7 @@ DistributedSampler::DistributedSampler(int64_t n, int rank, int world_size, bool
 }
 
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
-  std::vector<int64_t> all = shuffle_ ? random_permutation(n_, seed_ + static_cast<uint64_t>(epoch)) : iota(n_);
+  std::vector<int64_t> all = shuffle_ ? random_permutation(n_, epoch_seed(seed_, epoch)) : iota(n_);
   std::vector<int64_t> mine;
   mine.reserve(static_cast<size_t>(num_samples_));
   // Position p of the padded (or truncated) list of total = num_samples * world entries is all[p % n]:

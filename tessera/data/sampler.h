@@ -25,6 +25,18 @@ class SequentialSampler : public Sampler {
   int64_t n_;
 };
 
+// begin, begin+1, ..., end-1 every epoch: a rank's contiguous shard of an evaluation set, so that
+// the shards of all ranks cover every sample exactly once.
+class RangeSampler : public Sampler {
+ public:
+  RangeSampler(int64_t begin, int64_t end);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override { return end_ - begin_; }
+
+ private:
+  int64_t begin_, end_;
+};
+
 // A fresh permutation of 0..n-1 each epoch: Fisher-Yates driven by a tessera::Generator seeded with a
 // mix of (seed, epoch), so every epoch differs and each is reproducible on its own.
 class RandomSampler : public Sampler {

@@ -27,6 +27,10 @@ std::atomic<int> groups_initialised{0};
 
 }  // namespace
 
+bool launched_as_job() {
+  return (std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr) || launched_by_mpi();
+}
+
 ProcessGroupPtr init_process_group(const InitOptions& options) {
   TESSERA_CHECK(options.timeout > Milliseconds(0), "[init_process_group] timeout must be positive");
   std::string prefix = tessera::detail::concat("pg", groups_initialised++);

@@ -19,4 +19,8 @@ struct InitOptions {
 
 ProcessGroupPtr init_process_group(const InitOptions& options = {});
 
+// True when this process is a rank of a job: started by `tessera run` (RANK and WORLD_SIZE set) or
+// by mpirun/srun. Programs that also run alone (tessera train) ask this before joining.
+bool launched_as_job();
+
 }  // namespace tessera::dist

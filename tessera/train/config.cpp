@@ -41,6 +41,9 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"train.threads", &c.train.threads}, {"train.output_dir", &c.train.output_dir},
       {"train.log_every", &c.train.log_every}, {"train.checkpoint_every", &c.train.checkpoint_every},
       {"train.keep_checkpoints", &c.train.keep_checkpoints}, {"train.max_steps", &c.train.max_steps},
+      {"distributed.backend", &c.distributed.backend}, {"distributed.timeout_s", &c.distributed.timeout_s},
+      {"distributed.bucket_cap_mb", &c.distributed.bucket_cap_mb}, {"distributed.comm_hook", &c.distributed.comm_hook},
+      {"distributed.find_unused_parameters", &c.distributed.find_unused_parameters},
   };
 }
 
@@ -225,6 +228,10 @@ void validate(const TrainConfig& c) {
   positive("train.keep_checkpoints", c.train.keep_checkpoints);
   non_negative("train.max_steps", c.train.max_steps);
   TESSERA_CHECK(!c.train.output_dir.empty(), "[config] train.output_dir must not be empty");
+  one_of("distributed.backend", c.distributed.backend, {"auto", "gloo", "shm", "mpi"});
+  one_of("distributed.comm_hook", c.distributed.comm_hook, {"none", "fp16", "bf16", "powersgd", "topk"});
+  positive("distributed.timeout_s", c.distributed.timeout_s);
+  positive("distributed.bucket_cap_mb", c.distributed.bucket_cap_mb);
 }
 
 std::string to_toml(const TrainConfig& config) {

@@ -52,12 +52,23 @@ struct RunConfig {
   int64_t max_steps = 0;          // stop (with a checkpoint) after this many steps in total; 0: no limit
 };
 
+// How the job trains when it has several ranks (tessera train --nproc N, tessera run, mpirun):
+// synchronous data parallelism (DDP). train.batch_size is per rank, as in PyTorch's DDP.
+struct DistributedConfig {
+  std::string backend = "auto";        // auto | gloo | shm | mpi
+  double timeout_s = 300;              // rendezvous and every collective
+  double bucket_cap_mb = 25;           // DDP gradient buckets
+  std::string comm_hook = "none";      // none | fp16 | bf16 | powersgd | topk
+  bool find_unused_parameters = false;
+};
+
 struct TrainConfig {
   ModelConfig model;
   DataConfig data;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   RunConfig train;
+  DistributedConfig distributed;
 };
 
 // Parses TOML text; `source` names the file in errors.

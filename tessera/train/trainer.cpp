@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <optional>
 
 #include "tessera/data/dataset.h"
 #include "tessera/data/sampler.h"
@@ -86,12 +87,20 @@ int64_t metadata_int(const io::Metadata& m, const std::string& key, const std::s
 
 }  // namespace
 
-Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
+Trainer::Trainer(TrainConfig config, dist::ProcessGroupPtr group)
+    : config_(std::move(config)), group_(std::move(group)) {
   validate(config_);
   if (config_.train.threads > 0) set_num_threads(static_cast<int>(config_.train.threads));
   build_data();
   manual_seed(config_.train.seed);  // the model's initialisation and dropout draw from here
   model_ = build_model(config_, vocab_ ? vocab_->size() : 0);
+  if (world_size() > 1) {  // checks every rank built the same model, then broadcasts rank 0's values
+    parallel::ddp::DdpOptions ddp;
+    ddp.bucket_cap_bytes = static_cast<size_t>(config_.distributed.bucket_cap_mb * (1 << 20));
+    ddp.comm_hook = config_.distributed.comm_hook;
+    ddp.find_unused_parameters = config_.distributed.find_unused_parameters;
+    ddp_ = std::make_unique<parallel::ddp::DistributedDataParallel>(model_, group_, ddp);
+  }
   optimizer_ = build_optimizer(config_.optimizer, model_->parameters());
   // The schedule spans the configured epochs; max_steps only stops the run early (as an interruption
   // would), so a run stopped by it and resumed follows the same curve as one never stopped.
@@ -118,14 +127,17 @@ void Trainer::build_data() {
   opts.batch_size = config_.train.batch_size;
   opts.drop_last = true;  // equal batches keep the step count and the schedule simple
   opts.prefetch = static_cast<int>(d.prefetch);
+  // With one rank this is the RandomSampler order (sampler.h), so single-process runs are unchanged.
   loader_ = std::make_unique<data::DataLoader>(
-      train_set_, std::make_shared<data::RandomSampler>(train_set_->size(), config_.train.seed), opts);
+      train_set_,
+      std::make_shared<data::DistributedSampler>(train_set_->size(), rank(), world_size(), true, config_.train.seed, true),
+      opts);
   TESSERA_CHECK(loader_->batches_per_epoch() > 0, "[train] the training set has ", train_set_->size(),
                 " samples, fewer than one batch of ", config_.train.batch_size);
 }
 
-Tensor Trainer::loss_of(const data::Batch& batch, Tensor* logits_out) {
-  Tensor logits = (*model_)(batch.inputs);
+Tensor Trainer::loss_of(const data::Batch& batch, Tensor* logits_out, bool training) {
+  Tensor logits = training && ddp_ ? ddp_->forward(batch.inputs) : (*model_)(batch.inputs);
   if (logits_out) *logits_out = logits;
   if (logits.dim() == 3) {  // language model: (B, T, V) against (B, T)
     int64_t v = logits.shape()[2];
@@ -136,16 +148,20 @@ Tensor Trainer::loss_of(const data::Batch& batch, Tensor* logits_out) {
 
 FitResult Trainer::fit() {
   const auto& run = config_.train;
-  fs::create_directories(run.output_dir);
-  MetricsLog metrics((fs::path(run.output_dir) / "metrics.jsonl").string());
-  Progress progress(Progress::stderr_is_terminal(), run.log_every);
+  const bool lead = rank() == 0;  // the rank that reports and writes
+  std::optional<MetricsLog> metrics;
+  if (lead) {
+    fs::create_directories(run.output_dir);
+    metrics.emplace((fs::path(run.output_dir) / "metrics.jsonl").string());
+  }
+  Progress progress(lead && Progress::stderr_is_terminal(), lead ? run.log_every : INT64_MAX);
   FitResult result;
   stop_requested_ = false;
   model_->train();
   while (epoch_ < run.epochs) {
     const int64_t batches = loader_->batches_per_epoch();
     loader_->start_epoch(epoch_, batch_in_epoch_);
-    progress.start_epoch(epoch_, run.epochs, batches, batch_in_epoch_);
+    if (lead) progress.start_epoch(epoch_, run.epochs, batches, batch_in_epoch_);
     auto epoch_start = std::chrono::steady_clock::now();
     double loss_sum = 0.0;
     int64_t loss_count = 0;
@@ -154,7 +170,7 @@ FitResult Trainer::fit() {
       auto t0 = std::chrono::steady_clock::now();
       schedule_->set_position(step_);
       optimizer_->zero_grad();
-      Tensor loss = loss_of(*batch, nullptr);
+      Tensor loss = loss_of(*batch, nullptr, true);
       loss.backward();
       if (config_.optimizer.clip_grad_norm > 0) optim::clip_grad_norm(model_->parameters(), config_.optimizer.clip_grad_norm);
       optimizer_->step();
@@ -168,15 +184,18 @@ FitResult Trainer::fit() {
       double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       double now_rate = static_cast<double>(batch->inputs.shape()[0]) / std::max(seconds, 1e-9);
       rate = rate == 0.0 ? now_rate : 0.9 * rate + 0.1 * now_rate;
-      progress.step(batch_in_epoch_ - 1, step_, loss_value, optimizer_->lr(), rate);
-      metrics.write({{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss_value},
-                     {"lr", optimizer_->lr()}, {"samples_per_s", rate}});
-      bool stop = stop_requested_ || (run.max_steps > 0 && step_ >= run.max_steps);
+      if (lead) {
+        // samples/s of the whole job: every rank runs the same step in lockstep.
+        progress.step(batch_in_epoch_ - 1, step_, loss_value, optimizer_->lr(), rate * world_size());
+        metrics->write({{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss_value},
+                        {"lr", optimizer_->lr()}, {"samples_per_s", rate * world_size()}});
+      }
+      bool stop = any_rank(stop_requested_) || (run.max_steps > 0 && step_ >= run.max_steps);
       if (stop || (run.checkpoint_every > 0 && step_ % run.checkpoint_every == 0)) result.last_checkpoint = save_checkpoint();
       if (stop) {
         result.stopped_early = true;
         result.steps = step_;
-        progress.end_epoch("stopped at step " + std::to_string(step_) + "; checkpoint " + result.last_checkpoint);
+        if (lead) progress.end_epoch("stopped at step " + std::to_string(step_) + "; checkpoint " + result.last_checkpoint);
         return result;
       }
     }
@@ -198,9 +217,11 @@ FitResult Trainer::fit() {
       std::snprintf(summary, sizeof summary, "epoch %lld: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1fs",
                     static_cast<long long>(epoch_), train_loss, eval.loss, 100.0 * eval.accuracy, epoch_seconds);
     }
-    metrics.write(record);
     result.last_checkpoint = save_checkpoint();
-    progress.end_epoch(summary);
+    if (lead) {
+      metrics->write(record);
+      progress.end_epoch(summary);
+    }
   }
   result.steps = step_;
   return result;
@@ -213,13 +234,16 @@ EvalResult Trainer::evaluate() {
   data::DataLoaderOptions opts;
   opts.batch_size = config_.train.eval_batch_size;
   opts.prefetch = static_cast<int>(config_.data.prefetch);
-  data::DataLoader loader(eval_set_, std::make_shared<data::SequentialSampler>(eval_set_->size()), opts);
+  // Rank r evaluates the r-th contiguous shard; the sums are added across ranks below.
+  const int64_t n = eval_set_->size();
+  auto shard = std::make_shared<data::RangeSampler>(n * rank() / world_size(), n * (rank() + 1) / world_size());
+  data::DataLoader loader(eval_set_, shard, opts);
   loader.start_epoch(0);
   double loss_sum = 0.0;
   int64_t correct = 0, samples = 0, weight_total = 0;
   while (auto batch = loader.next()) {
     Tensor logits;
-    Tensor loss = loss_of(*batch, &logits);
+    Tensor loss = loss_of(*batch, &logits, false);
     int64_t n = batch->targets.numel();  // tokens for the LM, samples otherwise
     loss_sum += static_cast<double>(loss.item<float>()) * n;
     weight_total += n;
@@ -230,6 +254,17 @@ EvalResult Trainer::evaluate() {
     }
   }
   model_->train(was_training);
+  if (world_size() > 1) {
+    Tensor counts = Tensor::empty({3}, DType::Int64), loss = Tensor::empty({1});
+    int64_t* c = counts.data<int64_t>();
+    c[0] = correct, c[1] = samples, c[2] = weight_total;
+    loss.data<float>()[0] = static_cast<float>(loss_sum);  // float32: 7 digits are plenty for a report
+    auto w1 = group_->allreduce(counts, dist::ReduceOp::Sum), w2 = group_->allreduce(loss, dist::ReduceOp::Sum);
+    w1->wait();
+    w2->wait();
+    correct = c[0], samples = c[1], weight_total = c[2];
+    loss_sum = loss.data<float>()[0];
+  }
   EvalResult r;
   r.samples = samples;
   r.loss = weight_total ? loss_sum / weight_total : std::numeric_limits<double>::quiet_NaN();
@@ -238,7 +273,16 @@ EvalResult Trainer::evaluate() {
   return r;
 }
 
+bool Trainer::any_rank(bool flag) {
+  if (world_size() == 1) return flag;
+  Tensor t = Tensor::empty({1}, DType::Int64);
+  t.data<int64_t>()[0] = flag ? 1 : 0;
+  group_->allreduce(t, dist::ReduceOp::Max)->wait();
+  return t.data<int64_t>()[0] != 0;
+}
+
 std::string Trainer::save_checkpoint() {
+  if (rank() != 0) return "";  // the replicas are equal; rank 0 writes for all
   io::SafetensorsFile model, trainer;
   model.tensors = model_->state_dict();
   model.metadata = {{"format", "pt"}, {"tessera.config", to_toml(config_)}};

@@ -3,6 +3,12 @@
 // -> schedule; evaluate each epoch; checkpoint on schedule, at each epoch's end and when stopped.
 // Everything a resumed run needs is in the checkpoint, so interrupted-and-resumed training ends with
 // parameters bitwise equal to an uninterrupted run.
+//
+// Given a process group of several ranks the run is data parallel (DDP): each rank reads its
+// DistributedSampler share (train.batch_size per rank; together the ranks' step s covers the
+// single-process batch s of size world·batch_size), gradients are averaged in backward, evaluation
+// is sharded and summed, every rank agrees each step on whether to stop (so a forwarded Ctrl-C stops
+// them all after the same step), and rank 0 alone writes metrics, progress and checkpoints.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -10,9 +16,11 @@
 
 #include "tessera/data/char_dataset.h"
 #include "tessera/data/data_loader.h"
+#include "tessera/dist/process_group.h"
 #include "tessera/nn/module.h"
 #include "tessera/optim/lr_scheduler.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/parallel/ddp/distributed_data_parallel.h"
 #include "tessera/train/config.h"
 #include "tessera/train/progress.h"
 
@@ -36,7 +44,8 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& config, int64_t vocab
 
 class Trainer {
  public:
-  explicit Trainer(TrainConfig config);
+  // `group`: the job's ranks (null or a group of one: single-process training).
+  explicit Trainer(TrainConfig config, dist::ProcessGroupPtr group = nullptr);
   ~Trainer();
   // Loads model, optimizer, schedule, data position and RNG state. `path` as io::load_checkpoint
   // takes it; "" means the latest checkpoint of this run's output_dir (an IoError if there is none).
@@ -51,13 +60,21 @@ class Trainer {
   nn::Module& model() { return *model_; }
   const TrainConfig& config() const { return config_; }
   int64_t global_step() const { return step_; }
+  int rank() const { return group_ ? group_->rank() : 0; }
+  int world_size() const { return group_ ? group_->size() : 1; }
+  // The DDP wrapper when world_size() > 1, else null.
+  const parallel::ddp::DistributedDataParallel* ddp() const { return ddp_.get(); }
   const data::Vocabulary* vocabulary() const { return vocab_.get(); }
 
  private:
   void build_data();
-  Tensor loss_of(const data::Batch& batch, Tensor* logits_out);
+  Tensor loss_of(const data::Batch& batch, Tensor* logits_out, bool training);
+  // True on every rank if it is true on any (one tiny all-reduce; no communication alone).
+  bool any_rank(bool flag);
 
   TrainConfig config_;
+  dist::ProcessGroupPtr group_;
+  std::unique_ptr<parallel::ddp::DistributedDataParallel> ddp_;
   std::shared_ptr<data::Dataset> train_set_, eval_set_;
   std::shared_ptr<data::Vocabulary> vocab_;
   std::unique_ptr<data::DataLoader> loader_;

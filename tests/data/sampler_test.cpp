@@ -111,6 +111,23 @@ TEST(DistributedSampler, ShuffleChangesWithEpochAndSeed) {
   EXPECT_NE(s.indices(0), DistributedSampler(100, 1, 3, true, 6).indices(0));
 }
 
+TEST(DistributedSampler, GlobalOrderIsTheSingleProcessOne) {
+  // With world size N and per-rank batch B, step s of every rank together covers the single-process
+  // batch s of size N·B: what makes DDP equal single-process training on the same data.
+  const int64_t n = 40, batch = 3;
+  for (int world : {1, 2, 4}) {
+    auto single = RandomSampler(n, 7).indices(1);
+    std::vector<std::vector<int64_t>> shares;
+    for (int r = 0; r < world; ++r) shares.push_back(DistributedSampler(n, r, world, true, 7, true).indices(1));
+    for (int64_t step = 0; step * batch * world + batch * world <= n; ++step) {
+      std::multiset<int64_t> global(single.begin() + step * batch * world, single.begin() + (step + 1) * batch * world);
+      std::multiset<int64_t> together;
+      for (auto& share : shares) together.insert(share.begin() + step * batch, share.begin() + (step + 1) * batch);
+      EXPECT_EQ(together, global) << "world " << world << " step " << step;
+    }
+  }
+}
+
 TEST(DistributedSampler, ValidatesRankAndWorld) {
   expect_error<ValueError>([] { DistributedSampler(10, 4, 4); }, {"[DistributedSampler]", "rank 4", "world_size 4"});
   expect_error<ValueError>([] { DistributedSampler(10, -1, 4); }, {"rank -1"});
