@@ -96,8 +96,52 @@ void DistributedDataParallel::broadcast_buffers() {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
-  if (options_.broadcast_buffers && module_->is_training() && group_->size() > 1) broadcast_buffers();
+  const bool distributed_training = module_->is_training() && group_->size() > 1;
+  if (distributed_training && options_.uneven_inputs) {
+    auto [active, synchronising] = count_active(true, reducer_->sync());
+    if (synchronising > 0) reducer_->set_contributing_ranks(static_cast<int>(active));
+    ++active_iterations_;
+  }
+  if (options_.broadcast_buffers && distributed_training) broadcast_buffers();
   return module_->forward(input);
+}
+
+std::pair<int64_t, int64_t> DistributedDataParallel::count_active(bool active, bool synchronising) {
+  Tensor t = Tensor::empty({2}, DType::Int64);
+  t.data<int64_t>()[0] = active ? 1 : 0;
+  t.data<int64_t>()[1] = synchronising ? 1 : 0;
+  group_->allreduce(t, dist::ReduceOp::Sum)->wait();
+  return {t.data<int64_t>()[0], t.data<int64_t>()[1]};
+}
+
+int64_t DistributedDataParallel::join() {
+  if (group_->size() == 1) return 0;
+  TESSERA_CHECK(options_.uneven_inputs, "[DistributedDataParallel] join() needs DdpOptions::uneven_inputs = true, "
+                                        "so that every forward counts the ranks still active");
+  TESSERA_CHECK(module_->is_training(), "[DistributedDataParallel] join() is for training; the module is in eval mode");
+  int64_t shadowed = 0;
+  while (true) {
+    // Mirrors forward() then backward() of the ranks still active.
+    auto [active, synchronising] = count_active(false, false);
+    if (active == 0) break;
+    if (options_.broadcast_buffers) broadcast_buffers();
+    if (synchronising > 0) reducer_->shadow_iteration();
+    ++shadowed;
+  }
+  sync_final_model();
+  return shadowed;
+}
+
+void DistributedDataParallel::sync_final_model() {
+  // The rank with the most iterations (the highest such rank on a tie) holds the final model.
+  Tensor t = Tensor::empty({1}, DType::Int64);
+  t.data<int64_t>()[0] = active_iterations_ * group_->size() + group_->rank();
+  group_->allreduce(t, dist::ReduceOp::Max)->wait();
+  int source = static_cast<int>(t.data<int64_t>()[0] % group_->size());
+  std::vector<dist::WorkPtr> works;
+  for (auto& [name, p] : module_->named_parameters()) works.push_back(group_->broadcast(p, source));
+  for (auto& [name, b] : module_->named_buffers()) works.push_back(group_->broadcast(b, source));
+  for (auto& w : works) w->wait();
 }
 
 }  // namespace tessera::parallel::ddp

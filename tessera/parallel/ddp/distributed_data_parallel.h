@@ -29,6 +29,10 @@ struct DdpOptions {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
   std::string comm_hook = "none";  // comm_hook.h
+  // Ranks may run different numbers of iterations (PyTorch's Join): each training forward
+  // all-reduces how many ranks are still active, gradients are averaged over those, and a rank
+  // that has run out of data calls join(). Costs one small all-reduce per iteration.
+  bool uneven_inputs = false;
 };
 
 class DistributedDataParallel {
@@ -60,13 +64,26 @@ class DistributedDataParallel {
   // Broadcasts every buffer from rank 0 (what forward does in training mode).
   void broadcast_buffers();
 
+  // Uneven inputs (options.uneven_inputs): called by every rank once it has no more data. Until all
+  // ranks have called it, this rank shadows the others' iterations (their collectives, with zero
+  // gradients), so none of them waits for it; then every rank takes the parameters and buffers of
+  // the rank that ran the most iterations. The optimizer state of ranks that joined early is stale,
+  // as in PyTorch. Returns the number of iterations this rank shadowed.
+  int64_t join();
+  // Training iterations this rank ran with data.
+  int64_t iterations_with_data() const { return active_iterations_; }
+
  private:
   void check_same_model();
+  // One all-reduce of {active, synchronising} over the group; returns the sums.
+  std::pair<int64_t, int64_t> count_active(bool active, bool synchronising);
+  void sync_final_model();
 
   std::shared_ptr<nn::Module> module_;
   dist::ProcessGroupPtr group_;
   DdpOptions options_;
   std::shared_ptr<Reducer> reducer_;
+  int64_t active_iterations_ = 0;
 };
 
 }  // namespace tessera::parallel::ddp

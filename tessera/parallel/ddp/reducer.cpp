@@ -75,7 +75,8 @@ void Reducer::begin_iteration() {
   pending_.clear();
   for (const auto& bucket : layout_) pending_.push_back(bucket.size());
   next_to_launch_ = 0;
-  divisor_ = group_->size();
+  divisor_ = next_divisor_ > 0 ? next_divisor_ : group_->size();
+  next_divisor_ = 0;
   // Finish when this backward pass ends.
   std::weak_ptr<Reducer> weak = weak_from_this();
   autograd::queue_callback([weak] {
@@ -127,17 +128,11 @@ void Reducer::finalize() {
     launch_ready_buckets();
   }
   // Which parameters some rank used: .grad stays unset for the others, as in PyTorch.
-  std::vector<bool> used_anywhere(parameters_.size(), true);
-  if (options_.find_unused_parameters) {
-    Tensor used = Tensor::empty({static_cast<int64_t>(parameters_.size())}, DType::Int64);
-    for (size_t i = 0; i < parameters_.size(); ++i) used.data<int64_t>()[i] = ready_[i] ? 1 : 0;
-    group_->allreduce(used, dist::ReduceOp::Max)->wait();
-    for (size_t i = 0; i < parameters_.size(); ++i) used_anywhere[i] = used.data<int64_t>()[i] != 0;
-  }
+  std::vector<bool> used = used_anywhere(ready_);
   for (size_t b = 0; b < layout_.size(); ++b) {
     hook_->finish(*group_, views_[b]);
     for (size_t i : layout_[b]) {
-      if (!used_anywhere[i]) continue;
+      if (!used[i]) continue;
       const Tensor& p = parameters_[i].second;
       Tensor averaged = slot(i);
       Tensor grad = p.grad();
@@ -149,6 +144,32 @@ void Reducer::finalize() {
     }
   }
   ++iterations_;
+  if (!rebuilt_) rebuild_buckets();
+}
+
+std::vector<bool> Reducer::used_anywhere(const std::vector<bool>& used_here) {
+  if (!options_.find_unused_parameters) return std::vector<bool>(parameters_.size(), true);
+  Tensor used = Tensor::empty({static_cast<int64_t>(parameters_.size())}, DType::Int64);
+  for (size_t i = 0; i < parameters_.size(); ++i) used.data<int64_t>()[i] = used_here[i] ? 1 : 0;
+  group_->allreduce(used, dist::ReduceOp::Max)->wait();
+  std::vector<bool> out(parameters_.size());
+  for (size_t i = 0; i < parameters_.size(); ++i) out[i] = used.data<int64_t>()[i] != 0;
+  return out;
+}
+
+void Reducer::shadow_iteration() {
+  autograd::NoGradGuard no_grad;
+  // The same collectives, in the same order, as begin_iteration .. finalize on an active rank:
+  // every bucket's start in index order, the used-flags all-reduce, every bucket's finish, and the
+  // one-time rebuild.
+  for (auto& view : views_) {
+    fill_(view.flat, 0.0f);
+    view.divisor = group_->size();  // the result is discarded; any divisor will do
+    hook_->start(*group_, view);
+  }
+  used_anywhere(std::vector<bool>(parameters_.size(), false));
+  for (auto& view : views_) hook_->finish(*group_, view);
+  next_divisor_ = 0;
   if (!rebuilt_) rebuild_buckets();
 }
 

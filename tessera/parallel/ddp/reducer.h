@@ -40,6 +40,13 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void set_sync(bool on) { sync_ = on; }
   bool sync() const { return sync_; }
 
+  // Uneven inputs: the next iteration's gradients are summed over `ranks` contributing ranks
+  // (the others have joined) and divided by it. Reset to the group's size after each iteration.
+  void set_contributing_ranks(int ranks) { next_divisor_ = ranks; }
+  // For a rank that has joined (run out of data): issues exactly the collectives of one synchronised
+  // backward pass of the others, contributing zeros, so that they do not wait for it.
+  void shadow_iteration();
+
   // Parameter indices per bucket, in launch order.
   const std::vector<std::vector<size_t>>& buckets() const { return layout_; }
   bool rebuilt() const { return rebuilt_; }
@@ -55,6 +62,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void begin_iteration();
   void launch_ready_buckets();
   void finalize();
+  // The all-reduce of "some rank used parameter i" flags (find_unused_parameters).
+  std::vector<bool> used_anywhere(const std::vector<bool>& used_here);
   void rebuild_buckets();
   Tensor slot(size_t index) const;
 
@@ -78,6 +87,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<size_t> ready_order_;     // first iteration, for the rebuild
   int64_t iterations_ = 0;
   int divisor_ = 1;                     // ranks contributing this iteration (the group's size)
+  int next_divisor_ = 0;                // set_contributing_ranks; 0: the group's size
 };
 
 }  // namespace tessera::parallel::ddp
