@@ -13,7 +13,10 @@
 #include "tessera/nn/models.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/adam.h"
+#include "tessera/optim/lamb.h"
+#include "tessera/optim/lars.h"
 #include "tessera/optim/sgd.h"
+#include "tessera/train/lr_scaling.h"
 #include "tessera/util/thread_pool.h"
 
 namespace tessera::train {
@@ -51,10 +54,20 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& c, int64_t vocab_size
 
 namespace {
 
-std::unique_ptr<optim::Optimizer> build_optimizer(const OptimizerConfig& o, std::vector<Tensor> params) {
+// `lr` is o.lr after optimizer.scale_lr.
+std::unique_ptr<optim::Optimizer> build_optimizer(OptimizerConfig o, double lr, std::vector<Tensor> params) {
+  o.lr = lr;
   if (o.name == "sgd")
     return std::make_unique<optim::SGD>(std::move(params),
                                         optim::SGDOptions{o.lr, o.momentum, 0.0, o.weight_decay, o.nesterov});
+  if (o.name == "lars") {
+    optim::LARSOptions l{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay,
+                         .trust_coefficient = o.trust_coefficient, .exclude_bias_and_norm = o.exclude_bias_and_norm};
+    return std::make_unique<optim::LARS>(std::move(params), l);
+  }
+  if (o.name == "lamb")
+    return std::make_unique<optim::LAMB>(std::move(params),
+                                         optim::LAMBOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
   optim::AdamOptions a{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
   if (o.name == "adamw") return std::make_unique<optim::AdamW>(std::move(params), a);
   return std::make_unique<optim::Adam>(std::move(params), a);
@@ -92,7 +105,9 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   build_data();
   manual_seed(config_.train.seed);  // the model's initialisation and dropout draw from here
   model_ = build_model(config_, vocab_ ? vocab_->size() : 0);
-  optimizer_ = build_optimizer(config_.optimizer, model_->parameters());
+  // World size 1 until the trainer runs data-parallel; then the group's size goes here.
+  const double lr = scaled_lr(config_.optimizer.lr, config_.optimizer.scale_lr, 1);
+  optimizer_ = build_optimizer(config_.optimizer, lr, model_->parameters());
   // The schedule spans the configured epochs; max_steps only stops the run early (as an interruption
   // would), so a run stopped by it and resumed follows the same curve as one never stopped.
   schedule_ = build_schedule(config_.schedule, *optimizer_, config_.train.epochs * loader_->batches_per_epoch());
