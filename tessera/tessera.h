@@ -16,6 +16,8 @@
 #include "tessera/nn/transformer.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/adam.h"
+#include "tessera/optim/lamb.h"
+#include "tessera/optim/lars.h"
 #include "tessera/optim/lr_scheduler.h"
 #include "tessera/optim/sgd.h"
 #include "tessera/train/trainer.h"

@@ -31,6 +31,16 @@ void Module::collect(const std::string& prefix, bool params, bool recurse, State
   for (const auto& [n, child] : children_) child->collect(prefix + n + ".", params, true, out);
 }
 
+std::shared_ptr<Module> Module::replace_child(const std::string& name, std::shared_ptr<Module> module) {
+  TESSERA_CHECK(module != nullptr, "[replace_child] cannot put a null module in place of '", name, "' in ", this->name());
+  for (auto& [n, child] : children_)
+    if (n == name) return std::exchange(child, std::move(module));
+  std::string known;
+  for (auto& [n, child] : children_) known += (known.empty() ? "" : ", ") + n;
+  throw ValueError("[replace_child] " + this->name() + " has no child '" + name + "' (children: " +
+                   (known.empty() ? "none" : known) + ")");
+}
+
 StateDict Module::named_parameters(bool recurse) const {
   StateDict out;
   collect("", true, recurse, out);

@@ -25,6 +25,10 @@ class Module {
   std::vector<Tensor> parameters(bool recurse = true) const;
   StateDict named_buffers(bool recurse = true) const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+  // Puts `module` in place of the child registered as `name` (same position, so state_dict order is
+  // kept) and returns the old child. For module surgery such as parallel::convert_sync_batchnorm; a
+  // parent whose forward calls the child through its own typed member still calls the old one.
+  std::shared_ptr<Module> replace_child(const std::string& name, std::shared_ptr<Module> module);
   int64_t num_parameters() const;
 
   virtual void train(bool on = true);

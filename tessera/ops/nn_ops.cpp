@@ -259,7 +259,8 @@ Tensor batch_norm(const Tensor& x_in, Tensor running_mean, Tensor running_var, c
                   const Tensor& bias, bool training, float momentum, float eps) {
   detail::check_float(x_in, "batch_norm", "input");
   TESSERA_CHECK(x_in.dim() >= 2, "[batch_norm] input must be (N, C, ...), got ", shape_str(x_in.shape()));
-  const int64_t N = x_in.shape()[0], C = x_in.shape()[1], S = C == 0 ? 0 : x_in.numel() / (N * C);
+  // N * C == 0: an empty batch (a data-parallel rank may get none in evaluation); no division by it.
+  const int64_t N = x_in.shape()[0], C = x_in.shape()[1], S = N * C == 0 ? 0 : x_in.numel() / (N * C);
   for (const Tensor* p : std::initializer_list<const Tensor*>{&running_mean, &running_var, &weight, &bias})
     if (p->defined())
       TESSERA_CHECK(p->dtype() == DType::Float32 && p->dim() == 1 && p->shape()[0] == C, "[batch_norm] parameter/statistic ",

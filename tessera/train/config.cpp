@@ -33,6 +33,9 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"optimizer.momentum", &c.optimizer.momentum}, {"optimizer.weight_decay", &c.optimizer.weight_decay},
       {"optimizer.beta1", &c.optimizer.beta1}, {"optimizer.beta2", &c.optimizer.beta2}, {"optimizer.eps", &c.optimizer.eps},
       {"optimizer.nesterov", &c.optimizer.nesterov}, {"optimizer.clip_grad_norm", &c.optimizer.clip_grad_norm},
+      {"optimizer.trust_coefficient", &c.optimizer.trust_coefficient},
+      {"optimizer.exclude_bias_and_norm", &c.optimizer.exclude_bias_and_norm},
+      {"optimizer.scale_lr", &c.optimizer.scale_lr},
       {"schedule.name", &c.schedule.name}, {"schedule.warmup_steps", &c.schedule.warmup_steps},
       {"schedule.step_size", &c.schedule.step_size}, {"schedule.gamma", &c.schedule.gamma},
       {"schedule.min_lr", &c.schedule.min_lr},
@@ -193,7 +196,8 @@ void validate(const TrainConfig& c) {
   };
   one_of("model.name", c.model.name, {"mlp", "cnn", "transformer"});
   one_of("data.dataset", c.data.dataset, {"fashion-mnist", "text", "synthetic"});
-  one_of("optimizer.name", c.optimizer.name, {"sgd", "adam", "adamw"});
+  one_of("optimizer.name", c.optimizer.name, {"sgd", "adam", "adamw", "lars", "lamb"});
+  one_of("optimizer.scale_lr", c.optimizer.scale_lr, {"none", "linear", "sqrt"});
   one_of("schedule.name", c.schedule.name, {"constant", "step", "cosine"});
   TESSERA_CHECK((c.model.name == "transformer") == (c.data.dataset == "text"),
                 "[config] model.name = '", c.model.name, "' does not fit data.dataset = '", c.data.dataset,
@@ -216,6 +220,7 @@ void validate(const TrainConfig& c) {
   non_negative("optimizer.momentum", c.optimizer.momentum);
   non_negative("optimizer.weight_decay", c.optimizer.weight_decay);
   non_negative("optimizer.clip_grad_norm", c.optimizer.clip_grad_norm);
+  positive("optimizer.trust_coefficient", c.optimizer.trust_coefficient);
   non_negative("schedule.warmup_steps", c.schedule.warmup_steps);
   positive("schedule.step_size", c.schedule.step_size);
   non_negative("schedule.min_lr", c.schedule.min_lr);

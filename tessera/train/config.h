@@ -25,10 +25,13 @@ struct DataConfig {
 };
 
 struct OptimizerConfig {
-  std::string name = "adam";  // sgd | adam | adamw
+  std::string name = "adam";  // sgd | adam | adamw | lars | lamb
   double lr = 1e-3, momentum = 0.9, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   bool nesterov = false;
-  double clip_grad_norm = 0.0;  // 0: off
+  double clip_grad_norm = 0.0;        // 0: off
+  double trust_coefficient = 0.001;   // lars: eta
+  bool exclude_bias_and_norm = true;  // lars: 1-D parameters get no weight decay or trust ratio
+  std::string scale_lr = "none";      // none | linear | sqrt: lr times world size or its root (lr_scaling.h)
 };
 
 struct ScheduleConfig {

@@ -14,7 +14,10 @@
 #include "tessera/nn/models.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/adam.h"
+#include "tessera/optim/lamb.h"
+#include "tessera/optim/lars.h"
 #include "tessera/optim/sgd.h"
+#include "tessera/train/lr_scaling.h"
 #include "tessera/util/thread_pool.h"
 
 namespace tessera::train {
@@ -52,10 +55,20 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& c, int64_t vocab_size
 
 namespace {
 
-std::unique_ptr<optim::Optimizer> build_optimizer(const OptimizerConfig& o, std::vector<Tensor> params) {
+// `lr` is o.lr after optimizer.scale_lr.
+std::unique_ptr<optim::Optimizer> build_optimizer(OptimizerConfig o, double lr, std::vector<Tensor> params) {
+  o.lr = lr;
   if (o.name == "sgd")
     return std::make_unique<optim::SGD>(std::move(params),
                                         optim::SGDOptions{o.lr, o.momentum, 0.0, o.weight_decay, o.nesterov});
+  if (o.name == "lars") {
+    optim::LARSOptions l{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay,
+                         .trust_coefficient = o.trust_coefficient, .exclude_bias_and_norm = o.exclude_bias_and_norm};
+    return std::make_unique<optim::LARS>(std::move(params), l);
+  }
+  if (o.name == "lamb")
+    return std::make_unique<optim::LAMB>(std::move(params),
+                                         optim::LAMBOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
   optim::AdamOptions a{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
   if (o.name == "adamw") return std::make_unique<optim::AdamW>(std::move(params), a);
   return std::make_unique<optim::Adam>(std::move(params), a);
@@ -101,7 +114,9 @@ Trainer::Trainer(TrainConfig config, dist::ProcessGroupPtr group)
     ddp.find_unused_parameters = config_.distributed.find_unused_parameters;
     ddp_ = std::make_unique<parallel::ddp::DistributedDataParallel>(model_, group_, ddp);
   }
-  optimizer_ = build_optimizer(config_.optimizer, model_->parameters());
+  // The linear (or square-root) scaling rule: the global batch grows with the ranks, so may the lr.
+  const double lr = scaled_lr(config_.optimizer.lr, config_.optimizer.scale_lr, world_size());
+  optimizer_ = build_optimizer(config_.optimizer, lr, model_->parameters());
   // The schedule spans the configured epochs; max_steps only stops the run early (as an interruption
   // would), so a run stopped by it and resumed follows the same curve as one never stopped.
   schedule_ = build_schedule(config_.schedule, *optimizer_, config_.train.epochs * loader_->batches_per_epoch());

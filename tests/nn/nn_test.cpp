@@ -105,6 +105,20 @@ TEST(Module, ZeroGradAndDropoutModes) {
   expect_near(d(x), std::vector<float>(1000, 1.0f));
 }
 
+TEST(Module, ReplaceChildKeepsPositionAndNames) {
+  nn::Sequential seq{std::make_shared<nn::Linear>(2, 3), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(3, 1)};
+  auto first = seq[0];
+  auto old = seq.replace_child("0", std::make_shared<nn::Linear>(2, 3, false));
+  EXPECT_EQ(old, first);
+  auto names = seq.named_parameters();
+  ASSERT_EQ(names.size(), 3u);  // 0.weight, then the last layer's weight and bias, in order
+  EXPECT_EQ(names[0].first, "0.weight");
+  EXPECT_EQ(names[1].first, "2.weight");
+  expect_error<ValueError>([&] { seq.replace_child("5", std::make_shared<nn::ReLU>()); },
+                           {"[replace_child]", "no child '5'", "children: 0, 1, 2"});
+  expect_error<ValueError>([&] { seq.replace_child("1", nullptr); }, {"[replace_child]", "null"});
+}
+
 TEST(Transformer, BlockIsCausalAndDifferentiable) {
   manual_seed(4);
   nn::TransformerBlock block(8, 2);
