@@ -47,6 +47,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.backend", &c.distributed.backend}, {"distributed.timeout_s", &c.distributed.timeout_s},
       {"distributed.bucket_cap_mb", &c.distributed.bucket_cap_mb}, {"distributed.comm_hook", &c.distributed.comm_hook},
       {"distributed.find_unused_parameters", &c.distributed.find_unused_parameters},
+      {"distributed.sync_batchnorm", &c.distributed.sync_batchnorm},
   };
 }
 

@@ -63,6 +63,7 @@ struct DistributedConfig {
   double bucket_cap_mb = 25;           // DDP gradient buckets
   std::string comm_hook = "none";      // none | fp16 | bf16 | powersgd | topk
   bool find_unused_parameters = false;
+  bool sync_batchnorm = false;         // BatchNorm layers normalise over the global batch
 };
 
 struct TrainConfig {

@@ -17,6 +17,7 @@
 #include "tessera/optim/lamb.h"
 #include "tessera/optim/lars.h"
 #include "tessera/optim/sgd.h"
+#include "tessera/parallel/sync_batch_norm.h"
 #include "tessera/train/lr_scaling.h"
 #include "tessera/util/thread_pool.h"
 
@@ -107,6 +108,7 @@ Trainer::Trainer(TrainConfig config, dist::ProcessGroupPtr group)
   build_data();
   manual_seed(config_.train.seed);  // the model's initialisation and dropout draw from here
   model_ = build_model(config_, vocab_ ? vocab_->size() : 0);
+  if (world_size() > 1 && config_.distributed.sync_batchnorm) model_ = parallel::convert_sync_batchnorm(model_, group_);
   if (world_size() > 1) {  // checks every rank built the same model, then broadcasts rank 0's values
     parallel::ddp::DdpOptions ddp;
     ddp.bucket_cap_bytes = static_cast<size_t>(config_.distributed.bucket_cap_mb * (1 << 20));
