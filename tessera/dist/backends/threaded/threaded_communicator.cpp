@@ -13,6 +13,13 @@
 
 namespace tessera::dist {
 
+namespace {
+// memcpy that accepts the null pointers of empty buffers (memcpy itself may not be given them).
+void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n > 0) std::memcpy(dst, src, n);
+}
+}  // namespace
+
 using tessera::detail::concat;
 
 // Collectives are rounds: every rank deposits a snapshot of its input, waits until all have
@@ -52,7 +59,7 @@ class ThreadedWorld {
     box.pop_front();
     TESSERA_CHECK(message.size() == bytes, "[threaded recv] rank ", dst, " expected ", bytes,
                   " bytes from rank ", src, " but the message has ", message.size());
-    std::memcpy(data, message.data(), bytes);
+    copy_bytes(data, message.data(), bytes);
   }
 
   // The world of the members' n-th split over `ranks`: the first member to ask creates it.
@@ -124,19 +131,19 @@ class ThreadedCommunicator : public Communicator {
 
   void allreduce(Buffer data, ReduceOp op, Deadline deadline) override {
     const auto& all = world_->exchange(rank_, data.data, data.nbytes(), "allreduce", deadline);
-    std::memcpy(data.data, all[0].data(), data.nbytes());
+    copy_bytes(data.data, all[0].data(), data.nbytes());
     for (int r = 1; r < size(); ++r) reduce_into(data.data, all[static_cast<size_t>(r)].data(), data.count, data.dtype, op);
     world_->finish_round(rank_, "allreduce", deadline);
   }
   void broadcast(Buffer data, int root, Deadline deadline) override {
     const auto& all = world_->exchange(rank_, data.data, data.nbytes(), "broadcast", deadline);
-    std::memcpy(data.data, all[static_cast<size_t>(root)].data(), data.nbytes());
+    copy_bytes(data.data, all[static_cast<size_t>(root)].data(), data.nbytes());
     world_->finish_round(rank_, "broadcast", deadline);
   }
   void reduce(Buffer data, ReduceOp op, int root, Deadline deadline) override {
     const auto& all = world_->exchange(rank_, data.data, data.nbytes(), "reduce", deadline);
     if (rank_ == root) {
-      std::memcpy(data.data, all[0].data(), data.nbytes());
+      copy_bytes(data.data, all[0].data(), data.nbytes());
       for (int r = 1; r < size(); ++r)
         reduce_into(data.data, all[static_cast<size_t>(r)].data(), data.count, data.dtype, op);
     }
@@ -147,7 +154,7 @@ class ThreadedCommunicator : public Communicator {
     char* out = static_cast<char*>(output.data);
     for (int r = 0; r < size(); ++r) {
       const auto& part = all[static_cast<size_t>(r)];
-      std::memcpy(out, part.data(), part.size());
+      copy_bytes(out, part.data(), part.size());
       out += part.size();
     }
     world_->finish_round(rank_, "allgather", deadline);
@@ -157,7 +164,7 @@ class ThreadedCommunicator : public Communicator {
     const auto& all = world_->exchange(rank_, input.data, input.nbytes(), "reduce_scatter", deadline);
     int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank_, int64_t{0});
     size_t at = static_cast<size_t>(offset) * dtype_size(input.dtype);
-    std::memcpy(output.data, all[0].data() + at, output.nbytes());
+    copy_bytes(output.data, all[0].data() + at, output.nbytes());
     for (int r = 1; r < size(); ++r)
       reduce_into(output.data, all[static_cast<size_t>(r)].data() + at, output.count, output.dtype, op);
     world_->finish_round(rank_, "reduce_scatter", deadline);
@@ -166,7 +173,7 @@ class ThreadedCommunicator : public Communicator {
     const auto& all = world_->exchange(rank_, input.data, input.nbytes(), "alltoall", deadline);
     size_t block = input.nbytes() / static_cast<size_t>(size());
     for (int s = 0; s < size(); ++s)
-      std::memcpy(static_cast<char*>(output.data) + static_cast<size_t>(s) * block,
+      copy_bytes(static_cast<char*>(output.data) + static_cast<size_t>(s) * block,
                   all[static_cast<size_t>(s)].data() + static_cast<size_t>(rank_) * block, block);
     world_->finish_round(rank_, "alltoall", deadline);
   }
