@@ -27,6 +27,24 @@ struct CommOptions {
   int timeout_ms = 120000;
   bool json = false;  // one JSON object per size (for bench/compare_comm.py)
 };
+struct DdpBenchOptions {
+  std::string models = "mlp,cnn";
+  int nproc = 2;
+  int batch = 64;  // per process: 2 × 64 is the 128 of bench train-step
+  int steps = 30;
+  int warmup = 5;
+  int repeats = 3;
+  std::string backend = "auto";
+  std::string comm_hook = "none";
+  bool with_torch = true;
+  std::string python = "/usr/bin/python3";
+  std::string script;  // bench/torch_ddp.py
+  bool worker = false;  // internal: one rank of a measured job (model = models)
+  std::string model;
+};
+// DDP samples/s beside PyTorch's DDP (gloo), and the fraction of all-reduce time hidden behind backward.
+int ddp(const DdpBenchOptions& options);
+
 // nccl-tests-style table of one collective over the job's process group; exit 1 if a result was wrong.
 int comm(const CommOptions& options);
 // GFLOP/s of the sgemm path at n×n against the measured FMA peak of the same threads.

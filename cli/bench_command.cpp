@@ -42,8 +42,28 @@ Command add_bench_command(CLI::App& app) {
   comm->add_option("--timeout-ms", cm->timeout_ms, "Per-operation timeout")->capture_default_str();
   comm->add_flag("--json", cm->json, "One JSON object per size instead of the table");
 
+  auto dd = std::make_shared<bench::DdpBenchOptions>();
+  dd->script = std::string(TESSERA_SOURCE_DIR) + "/bench/torch_ddp.py";
+  auto* ddp = bench->add_subcommand("ddp", "DDP training samples/s with N processes x 1 thread, vs PyTorch DDP (gloo)");
+  ddp->add_option("--models", dd->models, "Comma-separated models (mlp, cnn)")->capture_default_str();
+  ddp->add_option("--nproc", dd->nproc, "Processes")->capture_default_str()->check(CLI::Range(1, 64));
+  ddp->add_option("--batch", dd->batch, "Batch per process")->capture_default_str()->check(CLI::Range(1, 65536));
+  ddp->add_option("--steps", dd->steps, "Timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
+  ddp->add_option("--warmup", dd->warmup, "Untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
+  ddp->add_option("--repeats", dd->repeats, "Runs of each, alternating")->capture_default_str()->check(CLI::Range(1, 100));
+  ddp->add_option("--backend", dd->backend, "auto, gloo, shm or mpi")->capture_default_str();
+  ddp->add_option("--comm-hook", dd->comm_hook, "none, fp16, bf16, powersgd or topk")->capture_default_str();
+  ddp->add_flag("!--no-torch", dd->with_torch, "Skip the PyTorch reference");
+  ddp->add_option("--python", dd->python, "Python with torch")->capture_default_str();
+  ddp->add_flag("--worker", dd->worker, "Internal: one rank of a measured job")->group("");
+
   return {bench, [=]() -> int {
     if (train_step->parsed()) return bench::train_step(*ts);
+    if (ddp->parsed()) {
+      bench::DdpBenchOptions o = *dd;
+      o.model = o.models;
+      return bench::ddp(o);
+    }
     if (comm->parsed()) return bench::comm(*cm);
     return bench::matmul(mm->n, mm->threads, mm->repeats);
   }};

@@ -166,6 +166,7 @@ void ProcessGroup::run_worker() {
 }
 
 void ProcessGroup::run_task(Task& task) {
+  const auto started = std::chrono::steady_clock::now();
   Deadline deadline = detail::deadline_after(options_.timeout);
   std::exception_ptr error;
   try {
@@ -174,6 +175,7 @@ void ProcessGroup::run_task(Task& task) {
   } catch (...) {
     error = std::current_exception();
   }
+  busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
   if (!error) {
     {
       std::lock_guard lock(mu_);

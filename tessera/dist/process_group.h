@@ -52,6 +52,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   const char* backend_name() const { return communicator_->backend_name(); }
   const std::vector<int>& global_ranks() const { return global_ranks_; }
   Milliseconds timeout() const { return options_.timeout; }
+  // Seconds the group's worker thread has spent running operations (the communication time that
+  // DDP's overlap report compares with the time backward waited for it).
+  double busy_seconds() const { return static_cast<double>(busy_ns_.load()) * 1e-9; }
   // Collectives issued so far; the next one gets this number.
   uint64_t sequence_number() const { return next_sequence_.load(); }
 
@@ -123,6 +126,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   int size_ = 1;
   std::vector<int> global_ranks_;
   std::atomic<uint64_t> next_sequence_{0};
+  std::atomic<int64_t> busy_ns_{0};
   uint64_t groups_created_ = 0;
 
   std::mutex mu_;

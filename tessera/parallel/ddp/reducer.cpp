@@ -1,6 +1,7 @@
 #include "tessera/parallel/ddp/reducer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 
 #include "tessera/autograd/engine.h"
@@ -71,6 +72,7 @@ Tensor Reducer::slot(size_t index) const {
 
 void Reducer::begin_iteration() {
   in_iteration_ = true;
+  busy_at_start_ = group_->busy_seconds();
   std::fill(ready_.begin(), ready_.end(), false);
   pending_.clear();
   for (const auto& bucket : layout_) pending_.push_back(bucket.size());
@@ -107,6 +109,7 @@ void Reducer::launch_ready_buckets() {
 
 void Reducer::finalize() {
   autograd::NoGradGuard no_grad;
+  const auto backward_done = std::chrono::steady_clock::now();
   in_iteration_ = false;
   std::vector<size_t> unused;
   for (size_t i = 0; i < parameters_.size(); ++i)
@@ -143,6 +146,8 @@ void Reducer::finalize() {
       }
     }
   }
+  trace_.exposed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - backward_done).count();
+  trace_.comm_seconds = group_->busy_seconds() - busy_at_start_;
   ++iterations_;
   if (!rebuilt_) rebuild_buckets();
 }

@@ -14,6 +14,7 @@
 // A parameter that got no gradient is an error naming it, unless find_unused_parameters: then its
 // slot is zero, and a small all-reduce of "used" flags keeps .grad unset where no rank used it.
 #pragma once
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,16 @@ struct ReducerOptions {
   size_t bucket_cap_bytes = 25u << 20;
   size_t first_bucket_cap_bytes = 1u << 20;
   bool find_unused_parameters = false;
+};
+
+// Where one synchronised iteration's communication time went (PyTorch's DDP logging data).
+struct IterationTrace {
+  double comm_seconds = 0;     // the group's worker thread running this iteration's collectives
+  double exposed_seconds = 0;  // backward, finished, waiting for them (what overlap did not hide)
+  // The fraction of communication that ran while backward was still computing.
+  double hidden_fraction() const {
+    return comm_seconds > 0 ? std::clamp(1.0 - exposed_seconds / comm_seconds, 0.0, 1.0) : 1.0;
+  }
 };
 
 class Reducer : public std::enable_shared_from_this<Reducer> {
@@ -51,6 +62,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   const std::vector<std::vector<size_t>>& buckets() const { return layout_; }
   bool rebuilt() const { return rebuilt_; }
   const CommHook& hook() const { return *hook_; }
+  const IterationTrace& last_iteration() const { return trace_; }
   // Iterations synchronised so far.
   int64_t iterations() const { return iterations_; }
 
@@ -87,6 +99,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<size_t> ready_order_;     // first iteration, for the rebuild
   int64_t iterations_ = 0;
   int divisor_ = 1;                     // ranks contributing this iteration (the group's size)
+  IterationTrace trace_;
+  double busy_at_start_ = 0;            // group busy_seconds() when the iteration began
   int next_divisor_ = 0;                // set_contributing_ranks; 0: the group's size
 };
 

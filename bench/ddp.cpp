@@ -1,0 +1,197 @@
+// `tessera bench ddp`: data-parallel training throughput, N processes × 1 thread, beside PyTorch 1.13's
+// DistributedDataParallel over gloo (bench/torch_ddp.py) in the same run, and how much of the
+// all-reduce time DDP hid behind backward.
+//
+// Method: per model and repeat, tessera and PyTorch run alternately (so drift on this shared machine
+// hits both), each with N fresh processes of one thread, the same model, SGD(momentum 0.9), a fixed
+// random per-process batch, `warmup` untimed steps, then `steps` timed ones; samples/s is global
+// (N × batch × steps over the slowest rank's time). The hidden fraction comes from the reducer's
+// per-iteration trace (reducer.h): 1 − (time backward waited for communication) / (time the group's
+// thread spent communicating), averaged over the timed steps.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+#include "bench/bench.h"
+#include "tessera/core/rng.h"
+#include "tessera/dist/init.h"
+#include "tessera/dist/launcher/launcher.h"
+#include "tessera/nn/models.h"
+#include "tessera/ops/ops.h"
+#include "tessera/optim/sgd.h"
+#include "tessera/parallel/ddp/distributed_data_parallel.h"
+
+namespace tessera::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kTorchTimeoutSeconds = 600;
+
+// One rank's timed loop; rank 0 prints the job's figures as one JSON line.
+int run_worker(const DdpBenchOptions& o) {
+  dist::InitOptions init;
+  init.backend = o.backend;
+  auto group = dist::init_process_group(init);
+  manual_seed(0);
+  std::shared_ptr<nn::Module> model =
+      o.model == "mlp" ? std::static_pointer_cast<nn::Module>(nn::make_mlp({784, 512, 256, 10})) : nn::make_cnn();
+  parallel::ddp::DdpOptions options;
+  options.comm_hook = o.comm_hook;
+  parallel::ddp::DistributedDataParallel ddp(model, group, options);
+  Generator gen(static_cast<uint64_t>(group->rank()) + 1);
+  Tensor x = o.model == "mlp" ? randn({o.batch, 784}, gen) : randn({o.batch, 1, 28, 28}, gen);
+  Tensor y = randint(0, 10, {o.batch}, gen);
+  optim::SGD opt(model->parameters(), optim::SGDOptions{0.01, 0.9});
+  auto step = [&] {
+    opt.zero_grad();
+    cross_entropy(ddp(x), y).backward();
+    opt.step();
+  };
+  for (int i = 0; i < o.warmup; ++i) step();
+  group->barrier()->wait();
+  double hidden = 0, comm = 0, exposed = 0;
+  auto t0 = Clock::now();
+  for (int i = 0; i < o.steps; ++i) {
+    step();
+    const auto& trace = ddp.reducer().last_iteration();
+    hidden += trace.hidden_fraction();
+    comm += trace.comm_seconds;
+    exposed += trace.exposed_seconds;
+  }
+  Tensor seconds = Tensor::empty({1});
+  seconds.data<float>()[0] = static_cast<float>(std::chrono::duration<double>(Clock::now() - t0).count());
+  group->allreduce(seconds, dist::ReduceOp::Max)->wait();
+  if (group->rank() == 0) {
+    nlohmann::json j{{"samples_per_s", double(o.batch) * group->size() * o.steps / seconds.data<float>()[0]},
+                     {"hidden_fraction", hidden / o.steps},
+                     {"comm_ms", 1e3 * comm / o.steps},
+                     {"exposed_ms", 1e3 * exposed / o.steps},
+                     {"bytes_per_step", ddp.reducer().hook().bytes_communicated() / (o.warmup + o.steps)},
+                     {"backend", group->backend_name()}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+// The JSON line a job's rank 0 printed (prefixed "[rank 0] " by the launcher), or null.
+nlohmann::json last_json_line(const std::string& text) {
+  nlohmann::json found;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    size_t brace = line.find('{');
+    if (brace == std::string::npos) continue;
+    try {
+      found = nlohmann::json::parse(line.substr(brace));
+    } catch (const std::exception&) {
+    }
+  }
+  return found;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+nlohmann::json run_tessera(const DdpBenchOptions& o, const std::string& model) {
+  char path[] = "/tmp/tessera_bench_ddp_XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return nullptr;
+  dist::launcher::LaunchOptions launch;
+  launch.nproc_per_node = o.nproc;
+  launch.threads_per_worker = 1;
+  launch.stdout_fd = fd;
+  launch.timeout = std::chrono::seconds(600);
+  launch.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "bench", "ddp", "--worker",
+                    "--models", model, "--batch", std::to_string(o.batch), "--steps", std::to_string(o.steps),
+                    "--warmup", std::to_string(o.warmup), "--backend", o.backend, "--comm-hook", o.comm_hook};
+  auto result = dist::launcher::launch(launch);
+  ::close(fd);
+  std::string out = read_all(path);
+  std::remove(path);
+  if (result.exit_code != 0) {
+    std::fprintf(stderr, "bench ddp: tessera workers failed: %s\n%s", result.message.c_str(), out.c_str());
+    return nullptr;
+  }
+  return last_json_line(out);
+}
+
+nlohmann::json run_torch(const DdpBenchOptions& o, const std::string& model) {
+  std::ostringstream cmd;
+  cmd << "timeout " << kTorchTimeoutSeconds << " " << o.python << " " << o.script << " --model " << model
+      << " --nproc " << o.nproc << " --batch " << o.batch << " --steps " << o.steps << " --warmup " << o.warmup
+      << " 2>/dev/null";
+  FILE* pipe = popen(cmd.str().c_str(), "r");
+  if (!pipe) return nullptr;
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  if (pclose(pipe) != 0) {
+    std::fprintf(stderr, "bench ddp: the PyTorch run failed (is python3-torch installed?): %s\n", cmd.str().c_str());
+    return nullptr;
+  }
+  return last_json_line(out);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::string cell(const std::vector<double>& v) {
+  if (v.empty()) return "-";
+  char s[96];
+  std::snprintf(s, sizeof s, "%.0f [%.0f-%.0f]", median(v), *std::min_element(v.begin(), v.end()),
+                *std::max_element(v.begin(), v.end()));
+  return s;
+}
+
+}  // namespace
+
+int ddp(const DdpBenchOptions& o) {
+  if (o.worker) return run_worker(o);
+  std::printf("tessera bench ddp: %d processes x 1 thread, batch %d per process, SGD(momentum 0.9), %d steps after %d "
+              "warm-up, median [min-max] of %d repeats; backend %s, comm hook %s\n",
+              o.nproc, o.batch, o.steps, o.warmup, o.repeats, o.backend.c_str(), o.comm_hook.c_str());
+  std::printf("%-5s %-24s %-8s %-9s %-11s %-24s %s\n", "model", "tessera samples/s", "hidden", "comm ms", "bytes/step",
+              "pytorch DDP samples/s", "ratio");
+  int failures = 0;
+  std::stringstream models(o.models);
+  for (std::string model; std::getline(models, model, ',');) {
+    std::vector<double> ours, theirs, hidden, comm;
+    double bytes = 0;
+    for (int r = 0; r < o.repeats; ++r) {
+      nlohmann::json t = run_tessera(o, model);
+      if (t.is_null()) {
+        ++failures;
+      } else {
+        ours.push_back(t["samples_per_s"]);
+        hidden.push_back(t["hidden_fraction"]);
+        comm.push_back(t["comm_ms"]);
+        bytes = t["bytes_per_step"];
+      }
+      if (o.with_torch) {
+        nlohmann::json p = run_torch(o, model);
+        if (!p.is_null()) theirs.push_back(p["samples_per_s"]);
+      }
+    }
+    char h[32] = "-", c[32] = "-", b[32] = "-", ratio[32] = "-";
+    if (!hidden.empty()) std::snprintf(h, sizeof h, "%.0f%%", 100 * median(hidden));
+    if (!comm.empty()) std::snprintf(c, sizeof c, "%.2f", median(comm));
+    std::snprintf(b, sizeof b, "%.0f", bytes);
+    if (!ours.empty() && !theirs.empty()) std::snprintf(ratio, sizeof ratio, "%.2fx", median(ours) / median(theirs));
+    std::printf("%-5s %-24s %-8s %-9s %-11s %-24s %s\n", model.c_str(), cell(ours).c_str(), h, c, b,
+                cell(theirs).c_str(), ratio);
+    std::fflush(stdout);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace tessera::bench
