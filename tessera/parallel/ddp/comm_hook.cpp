@@ -1,9 +1,13 @@
 #include "tessera/parallel/ddp/comm_hook.h"
 
 #include <map>
+#include <memory>
 
 #include "tessera/core/error.h"
 #include "tessera/ops/ops.h"
+#include "tessera/parallel/ddp/compression_hook.h"
+#include "tessera/parallel/ddp/powersgd_hook.h"
+#include "tessera/parallel/ddp/topk_hook.h"
 
 namespace tessera::parallel::ddp {
 
@@ -37,9 +41,15 @@ class AllreduceHook : public CommHook {
 
 std::unique_ptr<CommHook> make_allreduce_hook() { return std::make_unique<AllreduceHook>(); }
 
-std::unique_ptr<CommHook> make_comm_hook(const std::string& name) {
+std::unique_ptr<CommHook> make_comm_hook(const std::string& name, const CommHookOptions& options) {
   if (name == "none" || name.empty()) return make_allreduce_hook();
-  throw ValueError(tessera::detail::concat("[DistributedDataParallel] unknown comm hook '", name, "'; choose none"));
+  if (name == "fp16") return std::make_unique<CompressionHook>(HalfFormat::Fp16);
+  if (name == "bf16") return std::make_unique<CompressionHook>(HalfFormat::Bf16);
+  if (name == "powersgd")
+    return std::make_unique<PowerSgdHook>(options.powersgd_rank, options.powersgd_start_iter, options.powersgd_seed);
+  if (name == "topk") return std::make_unique<TopKHook>(options.topk_ratio);
+  throw ValueError(tessera::detail::concat("[DistributedDataParallel] unknown comm hook '", name,
+                                           "'; choose none, fp16, bf16, powersgd or topk"));
 }
 
 }  // namespace tessera::parallel::ddp

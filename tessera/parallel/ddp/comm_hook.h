@@ -37,9 +37,23 @@ class CommHook {
   int64_t bytes_ = 0;
 };
 
+// Settings of the compressing hooks; each hook reads its own.
+struct CommHookOptions {
+  int powersgd_rank = 4;              // r: PyTorch's matrix_approximation_rank (1 by default there)
+  int64_t powersgd_start_iter = 10;   // plain all-reduce before this iteration (start_powerSGD_iter)
+  uint64_t powersgd_seed = 0;         // of the initial Q; must agree across ranks
+  double topk_ratio = 0.01;           // fraction of each bucket's entries sent, in (0, 1]
+};
+
 // "none": all-reduce of the float32 bucket with Avg.
 std::unique_ptr<CommHook> make_allreduce_hook();
-// Makes a hook by name: "none" (more come with compression). ValueError naming the choices.
-std::unique_ptr<CommHook> make_comm_hook(const std::string& name);
+// Makes a hook by name:
+//   "none"      float32 all-reduce (this file)
+//   "fp16"      2-byte IEEE half on the wire, float32 sums (compression_hook.h)
+//   "bf16"      the same with bfloat16 (compression_hook.h)
+//   "powersgd"  rank-r low-rank compression with error feedback (powersgd_hook.h)
+//   "topk"      the largest topk_ratio of each bucket, with error feedback (topk_hook.h)
+// ValueError naming the choices for any other name, or for options out of range.
+std::unique_ptr<CommHook> make_comm_hook(const std::string& name, const CommHookOptions& options = {});
 
 }  // namespace tessera::parallel::ddp

@@ -58,7 +58,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   nn::StateDict trainable;
   for (auto& [name, p] : module_->named_parameters())
     if (p.requires_grad()) trainable.emplace_back(name, p);
-  reducer_ = Reducer::create(std::move(trainable), group_, reducer, make_comm_hook(options_.comm_hook));
+  reducer_ = Reducer::create(std::move(trainable), group_, reducer, make_comm_hook(options_.comm_hook, options_.comm_hook_options));
 }
 
 void DistributedDataParallel::check_same_model() {

@@ -28,7 +28,8 @@ struct DdpOptions {
   size_t first_bucket_cap_bytes = 1u << 20;
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
-  std::string comm_hook = "none";  // comm_hook.h
+  std::string comm_hook = "none";  // none, fp16, bf16, powersgd, topk: see make_comm_hook in comm_hook.h
+  CommHookOptions comm_hook_options;
   // Ranks may run different numbers of iterations (PyTorch's Join): each training forward
   // all-reduces how many ranks are still active, gradients are averaged over those, and a rank
   // that has run out of data calls join(). Costs one small all-reduce per iteration.

@@ -1,0 +1,84 @@
+#include "tessera/parallel/ddp/half_codec.h"
+
+#include <cstring>
+
+#include "tessera/core/dtype.h"
+
+namespace tessera::parallel::ddp {
+
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Shifts `value` right by `shift` (1..31) bits, rounding to nearest, ties to even.
+uint32_t shift_round_even(uint32_t value, uint32_t shift) {
+  uint32_t kept = value >> shift;
+  uint32_t rest = value & ((1u << shift) - 1);
+  uint32_t half = 1u << (shift - 1);
+  if (rest > half || (rest == half && (kept & 1u))) ++kept;
+  return kept;
+}
+
+}  // namespace
+
+uint16_t fp16_from_float(float value) {
+  uint32_t u = bits_of(value);
+  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  uint32_t magnitude = u & 0x7fffffffu;
+  if (magnitude > 0x7f800000u)  // NaN: keep the top payload bits, force the quiet bit
+    return static_cast<uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+  if (magnitude >= 0x38800000u) {  // >= 2^-14: a normal fp16 (or overflow)
+    // Re-bias the exponent (127 -> 15) and round off 13 mantissa bits; a carry out of the
+    // mantissa correctly bumps the exponent, and past 65504 reaches the inf pattern.
+    uint32_t h = shift_round_even(magnitude - ((127u - 15u) << 23), 13);
+    return static_cast<uint16_t>(sign | (h >= 0x7c00u ? 0x7c00u : h));
+  }
+  if (magnitude <= 0x33000000u) return sign;  // <= 2^-25: rounds to zero (2^-25 is a tie, to even 0)
+  // Subnormal: the result counts units of 2^-24. The 24-bit significand is worth
+  // 2^(exponent - 150), so shift it right by 126 - exponent (14..24 here).
+  uint32_t exponent = magnitude >> 23;
+  uint32_t significand = (magnitude & 0x7fffffu) | 0x800000u;
+  return static_cast<uint16_t>(sign | shift_round_even(significand, 126u - exponent));
+}
+
+float fp16_to_float(uint16_t bits) {
+  uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  uint32_t exponent = (bits >> 10) & 0x1fu;
+  uint32_t mantissa = bits & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa · 2^-24, exact in float32
+    float f = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign ? -f : f;
+  }
+  if (exponent == 0x1f) return float_of(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN
+  return float_of(sign | ((exponent + 127u - 15u) << 23) | (mantissa << 13));
+}
+
+void encode_half(HalfFormat format, const float* src, uint16_t* dst, int64_t n) {
+  if (format == HalfFormat::Fp16) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = fp16_from_float(src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]).bits;
+  }
+}
+
+void decode_half(HalfFormat format, const uint16_t* src, float* dst, int64_t n) {
+  if (format == HalfFormat::Fp16) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_float(src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(BFloat16{src[i]});
+  }
+}
+
+double half_unit_roundoff(HalfFormat format) { return format == HalfFormat::Fp16 ? 0x1p-11 : 0x1p-8; }
+
+}  // namespace tessera::parallel::ddp
