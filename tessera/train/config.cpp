@@ -48,6 +48,9 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.bucket_cap_mb", &c.distributed.bucket_cap_mb}, {"distributed.comm_hook", &c.distributed.comm_hook},
       {"distributed.find_unused_parameters", &c.distributed.find_unused_parameters},
       {"distributed.sync_batchnorm", &c.distributed.sync_batchnorm},
+      {"distributed.powersgd_rank", &c.distributed.powersgd_rank},
+      {"distributed.powersgd_start_iter", &c.distributed.powersgd_start_iter},
+      {"distributed.topk_ratio", &c.distributed.topk_ratio},
   };
 }
 
@@ -238,6 +241,10 @@ void validate(const TrainConfig& c) {
   one_of("distributed.comm_hook", c.distributed.comm_hook, {"none", "fp16", "bf16", "powersgd", "topk"});
   positive("distributed.timeout_s", c.distributed.timeout_s);
   positive("distributed.bucket_cap_mb", c.distributed.bucket_cap_mb);
+  positive("distributed.powersgd_rank", c.distributed.powersgd_rank);
+  non_negative("distributed.powersgd_start_iter", c.distributed.powersgd_start_iter);
+  TESSERA_CHECK(c.distributed.topk_ratio > 0 && c.distributed.topk_ratio <= 1,
+                "[config] distributed.topk_ratio must be in (0, 1], got ", c.distributed.topk_ratio);
 }
 
 std::string to_toml(const TrainConfig& config) {

@@ -62,6 +62,9 @@ struct DistributedConfig {
   double timeout_s = 300;              // rendezvous and every collective
   double bucket_cap_mb = 25;           // DDP gradient buckets
   std::string comm_hook = "none";      // none | fp16 | bf16 | powersgd | topk
+  int64_t powersgd_rank = 4;           // r of the low-rank approximation
+  int64_t powersgd_start_iter = 10;    // plain all-reduce before this step
+  double topk_ratio = 0.01;            // fraction of each bucket sent
   bool find_unused_parameters = false;
   bool sync_batchnorm = false;         // BatchNorm layers normalise over the global batch
 };

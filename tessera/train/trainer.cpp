@@ -113,6 +113,9 @@ Trainer::Trainer(TrainConfig config, dist::ProcessGroupPtr group)
     parallel::ddp::DdpOptions ddp;
     ddp.bucket_cap_bytes = static_cast<size_t>(config_.distributed.bucket_cap_mb * (1 << 20));
     ddp.comm_hook = config_.distributed.comm_hook;
+    ddp.comm_hook_options.powersgd_rank = static_cast<int>(config_.distributed.powersgd_rank);
+    ddp.comm_hook_options.powersgd_start_iter = config_.distributed.powersgd_start_iter;
+    ddp.comm_hook_options.topk_ratio = config_.distributed.topk_ratio;
     ddp.find_unused_parameters = config_.distributed.find_unused_parameters;
     ddp_ = std::make_unique<parallel::ddp::DistributedDataParallel>(model_, group_, ddp);
   }
