@@ -207,8 +207,15 @@ FitResult Trainer::fit() {
       if (lead) {
         // samples/s of the whole job: every rank runs the same step in lockstep.
         progress.step(batch_in_epoch_ - 1, step_, loss_value, optimizer_->lr(), rate * world_size());
-        metrics->write({{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss_value},
-                        {"lr", optimizer_->lr()}, {"samples_per_s", rate * world_size()}});
+        nlohmann::json record{{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss_value},
+                              {"lr", optimizer_->lr()}, {"samples_per_s", rate * world_size()}};
+        if (ddp_) {  // the per-step trace of gradient communication (reducer.h)
+          const auto& trace = ddp_->reducer().last_iteration();
+          record["comm_ms"] = 1e3 * trace.comm_seconds;
+          record["exposed_comm_ms"] = 1e3 * trace.exposed_seconds;
+          record["comm_bytes_total"] = ddp_->reducer().hook().bytes_communicated();
+        }
+        metrics->write(record);
       }
       bool stop = any_rank(stop_requested_) || (run.max_steps > 0 && step_ >= run.max_steps);
       if (stop || (run.checkpoint_every > 0 && step_ % run.checkpoint_every == 0)) result.last_checkpoint = save_checkpoint();

@@ -14,8 +14,7 @@
 #include <cstring>
 #include <functional>
 
-#include "dist/collective_suite.h"
-#include "tessera/dist/backends/threaded/threaded_communicator.h"
+#include "parallel/threaded_group.h"
 #include "tessera/parallel/ddp/half_codec.h"
 #include "tessera/parallel/ddp/topk_hook.h"
 
@@ -31,10 +30,7 @@ using Vector = std::vector<float>;
 // Rank r's gradient at step s: every bucket's elements back to back.
 using GradientFn = std::function<Vector(int rank, int step, int64_t numel)>;
 
-testing::CommunicatorFactory threaded(int world) {
-  auto shared = dist::make_threaded_world(world);
-  return [shared](const dist::BackendContext& c) { return dist::make_threaded_communicator(shared, c.rank); };
-}
+using testing::threaded;
 
 dist::ProcessGroupOptions short_timeout() {
   dist::ProcessGroupOptions o;

@@ -6,8 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "dist/collective_suite.h"
-#include "tessera/dist/backends/threaded/threaded_communicator.h"
+#include "parallel/ddp/ddp_testing.h"
 #include "tessera/nn/models.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/sgd.h"
@@ -19,10 +18,7 @@ namespace {
 using parallel::ddp::DdpOptions;
 using parallel::ddp::DistributedDataParallel;
 
-testing::CommunicatorFactory threaded(int world) {
-  auto shared = dist::make_threaded_world(world);
-  return [shared](const dist::BackendContext& c) { return dist::make_threaded_communicator(shared, c.rank); };
-}
+using testing::threaded;
 
 using ModelFactory = std::function<std::shared_ptr<nn::Module>()>;
 
@@ -41,16 +37,7 @@ Tensor rows(const Tensor& t, int64_t step, int64_t begin, int64_t end) {
   return t.slice(0, step, step + 1).squeeze(0).slice(0, begin, end).contiguous();
 }
 
-double max_difference(const nn::Module& a, const nn::Module& b) {
-  auto pa = a.named_parameters(), pb = b.named_parameters();
-  double worst = 0;
-  for (size_t i = 0; i < pa.size(); ++i) {
-    const float* x = pa[i].second.contiguous().data<float>();
-    const float* y = pb[i].second.contiguous().data<float>();
-    for (int64_t k = 0; k < pa[i].second.numel(); ++k) worst = std::max(worst, std::fabs(double(x[k]) - y[k]));
-  }
-  return worst;
-}
+double max_difference(const nn::Module& a, const nn::Module& b) { return testing::max_parameter_difference(a, b); }
 
 optim::SGDOptions sgd() {
   optim::SGDOptions o;
@@ -89,7 +76,7 @@ std::vector<std::shared_ptr<nn::Module>> train_ddp(const ModelFactory& make, con
   }
   int64_t global = data.x.shape()[1], micro = global / accumulate, per_rank = micro / world;
   testing::run_on_threads(world, threaded(world), [&](dist::ProcessGroup& group) {
-    auto g = std::shared_ptr<dist::ProcessGroup>(&group, [](dist::ProcessGroup*) {});
+    auto g = testing::borrow(group);
     int r = group.rank();
     DistributedDataParallel ddp(models[static_cast<size_t>(r)], g, options);
     optim::SGD opt(ddp.module().parameters(), sgd());
@@ -194,7 +181,7 @@ TEST_P(DdpCommHook, TrainingStillLowersTheLoss) {
   manual_seed(7);  // on this thread: the default generator is not thread-safe
   std::vector<std::shared_ptr<nn::Module>> models = {mlp()(), mlp()()};
   testing::run_on_threads(world, threaded(world), [&](dist::ProcessGroup& group) {
-    auto g = std::shared_ptr<dist::ProcessGroup>(&group, [](dist::ProcessGroup*) {});
+    auto g = testing::borrow(group);
     int r = group.rank();
     DdpOptions options;
     options.first_bucket_cap_bytes = 2048;  // several buckets: 3 after the rebuild
@@ -241,7 +228,7 @@ class PartlyUsed : public nn::Module {
 
 TEST(Ddp, AParameterWithoutGradientIsNamed) {
   testing::run_on_threads(2, threaded(2), [](dist::ProcessGroup& group) {
-    auto g = std::shared_ptr<dist::ProcessGroup>(&group, [](dist::ProcessGroup*) {});
+    auto g = testing::borrow(group);
     DistributedDataParallel ddp(std::make_shared<PartlyUsed>(), g);
     try {
       sum(ddp(ones({2, 4}))).backward();
@@ -256,7 +243,7 @@ TEST(Ddp, AParameterWithoutGradientIsNamed) {
 
 TEST(Ddp, FindUnusedParametersLeavesTheirGradUnset) {
   testing::run_on_threads(2, threaded(2), [](dist::ProcessGroup& group) {
-    auto g = std::shared_ptr<dist::ProcessGroup>(&group, [](dist::ProcessGroup*) {});
+    auto g = testing::borrow(group);
     DdpOptions options;
     options.find_unused_parameters = true;
     auto model = std::make_shared<PartlyUsed>();
@@ -281,7 +268,7 @@ TEST(Ddp, FindUnusedParametersLeavesTheirGradUnset) {
 
 TEST(Ddp, DifferentModelsAcrossRanksAreRejectedNamingTheParameter) {
   testing::run_on_threads(2, threaded(2), [](dist::ProcessGroup& group) {
-    auto g = std::shared_ptr<dist::ProcessGroup>(&group, [](dist::ProcessGroup*) {});
+    auto g = testing::borrow(group);
     auto model = nn::make_mlp({4, group.rank() == 0 ? 8 : 9, 2});
     try {
       DistributedDataParallel ddp(model, g);
@@ -297,7 +284,7 @@ TEST(Ddp, DifferentModelsAcrossRanksAreRejectedNamingTheParameter) {
 
 TEST(Ddp, BucketsAreRebuiltInReadyOrderAfterTheFirstIteration) {
   testing::run_on_threads(2, threaded(2), [](dist::ProcessGroup& group) {
-    auto g = std::shared_ptr<dist::ProcessGroup>(&group, [](dist::ProcessGroup*) {});
+    auto g = testing::borrow(group);
     DdpOptions options;
     options.first_bucket_cap_bytes = 1;
     options.bucket_cap_bytes = 1;  // one parameter per bucket
