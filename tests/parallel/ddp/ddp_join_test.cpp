@@ -82,11 +82,13 @@ TEST(DdpJoin, UnevenInputsEqualSingleProcessOnTheActiveRanksBatches) {
 TEST(DdpJoin, ARankWithNoDataAtAllAndNoSyncIterations) {
   // Rank 0 (which rebuilds the buckets for everyone) has no data; rank 1 accumulates two
   // micro-batches per step under no_sync. Both finish.
+  manual_seed(1);
+  std::vector<std::shared_ptr<nn::Module>> models = {make_model(), make_model()};  // not in the threads:
+  // the default generator that initialises them is not thread-safe
   testing::run_on_threads(2, testing::threaded(2), [&](dist::ProcessGroup& group) {
     DdpOptions options;
     options.uneven_inputs = true;
-    manual_seed(1);
-    DistributedDataParallel ddp(make_model(), testing::borrow(group), options);
+    DistributedDataParallel ddp(models[group.rank()], testing::borrow(group), options);
     if (group.rank() == 1) {
       for (int step = 0; step < 3; ++step) {
         {
@@ -101,8 +103,9 @@ TEST(DdpJoin, ARankWithNoDataAtAllAndNoSyncIterations) {
 }
 
 TEST(DdpJoin, JoinWithoutUnevenInputsIsAnError) {
+  std::vector<std::shared_ptr<nn::Module>> models = {make_model(), make_model()};
   testing::run_on_threads(2, testing::threaded(2), [&](dist::ProcessGroup& group) {
-    DistributedDataParallel ddp(make_model(), testing::borrow(group));
+    DistributedDataParallel ddp(models[group.rank()], testing::borrow(group));
     EXPECT_THROW(ddp.join(), ValueError);
   });
 }

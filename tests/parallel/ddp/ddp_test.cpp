@@ -226,10 +226,20 @@ class PartlyUsed : public nn::Module {
   std::shared_ptr<nn::Linear> used_, unused_;
 };
 
+// One model per rank, built here: the default generator that initialises them is not thread-safe,
+// so rank threads must not construct models.
+template <typename Make>
+auto per_rank(int world, Make make) {
+  std::vector<decltype(make(0))> models;
+  for (int r = 0; r < world; ++r) models.push_back(make(r));
+  return models;
+}
+
 TEST(Ddp, AParameterWithoutGradientIsNamed) {
-  testing::run_on_threads(2, threaded(2), [](dist::ProcessGroup& group) {
+  auto models = per_rank(2, [](int) { return std::make_shared<PartlyUsed>(); });
+  testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
     auto g = testing::borrow(group);
-    DistributedDataParallel ddp(std::make_shared<PartlyUsed>(), g);
+    DistributedDataParallel ddp(models[group.rank()], g);
     try {
       sum(ddp(ones({2, 4}))).backward();
       ADD_FAILURE() << "expected an error naming the unused parameters";
@@ -242,11 +252,12 @@ TEST(Ddp, AParameterWithoutGradientIsNamed) {
 }
 
 TEST(Ddp, FindUnusedParametersLeavesTheirGradUnset) {
-  testing::run_on_threads(2, threaded(2), [](dist::ProcessGroup& group) {
+  auto models = per_rank(2, [](int) { return std::make_shared<PartlyUsed>(); });
+  testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
     auto g = testing::borrow(group);
     DdpOptions options;
     options.find_unused_parameters = true;
-    auto model = std::make_shared<PartlyUsed>();
+    auto model = models[group.rank()];
     DistributedDataParallel ddp(model, g, options);
     for (int step = 0; step < 3; ++step) {
       model->zero_grad();
@@ -267,9 +278,10 @@ TEST(Ddp, FindUnusedParametersLeavesTheirGradUnset) {
 }
 
 TEST(Ddp, DifferentModelsAcrossRanksAreRejectedNamingTheParameter) {
-  testing::run_on_threads(2, threaded(2), [](dist::ProcessGroup& group) {
+  auto models = per_rank(2, [](int r) { return nn::make_mlp({4, r == 0 ? 8 : 9, 2}); });
+  testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
     auto g = testing::borrow(group);
-    auto model = nn::make_mlp({4, group.rank() == 0 ? 8 : 9, 2});
+    auto model = models[group.rank()];
     try {
       DistributedDataParallel ddp(model, g);
       ADD_FAILURE() << "expected a model mismatch";
@@ -283,13 +295,14 @@ TEST(Ddp, DifferentModelsAcrossRanksAreRejectedNamingTheParameter) {
 }
 
 TEST(Ddp, BucketsAreRebuiltInReadyOrderAfterTheFirstIteration) {
-  testing::run_on_threads(2, threaded(2), [](dist::ProcessGroup& group) {
+  manual_seed(1);
+  auto models = per_rank(2, [](int) { return nn::make_mlp({4, 4, 2}); });
+  testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
     auto g = testing::borrow(group);
     DdpOptions options;
     options.first_bucket_cap_bytes = 1;
     options.bucket_cap_bytes = 1;  // one parameter per bucket
-    manual_seed(1);
-    auto model = nn::make_mlp({4, 4, 2});
+    auto model = models[group.rank()];
     DistributedDataParallel ddp(model, g, options);
     // Reverse registration order at first: 2.bias (index 3), 2.weight (2), 0.bias (1), 0.weight (0).
     ASSERT_EQ(ddp.reducer().buckets().size(), 4u);
