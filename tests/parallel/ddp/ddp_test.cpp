@@ -134,7 +134,7 @@ TEST_P(DdpEqualsSingleProcess, ParametersAfter20Steps) {
 
 INSTANTIATE_TEST_SUITE_P(Models, DdpEqualsSingleProcess,
                          ::testing::Values(Case{"mlp", 1, 1}, Case{"mlp", 2, 1}, Case{"mlp", 4, 1},
-                                           Case{"mlp", 2, 2}, Case{"mlp", 4, 2}, Case{"cnn", 2, 1},
+                                           Case{"mlp", 2, 2}, Case{"mlp", 4, 2}, Case{"cnn", 1, 1}, Case{"cnn", 2, 1},
                                            Case{"cnn", 4, 1}, Case{"cnn", 2, 2}),
                          [](const auto& info) {
                            return info.param.model + "_" + std::to_string(info.param.world) + "ranks_" +
