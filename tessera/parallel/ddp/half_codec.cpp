@@ -1,6 +1,9 @@
 #include "tessera/parallel/ddp/half_codec.h"
 
 #include <cstring>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "tessera/core/dtype.h"
 
@@ -59,13 +62,23 @@ float fp16_to_float(uint16_t bits) {
     float f = static_cast<float>(mantissa) * 0x1p-24f;
     return sign ? -f : f;
   }
-  if (exponent == 0x1f) return float_of(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN
+  if (exponent == 0x1f)  // inf; NaN comes back quiet (as the F16C instruction returns it)
+    return float_of(sign | 0x7f800000u | (mantissa ? 0x400000u : 0u) | (mantissa << 13));
   return float_of(sign | ((exponent + 127u - 15u) << 23) | (mantissa << 13));
 }
 
 void encode_half(HalfFormat format, const float* src, uint16_t* dst, int64_t n) {
   if (format == HalfFormat::Fp16) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = fp16_from_float(src[i]);
+    int64_t i = 0;
+#if defined(__F16C__)
+    // The F16C instruction rounds as fp16_from_float does (nearest even, inf on overflow, quiet NaN
+    // with the payload's top bits; half_codec_test checks the two agree), 8 at a time: the scalar
+    // loop alone made the fp16 hook 2.3x slower than plain all-reduce on the MLP.
+    for (; i + 8 <= n; i += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+    for (; i < n; ++i) dst[i] = fp16_from_float(src[i]);
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]).bits;
   }
@@ -73,7 +86,12 @@ void encode_half(HalfFormat format, const float* src, uint16_t* dst, int64_t n) 
 
 void decode_half(HalfFormat format, const uint16_t* src, float* dst, int64_t n) {
   if (format == HalfFormat::Fp16) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_float(src[i]);
+    int64_t i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+#endif
+    for (; i < n; ++i) dst[i] = fp16_to_float(src[i]);
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(BFloat16{src[i]});
   }

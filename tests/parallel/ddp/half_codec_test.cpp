@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -118,6 +119,31 @@ TEST(CommHookCodec, Bf16RoundsTiesToEven) {
   float back = 0;
   parallel::ddp::decode_half(HalfFormat::Bf16, &code, &back, 1);
   EXPECT_EQ(back, -2.0f);
+}
+
+TEST(HalfCodec, BufferCodecsEqualTheScalarOnesForEveryCodeAndAssortedFloats) {
+  // encode_half/decode_half take a vector path (F16C) for whole blocks of 8 and the scalar one for
+  // the rest; both must give the same bits.
+  std::vector<uint16_t> all_codes(65536);
+  for (uint32_t c = 0; c < 65536; ++c) all_codes[c] = static_cast<uint16_t>(c);
+  std::vector<float> decoded(all_codes.size());
+  parallel::ddp::decode_half(HalfFormat::Fp16, all_codes.data(), decoded.data(), static_cast<int64_t>(decoded.size()));
+  for (uint32_t c = 0; c < 65536; ++c) {
+    float scalar = fp16_to_float(static_cast<uint16_t>(c));
+    ASSERT_EQ(std::memcmp(&scalar, &decoded[c], 4), 0) << "code " << c;
+  }
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, 65504.0f, 65520.0f, 1e9f, -1e9f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f,
+                               std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                               1.0f + 0x1p-11f, 1.0f + 0x1p-11f + 0x1p-12f, -3.14159f};
+  for (uint32_t k = 0; k < 100000; ++k) {  // a spread of bit patterns, NaNs included
+    uint32_t bits = k * 2654435761u;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    values.push_back(f);
+  }
+  std::vector<uint16_t> encoded(values.size());
+  parallel::ddp::encode_half(HalfFormat::Fp16, values.data(), encoded.data(), static_cast<int64_t>(values.size()));
+  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(encoded[i], fp16_from_float(values[i])) << "value " << values[i];
 }
 
 }  // namespace
