@@ -1,6 +1,8 @@
 // tessera train CONFIG [--set key=value ...] [--resume [CHECKPOINT]] [--nproc N]
 // With --nproc N > 1 this process becomes the launcher (tessera run) of N copies of itself without
-// --nproc; each copy finds its rank in the environment and trains with DDP.
+// --nproc; each copy finds its rank in the environment and trains with DDP. With
+// distributed.strategy = "ps" it starts distributed.servers parameter servers beside the N workers
+// (also for N = 1), and each copy finds its role (server or worker) in the environment.
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -9,6 +11,7 @@
 #include "cli/commands.h"
 #include "tessera/dist/init.h"
 #include "tessera/dist/launcher/launcher.h"
+#include "tessera/train/ps_job.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::cli {
@@ -17,10 +20,11 @@ namespace {
 extern "C" void on_stop_signal(int) { train::Trainer::request_stop(); }
 
 // Runs `nproc` workers of this same command line, minus --nproc, under the launcher.
-int launch_workers(int nproc, const std::string& config_path, const std::vector<std::string>& overrides,
+int launch_workers(int nproc, int servers, const std::string& config_path, const std::vector<std::string>& overrides,
                    bool resume, const std::string& resume_from) {
   dist::launcher::LaunchOptions o;
   o.nproc_per_node = nproc;
+  o.servers_per_node = servers;
   o.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "train", config_path};
   for (const auto& s : overrides) o.command.insert(o.command.end(), {"--set", s});
   if (resume) o.command.insert(o.command.end(), {"--resume", resume_from.empty() ? "latest" : resume_from});
@@ -45,7 +49,8 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--print-config", *print_config, "Print the resolved config and exit");
   auto nproc = std::make_shared<int>(1);
   cmd->add_option("--nproc", *nproc,
-                  "Train data-parallel (DDP) on N local worker processes; train.batch_size is per worker")
+                  "Train on N local worker processes: data-parallel (DDP), or with parameter servers when "
+                  "distributed.strategy = \"ps\"; train.batch_size is per worker")
       ->check(CLI::Range(1, 1024));
   return {cmd, [=]() -> int {
     train::TrainConfig config = train::load_config(*config_path);
@@ -55,16 +60,24 @@ Command add_train_command(CLI::App& app) {
       std::printf("%s\n", train::to_toml(config).c_str());
       return 0;
     }
-    if (*nproc > 1 && !dist::launched_as_job())
-      return launch_workers(*nproc, *config_path, *overrides, cmd->count("--resume") > 0, *resume);
+    const bool ps = config.distributed.strategy == "ps";
+    const auto role = dist::launcher::ps_role_from_environment();
+    if (role.role == dist::launcher::PsRoleEnv::Role::kServer) return train::run_parameter_server(config, role);
+    if ((*nproc > 1 || ps) && !dist::launched_as_job())
+      return launch_workers(*nproc, ps ? static_cast<int>(config.distributed.servers) : 0, *config_path, *overrides,
+                            cmd->count("--resume") > 0, *resume);
     dist::ProcessGroupPtr group;
-    if (dist::launched_as_job()) {
+    std::unique_ptr<train::Trainer> trainer_ptr;
+    if (ps) {
+      trainer_ptr = std::make_unique<train::Trainer>(config, train::ps_client_options_from_env(config), role.num_workers);
+    } else if (dist::launched_as_job()) {
       dist::InitOptions init;
       init.backend = config.distributed.backend;
       init.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
       group = dist::init_process_group(init);
     }
-    train::Trainer trainer(config, group);
+    if (!trainer_ptr) trainer_ptr = std::make_unique<train::Trainer>(config, group);
+    train::Trainer& trainer = *trainer_ptr;
     const bool lead = trainer.rank() == 0;
     if (cmd->count("--resume")) {
       std::string from = *resume == "latest" || resume->empty() ? "" : *resume;

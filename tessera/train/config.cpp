@@ -44,6 +44,13 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"train.threads", &c.train.threads}, {"train.output_dir", &c.train.output_dir},
       {"train.log_every", &c.train.log_every}, {"train.checkpoint_every", &c.train.checkpoint_every},
       {"train.keep_checkpoints", &c.train.keep_checkpoints}, {"train.max_steps", &c.train.max_steps},
+      {"distributed.strategy", &c.distributed.strategy}, {"distributed.servers", &c.distributed.servers},
+      {"distributed.ps_mode", &c.distributed.ps_mode}, {"distributed.staleness", &c.distributed.staleness},
+      {"distributed.ps_host", &c.distributed.ps_host},
+      {"distributed.debug_slow_rank", &c.distributed.debug_slow_rank},
+      {"distributed.debug_slow_ms", &c.distributed.debug_slow_ms},
+      {"distributed.debug_kill_rank", &c.distributed.debug_kill_rank},
+      {"distributed.debug_kill_step", &c.distributed.debug_kill_step},
       {"distributed.backend", &c.distributed.backend}, {"distributed.timeout_s", &c.distributed.timeout_s},
       {"distributed.bucket_cap_mb", &c.distributed.bucket_cap_mb}, {"distributed.comm_hook", &c.distributed.comm_hook},
       {"distributed.find_unused_parameters", &c.distributed.find_unused_parameters},
@@ -238,6 +245,13 @@ void validate(const TrainConfig& c) {
   non_negative("train.max_steps", c.train.max_steps);
   TESSERA_CHECK(!c.train.output_dir.empty(), "[config] train.output_dir must not be empty");
   one_of("distributed.backend", c.distributed.backend, {"auto", "gloo", "shm", "mpi"});
+  one_of("distributed.strategy", c.distributed.strategy, {"ddp", "ps"});
+  one_of("distributed.ps_mode", c.distributed.ps_mode, {"sync", "async", "ssp"});
+  positive("distributed.servers", c.distributed.servers);
+  non_negative("distributed.staleness", c.distributed.staleness);
+  non_negative("distributed.debug_slow_ms", c.distributed.debug_slow_ms);
+  if (c.distributed.strategy == "ps")
+    one_of("optimizer.name (the parameter servers run it)", c.optimizer.name, {"sgd", "adam", "adamw"});
   one_of("distributed.comm_hook", c.distributed.comm_hook, {"none", "fp16", "bf16", "powersgd", "topk"});
   positive("distributed.timeout_s", c.distributed.timeout_s);
   positive("distributed.bucket_cap_mb", c.distributed.bucket_cap_mb);

@@ -56,8 +56,10 @@ struct RunConfig {
 };
 
 // How the job trains when it has several ranks (tessera train --nproc N, tessera run, mpirun):
-// synchronous data parallelism (DDP). train.batch_size is per rank, as in PyTorch's DDP.
+// synchronous data parallelism (DDP), or parameter servers (strategy "ps"). train.batch_size is per
+// rank (per worker), as in PyTorch's DDP.
 struct DistributedConfig {
+  std::string strategy = "ddp";        // ddp | ps
   std::string backend = "auto";        // auto | gloo | shm | mpi
   double timeout_s = 300;              // rendezvous and every collective
   double bucket_cap_mb = 25;           // DDP gradient buckets
@@ -67,6 +69,15 @@ struct DistributedConfig {
   double topk_ratio = 0.01;            // fraction of each bucket sent
   bool find_unused_parameters = false;
   bool sync_batchnorm = false;         // BatchNorm layers normalise over the global batch
+  // Parameter servers (strategy = "ps"; tessera/parallel/ps). The optimizer runs on the servers.
+  int64_t servers = 1;                 // server processes `tessera train --nproc N` starts beside N workers
+  std::string ps_mode = "sync";        // sync | async | ssp (bounded staleness)
+  int64_t staleness = 2;               // ssp: the most steps a worker may run ahead of the slowest
+  std::string ps_host = "127.0.0.1";   // the address servers listen on (and publish to workers)
+  // Fault injection for tests and drills: worker debug_slow_rank sleeps debug_slow_ms every step;
+  // worker debug_kill_rank sends itself SIGKILL at step debug_kill_step. -1: off.
+  int64_t debug_slow_rank = -1, debug_slow_ms = 0;
+  int64_t debug_kill_rank = -1, debug_kill_step = 0;
 };
 
 struct TrainConfig {

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <csignal>
+#include <thread>
 
 #include "tessera/data/dataset.h"
 #include "tessera/data/sampler.h"
@@ -103,13 +105,29 @@ int64_t metadata_int(const io::Metadata& m, const std::string& key, const std::s
 
 Trainer::Trainer(TrainConfig config, dist::ProcessGroupPtr group)
     : config_(std::move(config)), group_(std::move(group)) {
+  if (group_) rank_ = group_->rank(), world_size_ = group_->size();
+  build();
+}
+
+Trainer::Trainer(TrainConfig config, parallel::ps::ClientOptions ps, int num_workers)
+    : config_(std::move(config)), ps_options_(std::move(ps)) {
+  TESSERA_CHECK(num_workers >= 1 && ps_options_->rank >= 0 && ps_options_->rank < num_workers, "[train] worker ",
+                ps_options_->rank, " of ", num_workers);
+  rank_ = ps_options_->rank;
+  world_size_ = num_workers;
+  build();
+}
+
+void Trainer::build() {
   validate(config_);
   if (config_.train.threads > 0) set_num_threads(static_cast<int>(config_.train.threads));
   build_data();
   manual_seed(config_.train.seed);  // the model's initialisation and dropout draw from here
   model_ = build_model(config_, vocab_ ? vocab_->size() : 0);
-  if (world_size() > 1 && config_.distributed.sync_batchnorm) model_ = parallel::convert_sync_batchnorm(model_, group_);
-  if (world_size() > 1) {  // checks every rank built the same model, then broadcasts rank 0's values
+  if (world_size() > 1 && config_.distributed.sync_batchnorm && !ps_options_) model_ = parallel::convert_sync_batchnorm(model_, group_);
+  if (ps_options_) {
+    ps_ = std::make_unique<parallel::ps::PsWorker>(model_, *ps_options_);
+  } else if (world_size() > 1) {  // checks every rank built the same model, then broadcasts rank 0's values
     parallel::ddp::DdpOptions ddp;
     ddp.bucket_cap_bytes = static_cast<size_t>(config_.distributed.bucket_cap_mb * (1 << 20));
     ddp.comm_hook = config_.distributed.comm_hook;
@@ -177,6 +195,10 @@ FitResult Trainer::fit() {
   Progress progress(lead && Progress::stderr_is_terminal(), lead ? run.log_every : INT64_MAX);
   FitResult result;
   stop_requested_ = false;
+  if (ps_ && !ps_started_) {  // worker 0 initialises the servers, or has them load the resumed step's shards
+    ps_->start(step_, resumed_ ? ps_shard_dir() : "");
+    ps_started_ = true;
+  }
   model_->train();
   while (epoch_ < run.epochs) {
     const int64_t batches = loader_->batches_per_epoch();
@@ -193,8 +215,10 @@ FitResult Trainer::fit() {
       Tensor loss = loss_of(*batch, nullptr, true);
       loss.backward();
       if (config_.optimizer.clip_grad_norm > 0) optim::clip_grad_norm(model_->parameters(), config_.optimizer.clip_grad_norm);
-      optimizer_->step();
+      if (ps_) ps_->step(optimizer_->lr());  // the servers run the optimizer
+      else optimizer_->step();
       ++step_;
+      apply_fault_injection();
       ++batch_in_epoch_;
       const double loss_value = loss.item<float>();
       TESSERA_CHECK(std::isfinite(loss_value), "[train] the loss became ", loss_value, " at step ", step_,
@@ -209,6 +233,11 @@ FitResult Trainer::fit() {
         progress.step(batch_in_epoch_ - 1, step_, loss_value, optimizer_->lr(), rate * world_size());
         nlohmann::json record{{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss_value},
                               {"lr", optimizer_->lr()}, {"samples_per_s", rate * world_size()}};
+        if (ps_) {
+          const auto& c = ps_->counters();
+          record["ps_bytes_total"] = c.total_bytes();
+          record["ps_wait_s_total"] = c.wait_seconds;
+        }
         if (ddp_) {  // the per-step trace of gradient communication (reducer.h)
           const auto& trace = ddp_->reducer().last_iteration();
           record["comm_ms"] = 1e3 * trace.comm_seconds;
@@ -223,11 +252,15 @@ FitResult Trainer::fit() {
         result.stopped_early = true;
         result.steps = step_;
         if (lead) progress.end_epoch("stopped at step " + std::to_string(step_) + "; checkpoint " + result.last_checkpoint);
+        if (ps_) ps_->finish();
         return result;
       }
     }
     double epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-    EvalResult eval = evaluate();
+    // A parameter-server job's worker 0 evaluates for all (the workers hold no replica to shard over).
+    EvalResult eval = ps_ && rank() != 0 ? EvalResult{std::numeric_limits<double>::quiet_NaN(),
+                                                      std::numeric_limits<double>::quiet_NaN(), 0}
+                                         : evaluate();
     result.last_eval = eval;
     ++epoch_;
     batch_in_epoch_ = 0;
@@ -251,19 +284,37 @@ FitResult Trainer::fit() {
     }
   }
   result.steps = step_;
+  if (ps_) ps_->finish();
   return result;
 }
+
+void Trainer::apply_fault_injection() {
+  const auto& d = config_.distributed;
+  if (rank() == d.debug_slow_rank && d.debug_slow_ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(d.debug_slow_ms));  // the artificial straggler
+  if (rank() == d.debug_kill_rank && step_ == d.debug_kill_step) {
+    std::fprintf(stderr, "[train] fault injection: worker %d kills itself (SIGKILL) at step %lld\n", rank(),
+                 static_cast<long long>(step_));
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+}
+
+std::string Trainer::ps_shard_dir() const { return (fs::path(config_.train.output_dir) / "ps-shards").string(); }
 
 EvalResult Trainer::evaluate() {
   NoGradGuard no_grad;
   const bool was_training = model_->is_training();
   model_->eval();
+  if (ps_ && ps_started_) ps_->refresh();  // asynchronous modes: evaluate the newest values
+  // DDP shards the evaluation over the ranks; a parameter-server worker evaluates all of it.
+  const int eval_rank = ps_ ? 0 : rank(), eval_world = ps_ ? 1 : world_size();
   data::DataLoaderOptions opts;
   opts.batch_size = config_.train.eval_batch_size;
   opts.prefetch = static_cast<int>(config_.data.prefetch);
   // Rank r evaluates the r-th contiguous shard; the sums are added across ranks below.
   const int64_t n = eval_set_->size();
-  auto shard = std::make_shared<data::RangeSampler>(n * rank() / world_size(), n * (rank() + 1) / world_size());
+  auto shard = std::make_shared<data::RangeSampler>(n * eval_rank / eval_world, n * (eval_rank + 1) / eval_world);
   data::DataLoader loader(eval_set_, shard, opts);
   loader.start_epoch(0);
   double loss_sum = 0.0;
@@ -281,7 +332,7 @@ EvalResult Trainer::evaluate() {
     }
   }
   model_->train(was_training);
-  if (world_size() > 1) {
+  if (group_ && world_size() > 1) {
     Tensor counts = Tensor::empty({3}, DType::Int64), loss = Tensor::empty({1});
     int64_t* c = counts.data<int64_t>();
     c[0] = correct, c[1] = samples, c[2] = weight_total;
@@ -301,7 +352,7 @@ EvalResult Trainer::evaluate() {
 }
 
 bool Trainer::any_rank(bool flag) {
-  if (world_size() == 1) return flag;
+  if (!group_ || world_size() == 1) return flag;  // parameter-server workers stop on their own
   Tensor t = Tensor::empty({1}, DType::Int64);
   t.data<int64_t>()[0] = flag ? 1 : 0;
   group_->allreduce(t, dist::ReduceOp::Max)->wait();
@@ -310,6 +361,12 @@ bool Trainer::any_rank(bool flag) {
 
 std::string Trainer::save_checkpoint() {
   if (rank() != 0) return "";  // the replicas are equal; rank 0 writes for all
+  if (ps_) {
+    // The servers' shards first: the worker's checkpoint, written last, is what makes step N
+    // resumable. Sparse tables live on the servers only, so pull them in for a complete model file.
+    ps_->save(ps_shard_dir(), step_);
+    ps_->pull_sparse_tables();
+  }
   io::SafetensorsFile model, trainer;
   model.tensors = model_->state_dict();
   model.metadata = {{"format", "pt"}, {"tessera.config", to_toml(config_)}};
@@ -329,6 +386,7 @@ void Trainer::resume(const std::string& path_in) {
   io::CheckpointFiles files = io::load_checkpoint(path);
   const std::string trainer_file = files.path + "/trainer.safetensors";
   model_->load_state_dict(files.model.tensors, true);
+  resumed_ = true;
   optimizer_->load_state_dict(files.trainer.tensors);
   step_ = metadata_int(files.trainer.metadata, "tessera.step", trainer_file);
   epoch_ = metadata_int(files.trainer.metadata, "tessera.epoch", trainer_file);

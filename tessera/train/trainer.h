@@ -9,6 +9,11 @@
 // single-process batch s of size world·batch_size), gradients are averaged in backward, evaluation
 // is sharded and summed, every rank agrees each step on whether to stop (so a forwarded Ctrl-C stops
 // them all after the same step), and rank 0 alone writes metrics, progress and checkpoints.
+//
+// Given parameter-server client options instead (distributed.strategy = "ps"), this process is one
+// worker of a parameter-server job (tessera/parallel/ps): it reads its DistributedSampler share,
+// pushes gradients and pulls values each step, and the servers run the optimizer. Worker 0 alone
+// evaluates, writes metrics and checkpoints, and has the servers checkpoint their shards first.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -21,6 +26,7 @@
 #include "tessera/optim/lr_scheduler.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/parallel/ddp/distributed_data_parallel.h"
+#include "tessera/parallel/ps/worker.h"
 #include "tessera/train/config.h"
 #include "tessera/train/progress.h"
 
@@ -46,6 +52,8 @@ class Trainer {
  public:
   // `group`: the job's ranks (null or a group of one: single-process training).
   explicit Trainer(TrainConfig config, dist::ProcessGroupPtr group = nullptr);
+  // One worker of a parameter-server job: `ps.rank` of `num_workers`, served by `ps.servers`.
+  Trainer(TrainConfig config, parallel::ps::ClientOptions ps, int num_workers);
   ~Trainer();
   // Loads model, optimizer, schedule, data position and RNG state. `path` as io::load_checkpoint
   // takes it; "" means the latest checkpoint of this run's output_dir (an IoError if there is none).
@@ -60,21 +68,30 @@ class Trainer {
   nn::Module& model() { return *model_; }
   const TrainConfig& config() const { return config_; }
   int64_t global_step() const { return step_; }
-  int rank() const { return group_ ? group_->rank() : 0; }
-  int world_size() const { return group_ ? group_->size() : 1; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
   // The DDP wrapper when world_size() > 1, else null.
   const parallel::ddp::DistributedDataParallel* ddp() const { return ddp_.get(); }
   const data::Vocabulary* vocabulary() const { return vocab_.get(); }
+  // The parameter-server worker when the job is one, else null.
+  const parallel::ps::PsWorker* ps_worker() const { return ps_.get(); }
 
  private:
+  void build();  // what both constructors do once rank and world size are known
   void build_data();
+  void apply_fault_injection();
+  std::string ps_shard_dir() const;
   Tensor loss_of(const data::Batch& batch, Tensor* logits_out, bool training);
   // True on every rank if it is true on any (one tiny all-reduce; no communication alone).
   bool any_rank(bool flag);
 
   TrainConfig config_;
   dist::ProcessGroupPtr group_;
+  int rank_ = 0, world_size_ = 1;
   std::unique_ptr<parallel::ddp::DistributedDataParallel> ddp_;
+  std::optional<parallel::ps::ClientOptions> ps_options_;
+  std::unique_ptr<parallel::ps::PsWorker> ps_;
+  bool ps_started_ = false, resumed_ = false;
   std::shared_ptr<data::Dataset> train_set_, eval_set_;
   std::shared_ptr<data::Vocabulary> vocab_;
   std::unique_ptr<data::DataLoader> loader_;

@@ -29,12 +29,17 @@ int64_t parse_int(const char* name, const std::string& text, int64_t lo, int64_t
 }  // namespace
 
 std::shared_ptr<Store> store_from_env(Milliseconds timeout) {
+  return store_from_env(timeout,
+                        static_cast<int>(parse_int("RANK", require_env("RANK", "this process's rank"), 0, 1 << 30)));
+}
+
+std::shared_ptr<Store> store_from_env(Milliseconds timeout, int rank) {
   TcpStoreOptions options;
   options.host = require_env("MASTER_ADDR", "the store's host");
   options.port = static_cast<uint16_t>(
       parse_int("MASTER_PORT", require_env("MASTER_PORT", "the store's port"), 1, 65535));
   options.token = require_env("TESSERA_JOB_TOKEN", "the job token the launcher generated");
-  options.rank = static_cast<int>(parse_int("RANK", require_env("RANK", "this process's rank"), 0, 1 << 30));
+  options.rank = rank;
   options.timeout = timeout;
   options.connect_timeout = timeout;
   return std::make_shared<TcpStore>(std::move(options));

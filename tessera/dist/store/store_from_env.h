@@ -11,5 +11,8 @@ namespace tessera::dist {
 // both the connection attempts and every later get/wait. ValueError naming the variable when one
 // is missing or malformed.
 std::shared_ptr<Store> store_from_env(Milliseconds timeout);
+// The same for a process of the job that is not a rank (a parameter server): `rank` only names it
+// in the store's logs, and RANK is not read.
+std::shared_ptr<Store> store_from_env(Milliseconds timeout, int rank);
 
 }  // namespace tessera::dist

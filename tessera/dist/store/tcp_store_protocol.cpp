@@ -53,6 +53,11 @@ Bytes FrameWriter::finish() {
   return std::move(buf_);
 }
 
+std::pair<const uint8_t*, size_t> FrameReader::bytes_view() {
+  uint32_t n = u32();
+  return {take(n, "a byte string"), n};
+}
+
 const uint8_t* FrameReader::take(size_t n, const char* what) {
   if (n > left_)
     throw ProtocolError(tessera::detail::concat(what, " of ", n, " bytes exceeds the ", left_,

@@ -20,6 +20,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/core/error.h"
@@ -70,6 +71,9 @@ class FrameReader {
   uint32_t u32();
   int64_t i64();
   Bytes bytes();
+  // A byte string without copying it: valid while the frame's buffer is (parameter-server payloads
+  // are megabytes, read once).
+  std::pair<const uint8_t*, size_t> bytes_view();
   std::string str();
   std::vector<std::string> keys();
   // ProtocolError if bytes remain: a frame longer than its fields is malformed too.

@@ -1,0 +1,315 @@
+#include "tessera/dist/net/framed_server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/dist/store/socket.h"
+
+namespace tessera::dist::net {
+
+namespace {
+
+using detail::FrameReader;
+using detail::FrameWriter;
+using detail::ProtocolError;
+using tessera::detail::concat;
+
+constexpr size_t kHelloMaxBytes = 64 * 1024;
+constexpr size_t kReadChunk = 256 * 1024;
+constexpr int kReadsPerRound = 16;  // per connection and poll round: one sender cannot starve the rest
+
+struct Connection {
+  detail::Socket sock;
+  std::string address;
+  int64_t rank = -1;
+  bool authenticated = false;
+  bool held = false;
+  bool closing = false;  // rejected: closed once the rejection is written
+  bool dead = false;
+  std::string why;       // why it died, for on_disconnect
+  Bytes in, out;
+  size_t out_sent = 0;
+  size_t pending_out() const { return out.size() - out_sent; }
+};
+
+bool tokens_equal(const std::string& a, const std::string& b) {  // no early exit: timing reveals nothing
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(i < b.size() ? b[i] : 0);
+  return diff == 0;
+}
+
+}  // namespace
+
+struct FramedServer::State {
+  FramedServerOptions options;
+  std::string address;
+  uint16_t port = 0;
+  detail::Socket listener, wake_read, wake_write;
+  std::atomic<bool> stopping{false};
+  std::map<ConnectionId, Connection> connections;
+  ConnectionId next_id = 1;
+  Handler* handler = nullptr;
+  Bytes read_buf = Bytes(kReadChunk);
+
+  void log(const std::string& line) const { options.log(concat("[", options.name, " ", address, "] ", line)); }
+  void accept_all();
+  void on_events(ConnectionId id, Connection& c, short revents);
+  void read_some(ConnectionId id, Connection& c);
+  void parse(ConnectionId id, Connection& c);
+  void hello(ConnectionId id, Connection& c, FrameReader& r);
+  void flush(Connection& c);
+  void kill(Connection& c, const std::string& why) {
+    if (!c.dead) c.why = why;
+    c.dead = true;
+  }
+  void sweep();
+};
+
+FramedServer::FramedServer(FramedServerOptions options) : state_(std::make_unique<State>()) {
+  TESSERA_CHECK(!options.token.empty(), "[", options.name, "] the job token is empty; pass TESSERA_JOB_TOKEN");
+  if (!options.log) options.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  State& s = *state_;
+  s.listener = detail::listen_tcp(options.host, options.port, 1024);
+  s.port = detail::local_port(s.listener.fd());
+  s.address = detail::format_address(options.host, s.port);
+  int fds[2];
+  if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)
+    throw IoError(concat("[", options.name, "] pipe2 failed: ", std::strerror(errno)));
+  s.wake_read = detail::Socket(fds[0]);
+  s.wake_write = detail::Socket(fds[1]);
+  s.options = std::move(options);
+}
+
+FramedServer::~FramedServer() = default;
+
+uint16_t FramedServer::port() const { return state_->port; }
+std::string FramedServer::address() const { return state_->address; }
+
+void FramedServer::stop() {
+  state_->stopping = true;
+  uint8_t byte = 1;
+  while (::write(state_->wake_write.fd(), &byte, 1) < 0 && errno == EINTR) {
+  }
+}
+
+void FramedServer::run(Handler& handler) {
+  State& s = *state_;
+  s.handler = &handler;
+  std::vector<pollfd> fds;
+  std::vector<ConnectionId> ids;
+  while (!s.stopping) {
+    fds.clear();
+    ids.clear();
+    fds.push_back({s.wake_read.fd(), POLLIN, 0});
+    fds.push_back({s.listener.fd(), POLLIN, 0});
+    for (auto& [id, c] : s.connections) {
+      // POLLRDHUP also while held: a peer that dies while waiting for its reply is noticed at once.
+      short events = POLLRDHUP;
+      if (!c.held && !c.closing) events |= POLLIN;
+      if (c.pending_out()) events |= POLLOUT;
+      fds.push_back({c.sock.fd(), events, 0});
+      ids.push_back(id);
+    }
+    Clock::time_point deadline = handler.next_deadline();
+    int timeout = deadline == Clock::time_point::max() ? -1 : detail::poll_timeout_ms(deadline);
+    int rc = ::poll(fds.data(), fds.size(), timeout);
+    if (rc < 0 && errno != EINTR) throw IoError(concat("[", s.options.name, "] poll failed: ", std::strerror(errno)));
+    if (rc > 0) {
+      if (fds[0].revents) {
+        uint8_t drain[64];
+        while (::read(s.wake_read.fd(), drain, sizeof drain) > 0) {
+        }
+      }
+      if (fds[1].revents) s.accept_all();
+      for (size_t i = 0; i < ids.size(); ++i) {
+        auto it = s.connections.find(ids[i]);
+        if (fds[i + 2].revents && it != s.connections.end() && !it->second.dead)
+          s.on_events(ids[i], it->second, fds[i + 2].revents);
+      }
+    }
+    // A release() during this round may have left whole frames buffered: hand them over now.
+    for (auto& [id, c] : s.connections)
+      if (!c.dead && !c.held && !c.in.empty()) s.parse(id, c);
+    s.sweep();
+    if (!s.stopping) handler.on_tick();
+    s.sweep();
+  }
+  s.connections.clear();
+  s.handler = nullptr;
+}
+
+void FramedServer::State::accept_all() {
+  for (;;) {
+    int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) log(concat("accept failed: ", std::strerror(errno)));
+      return;
+    }
+    detail::set_nodelay(fd);
+    Connection& c = connections[next_id++];
+    c.sock = detail::Socket(fd);
+    c.address = detail::peer_address(fd);
+  }
+}
+
+void FramedServer::State::on_events(ConnectionId id, Connection& c, short revents) {
+  if (revents & POLLOUT) flush(c);
+  if (c.dead) return;
+  if (revents & (POLLERR | POLLHUP)) return kill(c, "the connection was reset");
+  if (revents & (POLLIN | POLLRDHUP)) {
+    if (c.held || c.closing) {
+      if (revents & POLLRDHUP) kill(c, "closed the connection while waiting for a reply");
+      return;
+    }
+    read_some(id, c);
+  }
+}
+
+void FramedServer::State::read_some(ConnectionId id, Connection& c) {
+  for (int n = 0; n < kReadsPerRound && !c.dead && !c.held; ++n) {
+    ssize_t k = ::recv(c.sock.fd(), read_buf.data(), read_buf.size(), 0);
+    if (k > 0) {
+      c.in.insert(c.in.end(), read_buf.data(), read_buf.data() + k);
+      parse(id, c);
+      continue;
+    }
+    if (k == 0)
+      return kill(c, c.in.empty() ? "closed the connection"
+                                  : concat("closed the connection in the middle of a message (", c.in.size(),
+                                           " bytes of a truncated frame)"));
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) kill(c, concat("connection error: ", std::strerror(errno)));
+    return;
+  }
+}
+
+void FramedServer::State::parse(ConnectionId id, Connection& c) {
+  size_t pos = 0;
+  while (!c.dead && !c.held && !c.closing) {
+    size_t avail = c.in.size() - pos;
+    if (avail < detail::kFrameHeaderBytes) break;
+    uint32_t len = detail::read_u32_le(c.in.data() + pos);
+    size_t limit = c.authenticated ? options.max_message_bytes : std::min(kHelloMaxBytes, options.max_message_bytes);
+    if (len == 0 || len > limit) {
+      log(concat("dropped ", c.address, ": frame length ", len, len == 0 ? " is zero" : " is above the limit of ",
+                 len == 0 ? "" : std::to_string(limit)));
+      return kill(c, concat("sent a malformed frame (length ", len, ")"));
+    }
+    if (avail - detail::kFrameHeaderBytes < len) break;
+    const uint8_t* frame = c.in.data() + pos + detail::kFrameHeaderBytes;
+    pos += detail::kFrameHeaderBytes + len;
+    try {
+      FrameReader r(frame, len);
+      uint8_t opcode = r.u8();
+      if (!c.authenticated) {
+        if (opcode != kHelloOpcode) throw ProtocolError(concat("first message has opcode ", int(opcode), ", not a hello"));
+        hello(id, c, r);
+      } else {
+        handler->on_frame(id, opcode, r);
+      }
+    } catch (const ProtocolError& e) {
+      log(concat("dropped ", c.address, (c.rank >= 0 ? concat(" (rank ", c.rank, ")") : ""), ": malformed message: ",
+                 e.what()));
+      kill(c, concat("sent a malformed message: ", e.what()));
+    }
+  }
+  if (!c.dead) c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(pos));
+}
+
+void FramedServer::State::hello(ConnectionId id, Connection& c, FrameReader& r) {
+  uint32_t version = r.u32();
+  int64_t rank = r.i64();
+  std::string token = r.str();
+  r.expect_end();
+  c.rank = rank;
+  std::string why;
+  if (version != options.protocol_version) why = concat("protocol version ", version, ", expected ", options.protocol_version);
+  else if (!tokens_equal(token, options.token)) why = "wrong job token";
+  if (!why.empty()) {
+    log(concat("rejected ", c.address, " (rank ", rank, "): ", why));
+    c.out = FrameWriter(kHelloRejected).str(why).finish();
+    c.closing = true;
+    flush(c);
+    return;
+  }
+  c.authenticated = true;
+  c.out = FrameWriter(kHelloAccepted).finish();
+  flush(c);
+  handler->on_connect(id, rank);
+}
+
+void FramedServer::State::flush(Connection& c) {
+  while (c.pending_out() > 0) {
+    ssize_t k = ::send(c.sock.fd(), c.out.data() + c.out_sent, c.pending_out(), MSG_NOSIGNAL);
+    if (k > 0) {
+      c.out_sent += static_cast<size_t>(k);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) kill(c, concat("connection error while sending: ", std::strerror(errno)));
+    return;
+  }
+  c.out.clear();
+  c.out_sent = 0;
+  if (c.closing) c.dead = true;
+}
+
+void FramedServer::State::sweep() {
+  for (auto it = connections.begin(); it != connections.end();) {
+    if (!it->second.dead) {
+      ++it;
+      continue;
+    }
+    bool tell = it->second.authenticated && !it->second.closing;
+    std::string why = it->second.why;
+    ConnectionId id = it->first;
+    it = connections.erase(it);
+    if (tell && handler) handler->on_disconnect(id, why);
+  }
+}
+
+void FramedServer::send(ConnectionId id, const Bytes& frame) {
+  auto it = state_->connections.find(id);
+  if (it == state_->connections.end() || it->second.dead) return;  // gone: its on_disconnect comes
+  Connection& c = it->second;
+  if (c.out_sent > 0 && c.out_sent == c.out.size()) c.out.clear(), c.out_sent = 0;
+  c.out.insert(c.out.end(), frame.begin(), frame.end());
+  state_->flush(c);
+}
+
+void FramedServer::hold(ConnectionId id) {
+  auto it = state_->connections.find(id);
+  if (it != state_->connections.end()) it->second.held = true;
+}
+
+void FramedServer::release(ConnectionId id) {
+  auto it = state_->connections.find(id);
+  if (it != state_->connections.end()) it->second.held = false;
+}
+
+void FramedServer::close(ConnectionId id, const std::string& why) {
+  auto it = state_->connections.find(id);
+  if (it == state_->connections.end()) return;
+  state_->log(concat("closed ", peer(id), ": ", why));
+  it->second.authenticated = false;  // closed on purpose: no on_disconnect
+  it->second.dead = true;
+}
+
+std::string FramedServer::peer(ConnectionId id) const {
+  auto it = state_->connections.find(id);
+  if (it == state_->connections.end()) return concat("connection ", id);
+  return it->second.rank >= 0 ? concat(it->second.address, " (rank ", it->second.rank, ")") : it->second.address;
+}
+
+}  // namespace tessera::dist::net

@@ -1,0 +1,88 @@
+// PsClient: a worker's connections to every parameter server, speaking protocol.h. It routes each
+// parameter's pieces and each embedding row to the server that holds it (the same ShardPlan the
+// servers compute), sends to all servers before waiting on any, and counts every byte it moves.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/dist/net/framed_client.h"
+#include "tessera/parallel/ps/shard_plan.h"
+
+namespace tessera::parallel::ps {
+
+using dist::Bytes;
+using dist::Milliseconds;
+
+struct ClientOptions {
+  int rank = 0;                            // this worker
+  std::vector<std::string> servers;        // "host:port" of server 0..S-1
+  std::string token;
+  Milliseconds timeout{300000};            // connect, and every reply (a synchronous pull waits for the slowest worker)
+  size_t max_message_bytes = size_t(256) << 20;
+};
+
+// Payload bytes (values, gradients and row ids; not frame headers).
+struct ClientCounters {
+  int64_t dense_bytes_pushed = 0, dense_bytes_pulled = 0;
+  int64_t sparse_rows_pushed = 0, sparse_rows_pulled = 0;
+  int64_t sparse_bytes_pushed = 0, sparse_bytes_pulled = 0;  // row values and their ids
+  double wait_seconds = 0.0;  // blocked on servers' replies
+  int64_t total_bytes() const {
+    return dense_bytes_pushed + dense_bytes_pulled + sparse_bytes_pushed + sparse_bytes_pulled;
+  }
+};
+
+// The rows of one sparse parameter: sorted, distinct global row ids, and ids.size() x row_size values.
+struct SparseRows {
+  int param = 0;
+  const std::vector<int64_t>* ids = nullptr;
+  const float* grads = nullptr;  // for push
+  float* out = nullptr;          // for pull
+};
+
+class PsClient {
+ public:
+  explicit PsClient(ClientOptions options);
+  ~PsClient();
+
+  // Every worker registers the model (a mismatch with the first worker's is an error naming the
+  // parameter). `start_clock`: the step this worker starts at (0, or the resumed step).
+  void register_model(std::vector<ParamSpec> specs, int64_t start_clock);
+  const ShardPlan& plan() const { return *plan_; }
+  // Worker 0 only, once: the initial values of every parameter (dense and sparse), in spec order.
+  void initialize(const std::vector<const float*>& values);
+  // Worker 0 only, instead of initialize(): every server loads its shard of checkpoint `step`.
+  void restore(const std::string& dir, int64_t step);
+  void save(const std::string& dir, int64_t step);
+
+  // The gradients of step `clock` (this worker's clock-th push): dense ones per parameter in spec
+  // order (nullptr for a sparse parameter, or a dense one without a gradient: zeros are sent), and
+  // the rows of sparse parameters.
+  void push(int64_t clock, double lr, const std::vector<const float*>& dense_grads, const std::vector<SparseRows>& rows);
+  // Values for step `clock`: every dense parameter into dense_out (in spec order; nullptr entries
+  // for sparse ones) when with_dense, and the requested rows. Waits as the servers' mode says.
+  void pull(int64_t clock, const std::vector<float*>& dense_out, const std::vector<SparseRows>& rows, bool with_dense = true);
+  // This worker has finished; the servers stop counting on it.
+  void done();
+
+  const ClientCounters& counters() const { return counters_; }
+  int64_t server_version() const { return version_; }
+
+ private:
+  // Sends one frame to each server (empty frames are skipped), then reads each reply.
+  std::vector<Bytes> round_trip(std::vector<Bytes> frames, const std::string& what);
+  void expect_ok(const Bytes& reply, size_t server, const std::string& what);
+  // Splits a sparse request over the servers: per server, the [begin, end) index range of ids.
+  std::vector<std::pair<size_t, size_t>> split_rows(const SparseRows& rows) const;
+
+  ClientOptions options_;
+  std::vector<std::unique_ptr<dist::net::FramedClient>> servers_;
+  std::optional<ShardPlan> plan_;
+  ClientCounters counters_;
+  int64_t version_ = 0;
+};
+
+}  // namespace tessera::parallel::ps

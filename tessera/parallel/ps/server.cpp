@@ -1,0 +1,631 @@
+#include "tessera/parallel/ps/server.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <unordered_map>
+
+#include "tessera/core/error.h"
+#include "tessera/dist/net/framed_server.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/ops/ops.h"
+#include "tessera/parallel/ps/protocol.h"
+#include "tessera/parallel/ps/shard_plan.h"
+
+namespace tessera::parallel::ps {
+
+namespace fs = std::filesystem;
+using dist::net::Clock;
+using dist::net::ConnectionId;
+using tessera::detail::concat;
+
+Mode parse_mode(const std::string& name) {
+  if (name == "sync") return Mode::kSync;
+  if (name == "async") return Mode::kAsync;
+  if (name == "ssp") return Mode::kBoundedStaleness;
+  throw ValueError(concat("[ps] unknown mode '", name, "'; expected sync, async or ssp"));
+}
+
+std::string mode_name(Mode mode) {
+  return mode == Mode::kSync ? "sync" : mode == Mode::kAsync ? "async" : "ssp";
+}
+
+std::string server_checkpoint_path(const std::string& dir, int server_rank, int64_t step) {
+  return (fs::path(dir) / concat("server-", server_rank) / concat("step-", step, ".safetensors")).string();
+}
+
+void publish_server_address(dist::Store& store, int server_rank, const std::string& address) {
+  store.set(concat("ps/server/", server_rank), address);
+}
+
+std::vector<std::string> lookup_server_addresses(dist::Store& store, int num_servers) {
+  std::vector<std::string> keys, out;
+  for (int i = 0; i < num_servers; ++i) keys.push_back(concat("ps/server/", i));
+  store.wait(keys);  // TimeoutError naming the servers that never came up
+  for (const auto& k : keys) out.push_back(store.get_string(k));
+  return out;
+}
+
+namespace {
+
+struct Worker {
+  bool connected = false, done = false, lost = false;
+  ConnectionId conn = 0;
+  std::string peer;
+  int64_t clock = 0;  // gradients pushed (its global step)
+  Clock::time_point last_seen{};
+  bool waiting = false;  // a pull is held until the mode allows it
+  int64_t pull_clock = 0;
+  bool pull_dense = true;
+  std::vector<std::pair<int, std::vector<int64_t>>> pull_rows;  // sparse part of the held pull
+  bool active() const { return !done && !lost; }
+};
+
+// A piece of the plan this server holds.
+struct HeldPiece {
+  int piece = 0;      // index into plan.pieces()
+  Tensor values;      // dense: 1-D; sparse: (rows, row_size)
+  Tensor grad_sum;    // synchronous dense: sum of this step's gradients
+  bool sparse = false;
+  size_t slot = 0;    // index among the dense or among the sparse pieces
+  // synchronous sparse: this step's touched rows (local) -> offset in row_grads
+  std::unordered_map<int64_t, size_t> row_slot;
+  std::vector<float> row_grads;
+};
+
+ParamSpec read_spec(FrameReader& r) {
+  ParamSpec s;
+  s.name = r.str();
+  s.rows = r.i64();
+  s.row_size = r.i64();
+  s.sparse = r.u8() != 0;
+  if (s.rows < 1 || s.row_size < 1 || s.rows > (int64_t(1) << 40) || s.row_size > (int64_t(1) << 30))
+    throw ProtocolError(concat("parameter '", s.name, "' has an impossible shape ", s.rows, "x", s.row_size));
+  return s;
+}
+
+std::string describe(const ParamSpec& s) {
+  return concat("'", s.name, "' ", s.rows, "x", s.row_size, s.sparse ? " (sparse)" : "");
+}
+
+}  // namespace
+
+struct ParameterServer::Impl : dist::net::FramedServer::Handler {
+  ServerOptions options;
+  dist::net::FramedServer net;
+  Clock::time_point started = Clock::now();
+  std::vector<Worker> workers;
+  std::map<ConnectionId, int> rank_of;
+  std::optional<ShardPlan> plan;
+  std::vector<HeldPiece> held;
+  std::vector<int> held_of_param;  // param -> index into held, or -1
+  std::unique_ptr<ShardOptimizer> optimizer;
+  bool ready = false;  // initialised or restored: pulls may be answered
+  int64_t version = 0;
+  int sync_pushes = 0;  // gradients received for the current synchronous step
+  double sync_lr = 0.0;
+  ServerReport report;
+  std::string fatal;  // set when run() must fail
+
+  explicit Impl(ServerOptions o) : options(std::move(o)), net(net_options(options)) {
+    TESSERA_CHECK(options.num_workers >= 1 && options.server_rank >= 0 && options.server_rank < options.num_servers,
+                  "[ps] server ", options.server_rank, " of ", options.num_servers, " with ", options.num_workers,
+                  " workers");
+    TESSERA_CHECK(options.staleness >= 0, "[ps] staleness must be >= 0, got ", options.staleness);
+    if (!options.log) options.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    workers.resize(static_cast<size_t>(options.num_workers));
+  }
+
+  static dist::net::FramedServerOptions net_options(const ServerOptions& o) {
+    dist::net::FramedServerOptions n;
+    n.name = concat("ps server ", o.server_rank);
+    n.host = o.host;
+    n.port = o.port;
+    n.token = o.token;
+    n.protocol_version = kPsProtocolVersion;
+    n.max_message_bytes = o.max_message_bytes;
+    n.log = o.log;
+    return n;
+  }
+
+  void log(const std::string& line) const { options.log(concat("[ps server ", options.server_rank, "] ", line)); }
+  void fail(const std::string& why) {
+    if (fatal.empty()) fatal = why;
+    net.stop();
+  }
+  void reply_ok(ConnectionId id) { net.send(id, FrameWriter(uint8_t(PsReply::kOk)).finish()); }
+  void reply_error(ConnectionId id, const std::string& why) {
+    net.send(id, FrameWriter(uint8_t(PsReply::kError)).str(concat("ps server ", options.server_rank, ": ", why)).finish());
+  }
+
+  // --- connections -------------------------------------------------------------------------------
+  void on_connect(ConnectionId id, int64_t rank) override {
+    if (rank < 0 || rank >= options.num_workers) {
+      net.close(id, concat("rank ", rank, " is outside this job's ", options.num_workers, " workers"));
+      return;
+    }
+    Worker& w = workers[rank];
+    if (w.connected && !w.lost && !w.done) {
+      net.close(id, concat("worker ", rank, " is already connected from ", w.peer));
+      return;
+    }
+    w.connected = true;
+    w.conn = id;
+    w.peer = net.peer(id);
+    w.last_seen = Clock::now();
+    rank_of[id] = static_cast<int>(rank);
+  }
+
+  void on_disconnect(ConnectionId id, const std::string& why) override {
+    auto it = rank_of.find(id);
+    if (it == rank_of.end()) return;
+    int rank = it->second;
+    rank_of.erase(it);
+    Worker& w = workers[rank];
+    if (w.done || w.lost || w.conn != id) return;
+    lose(rank, concat("worker ", rank, " (", w.peer, ") ", why, " at step ", w.clock, " without finishing"));
+  }
+
+  void lose(int rank, const std::string& what) {
+    Worker& w = workers[rank];
+    w.lost = true;
+    w.waiting = false;
+    report.lost_workers.push_back(rank);
+    if (options.mode == Mode::kSync) return fail(concat(what, "; synchronous training cannot go on without it"));
+    log(concat(what, "; going on with the ", active_workers(), " other workers (", mode_name(options.mode), " mode)"));
+    after_change();
+  }
+
+  int active_workers() const {
+    int n = 0;
+    for (const auto& w : workers) n += w.active();
+    return n;
+  }
+
+  Clock::time_point next_deadline() override {
+    Clock::time_point next = Clock::time_point::max();
+    bool all_connected = std::all_of(workers.begin(), workers.end(), [](const Worker& w) { return w.connected; });
+    if (!all_connected) next = started + options.timeout;
+    for (const auto& w : workers)
+      if (w.connected && w.active() && !w.waiting) next = std::min(next, w.last_seen + options.timeout);
+    return next;
+  }
+
+  void on_tick() override {
+    auto now = Clock::now();
+    std::vector<int> missing;
+    for (int r = 0; r < options.num_workers; ++r)
+      if (!workers[r].connected) missing.push_back(r);
+    if (!missing.empty() && now >= started + options.timeout) {
+      std::string list;
+      for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+      return fail(concat("workers [", list, "] did not connect within ", options.timeout.count(), " ms"));
+    }
+    for (int r = 0; r < options.num_workers; ++r) {
+      Worker& w = workers[r];
+      if (w.connected && w.active() && !w.waiting && now >= w.last_seen + options.timeout)
+        lose(r, concat("worker ", r, " (", w.peer, ") sent nothing for ", options.timeout.count(), " ms at step ",
+                       w.clock));
+    }
+  }
+
+  // --- requests ----------------------------------------------------------------------------------
+  void on_frame(ConnectionId id, uint8_t opcode, FrameReader& r) override {
+    auto it = rank_of.find(id);
+    if (it == rank_of.end()) return;
+    int rank = it->second;
+    Worker& w = workers[rank];
+    w.last_seen = Clock::now();
+    switch (PsOp(opcode)) {
+      case PsOp::kRegister: return on_register(id, w, r);
+      case PsOp::kInit: return on_init(id, r);
+      case PsOp::kInitDone:
+        r.expect_end();
+        ready = true;
+        reply_ok(id);
+        return after_change();
+      case PsOp::kRestore: return on_restore(id, r);
+      case PsOp::kPush: return on_push(id, rank, r);
+      case PsOp::kPull: return on_pull(id, rank, r);
+      case PsOp::kSave: return on_save(id, r);
+      case PsOp::kDone:
+        r.expect_end();
+        w.done = true;
+        report.finished_workers.push_back(rank);
+        reply_ok(id);
+        return after_change();
+    }
+    throw ProtocolError(concat("unknown opcode ", int(opcode)));
+  }
+
+  void on_register(ConnectionId id, Worker& w, FrameReader& r) {
+    w.clock = r.i64();
+    uint32_t n = r.u32();
+    if (n == 0 || n > 1000000) throw ProtocolError(concat("a model of ", n, " parameters"));
+    std::vector<ParamSpec> specs;
+    for (uint32_t i = 0; i < n; ++i) specs.push_back(read_spec(r));
+    r.expect_end();
+    if (!plan) {
+      create_shard(std::move(specs));
+      return reply_ok(id);
+    }
+    const auto& known = plan->specs();
+    for (size_t i = 0; i < std::max(known.size(), specs.size()); ++i) {
+      if (i < known.size() && i < specs.size() && known[i] == specs[i]) continue;
+      return reply_error(id, concat("this worker's model differs from the one registered first: parameter ", i, " is ",
+                                    i < specs.size() ? describe(specs[i]) : "missing", ", registered ",
+                                    i < known.size() ? describe(known[i]) : "nothing"));
+    }
+    reply_ok(id);
+  }
+
+  void create_shard(std::vector<ParamSpec> specs) {
+    plan.emplace(std::move(specs), options.num_servers);
+    held_of_param.assign(plan->specs().size(), -1);
+    std::vector<Tensor> dense, sparse;
+    for (int index : plan->pieces_of(options.server_rank)) {
+      const Piece& piece = plan->pieces()[index];
+      const ParamSpec& spec = plan->specs()[piece.param];
+      HeldPiece h;
+      h.piece = index;
+      h.sparse = spec.sparse;
+      if (spec.sparse) {
+        h.values = zeros({piece.rows(), spec.row_size});
+        h.slot = sparse.size();
+        sparse.push_back(h.values);
+      } else {
+        h.values = zeros({piece.rows() * spec.row_size});
+        h.slot = dense.size();
+        if (options.mode == Mode::kSync) h.grad_sum = zeros({piece.rows() * spec.row_size});
+        dense.push_back(h.values);
+      }
+      held_of_param[piece.param] = static_cast<int>(held.size());
+      held.push_back(std::move(h));
+    }
+    optimizer = std::make_unique<ShardOptimizer>(options.optimizer, dense, sparse);
+    report.elements = plan->elements_of(options.server_rank);
+    log(concat("holds ", held.size(), " pieces of ", plan->specs().size(), " parameters: ", report.elements,
+               " elements; ", mode_name(options.mode), " mode",
+               options.mode == Mode::kBoundedStaleness ? concat(", staleness ", options.staleness) : "", ", ",
+               options.num_workers, " workers"));
+  }
+
+  HeldPiece& held_piece(uint32_t piece, const char* what) {
+    if (!plan) throw ProtocolError(concat(what, " before the model was registered"));
+    if (piece >= plan->pieces().size() || plan->pieces()[piece].server != options.server_rank)
+      throw ProtocolError(concat(what, " of piece ", piece, ", which this server does not hold"));
+    return held[held_of_param[plan->pieces()[piece].param]];
+  }
+
+  // Sparse ids are global rows of `param`; they must fall in this server's piece.
+  HeldPiece& held_rows(uint32_t param, const std::vector<int64_t>& ids, const char* what) {
+    if (!plan) throw ProtocolError(concat(what, " before the model was registered"));
+    if (param >= plan->specs().size() || held_of_param[param] < 0 || !held[held_of_param[param]].sparse)
+      throw ProtocolError(concat(what, " of parameter ", param, ", which is not a sparse parameter of this server"));
+    HeldPiece& h = held[held_of_param[param]];
+    const Piece& piece = plan->pieces()[h.piece];
+    for (int64_t id : ids)
+      if (id < piece.row_begin || id >= piece.row_end)
+        throw ProtocolError(concat(what, ": row ", id, " of '", plan->specs()[param].name, "' is not on this server (it holds [",
+                                   piece.row_begin, ", ", piece.row_end, "))"));
+    return h;
+  }
+
+  int64_t row_size(const HeldPiece& h) const { return plan->specs()[plan->pieces()[h.piece].param].row_size; }
+
+  void on_init(ConnectionId id, FrameReader& r) {
+    uint32_t piece = r.u32();
+    int64_t first_row = r.i64();
+    HeldPiece& h = held_piece(piece, "init");
+    auto [data, n] = r.bytes_view();
+    r.expect_end();
+    const int64_t rs = row_size(h), rows = plan->pieces()[piece].rows();
+    if (n % (sizeof(float) * rs) != 0 || first_row < 0 || first_row + int64_t(n / (sizeof(float) * rs)) > rows)
+      throw ProtocolError(concat("init of piece ", piece, ": ", n, " bytes at row ", first_row, " do not fit its ", rows,
+                                 " rows of ", rs));
+    if (ready) return reply_ok(id);  // restored from a checkpoint: the checkpoint wins
+    std::memcpy(h.values.data<float>() + first_row * rs, data, n);
+    reply_ok(id);
+  }
+
+  void on_push(ConnectionId id, int rank, FrameReader& r) {
+    Worker& w = workers[rank];
+    const int64_t clock = r.i64();
+    const double lr = bits_double(r.i64());
+    if (!ready) throw ProtocolError("push before the parameters were initialised");
+    if (clock != w.clock) throw ProtocolError(concat("push of step ", clock, " after ", w.clock, " pushes"));
+    if (options.mode == Mode::kSync && clock != version)
+      return reply_error(id, concat("worker ", rank, " pushed step ", clock, " while the servers are at step ", version));
+    const int64_t bytes_before = report.bytes_received;
+    uint32_t n = r.u32();
+    std::vector<float> scratch;
+    for (uint32_t i = 0; i < n; ++i) {
+      uint32_t piece = r.u32();
+      HeldPiece& h = held_piece(piece, "push");
+      if (h.sparse) throw ProtocolError(concat("dense push of sparse piece ", piece));
+      const size_t count = static_cast<size_t>(h.values.numel());
+      if (options.mode == Mode::kSync) {
+        scratch.resize(count);
+        read_floats(r, scratch.data(), count, "pushed gradient");
+        float* sum = h.grad_sum.data<float>();
+        for (size_t k = 0; k < count; ++k) sum[k] += scratch[k];
+      } else {
+        Tensor g = Tensor::empty({static_cast<int64_t>(count)});
+        read_floats(r, g.data<float>(), count, "pushed gradient");
+        h.values.set_grad(g);
+      }
+      report.bytes_received += static_cast<int64_t>(count * sizeof(float));
+    }
+    uint32_t m = r.u32();
+    std::vector<std::pair<HeldPiece*, std::vector<int64_t>>> sparse_rows;
+    std::vector<std::vector<float>> sparse_grads;
+    for (uint32_t i = 0; i < m; ++i) {
+      uint32_t param = r.u32();
+      std::vector<int64_t> ids = read_ids(r);
+      HeldPiece& h = held_rows(param, ids, "sparse push");
+      const int64_t rs = row_size(h);
+      std::vector<float> grads(ids.size() * rs);
+      read_floats(r, grads.data(), grads.size(), "pushed row gradients");
+      const int64_t begin = plan->pieces()[h.piece].row_begin;
+      for (auto& id : ids) id -= begin;
+      report.bytes_received += static_cast<int64_t>(grads.size() * sizeof(float) + ids.size() * sizeof(int64_t));
+      sparse_rows.emplace_back(&h, std::move(ids));
+      sparse_grads.push_back(std::move(grads));
+    }
+    r.expect_end();
+    (void)bytes_before;
+    ++report.pushes;
+    ++w.clock;
+    if (options.mode == Mode::kSync) {
+      for (size_t i = 0; i < sparse_rows.size(); ++i) accumulate_rows(*sparse_rows[i].first, sparse_rows[i].second, sparse_grads[i]);
+      sync_lr = lr;
+      ++sync_pushes;
+    } else {
+      optimizer->step_dense(lr);
+      for (auto& h : held)
+        if (!h.sparse) h.values.set_grad(Tensor());
+      for (size_t i = 0; i < sparse_rows.size(); ++i)
+        optimizer->step_rows(sparse_rows[i].first->slot, sparse_rows[i].second, sparse_grads[i].data(), lr);
+      ++version;
+      ++report.updates;
+    }
+    reply_ok(id);
+    after_change();
+  }
+
+  void accumulate_rows(HeldPiece& h, const std::vector<int64_t>& rows, const std::vector<float>& grads) {
+    const int64_t rs = row_size(h);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      auto [it, fresh] = h.row_slot.try_emplace(rows[i], h.row_grads.size());
+      if (fresh) h.row_grads.resize(h.row_grads.size() + rs, 0.0f);
+      float* dst = h.row_grads.data() + it->second;
+      for (int64_t k = 0; k < rs; ++k) dst[k] += grads[i * rs + k];
+    }
+  }
+
+  // Synchronous mode: every active worker has pushed this step (a worker that finished early, as
+  // with uneven data, no longer counts). Average and apply.
+  void apply_sync() {
+    const float scale = 1.0f / static_cast<float>(sync_pushes);
+    for (auto& h : held) {
+      if (h.sparse) continue;
+      float* sum = h.grad_sum.data<float>();
+      Tensor g = Tensor::empty(h.grad_sum.shape());
+      float* gp = g.data<float>();
+      for (int64_t k = 0; k < g.numel(); ++k) gp[k] = sum[k] * scale, sum[k] = 0.0f;
+      h.values.set_grad(g);
+    }
+    optimizer->step_dense(sync_lr);
+    for (auto& h : held) {
+      if (!h.sparse) {
+        h.values.set_grad(Tensor());
+        continue;
+      }
+      if (h.row_slot.empty()) continue;
+      const int64_t rs = row_size(h);
+      std::vector<int64_t> rows;
+      for (auto& [row, slot] : h.row_slot) rows.push_back(row);
+      std::sort(rows.begin(), rows.end());
+      std::vector<float> grads(rows.size() * rs);
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const float* src = h.row_grads.data() + h.row_slot[rows[i]];
+        for (int64_t k = 0; k < rs; ++k) grads[i * rs + k] = src[k] * scale;
+      }
+      optimizer->step_rows(h.slot, rows, grads.data(), sync_lr);
+      h.row_slot.clear();
+      h.row_grads.clear();
+    }
+    sync_pushes = 0;
+    ++version;
+    ++report.updates;
+  }
+
+  void on_pull(ConnectionId id, int rank, FrameReader& r) {
+    Worker& w = workers[rank];
+    w.pull_clock = r.i64();
+    w.pull_dense = r.u8() != 0;
+    uint32_t m = r.u32();
+    w.pull_rows.clear();
+    for (uint32_t i = 0; i < m; ++i) {
+      uint32_t param = r.u32();
+      std::vector<int64_t> ids = read_ids(r);
+      held_rows(param, ids, "sparse pull");
+      w.pull_rows.emplace_back(static_cast<int>(param), std::move(ids));
+    }
+    r.expect_end();
+    w.waiting = true;
+    net.hold(id);
+    serve_pulls();
+  }
+
+  int64_t slowest_clock() const {
+    int64_t slowest = INT64_MAX;
+    for (const auto& w : workers)
+      if (w.active()) slowest = std::min(slowest, w.connected ? w.clock : 0);
+    return slowest;
+  }
+
+  bool may_serve(const Worker& w) const {
+    if (!ready) return false;
+    switch (options.mode) {
+      case Mode::kSync: return version >= w.pull_clock;
+      case Mode::kAsync: return true;
+      case Mode::kBoundedStaleness: return slowest_clock() >= w.pull_clock - options.staleness;
+    }
+    return false;
+  }
+
+  void serve_pulls() {
+    for (int rank = 0; rank < options.num_workers; ++rank) {
+      Worker& w = workers[rank];
+      if (!w.waiting || !w.active() || !may_serve(w)) continue;
+      int64_t slowest = slowest_clock();
+      if (slowest != INT64_MAX) report.max_staleness = std::max(report.max_staleness, w.pull_clock - slowest);
+      send_values(w);
+      w.waiting = false;
+      w.last_seen = Clock::now();
+      net.release(w.conn);
+      ++report.pulls;
+    }
+  }
+
+  void send_values(const Worker& w) {
+    FrameWriter out(uint8_t(PsReply::kValues));
+    out.i64(version);
+    uint32_t dense = 0;
+    for (const auto& h : held) dense += !h.sparse && w.pull_dense;
+    out.u32(dense);
+    for (const auto& h : held) {
+      if (h.sparse || !w.pull_dense) continue;
+      out.u32(static_cast<uint32_t>(h.piece));
+      write_floats(out, h.values.data<float>(), static_cast<size_t>(h.values.numel()));
+      report.bytes_sent += h.values.numel() * static_cast<int64_t>(sizeof(float));
+    }
+    out.u32(static_cast<uint32_t>(w.pull_rows.size()));
+    std::vector<float> rows;
+    for (const auto& [param, ids] : w.pull_rows) {
+      const HeldPiece& h = held[held_of_param[param]];
+      const int64_t rs = row_size(h), begin = plan->pieces()[h.piece].row_begin;
+      rows.resize(ids.size() * rs);
+      const float* values = h.values.data<float>();
+      for (size_t i = 0; i < ids.size(); ++i)
+        std::memcpy(rows.data() + i * rs, values + (ids[i] - begin) * rs, rs * sizeof(float));
+      write_floats(out, rows.data(), rows.size());
+      report.bytes_sent += static_cast<int64_t>(rows.size() * sizeof(float));
+    }
+    net.send(w.conn, out.finish());
+  }
+
+  // After anything that can complete a step, unblock a pull or end the job.
+  void after_change() {
+    if (options.mode == Mode::kSync && sync_pushes > 0 && sync_pushes >= active_workers()) apply_sync();
+    serve_pulls();
+    if (std::all_of(workers.begin(), workers.end(), [](const Worker& w) { return w.connected && !w.active(); })) net.stop();
+  }
+
+  // --- checkpoints ------------------------------------------------------------------------------
+  void on_save(ConnectionId id, FrameReader& r) {
+    std::string dir = r.str();
+    int64_t step = r.i64();
+    r.expect_end();
+    if (!plan || !ready) return reply_error(id, "save before the parameters were initialised");
+    io::SafetensorsFile file;
+    for (const auto& h : held) file.tensors.emplace_back(concat("piece.", h.piece), h.values);
+    for (auto& [name, t] : optimizer->state_dict()) file.tensors.emplace_back("optimizer." + name, t);
+    file.metadata = {{"tessera.ps.version", std::to_string(version)},
+                     {"tessera.ps.step", std::to_string(step)},
+                     {"tessera.ps.num_servers", std::to_string(options.num_servers)},
+                     {"tessera.ps.plan", plan_signature()}};
+    const std::string path = server_checkpoint_path(dir, options.server_rank, step);
+    try {
+      fs::create_directories(fs::path(path).parent_path());
+      io::save_safetensors(path, file.tensors, file.metadata);  // atomic: a temporary file, then rename
+      prune_checkpoints(fs::path(path).parent_path());
+    } catch (const std::exception& e) {
+      return reply_error(id, concat("could not save ", path, ": ", e.what()));
+    }
+    reply_ok(id);
+  }
+
+  std::string plan_signature() const {
+    std::string s;
+    for (const auto& spec : plan->specs()) s += concat(spec.name, ":", spec.rows, "x", spec.row_size, spec.sparse ? "s" : "", ";");
+    return s;
+  }
+
+  void prune_checkpoints(const fs::path& dir) {
+    std::vector<std::pair<int64_t, fs::path>> files;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      std::string name = e.path().filename().string();
+      if (name.rfind("step-", 0) != 0 || e.path().extension() != ".safetensors") continue;
+      try {
+        files.emplace_back(std::stoll(name.substr(5)), e.path());
+      } catch (const std::exception&) {
+      }
+    }
+    std::sort(files.begin(), files.end());
+    for (size_t i = 0; i + static_cast<size_t>(std::max(options.keep_checkpoints, 1)) < files.size(); ++i)
+      fs::remove(files[i].second);
+  }
+
+  void on_restore(ConnectionId id, FrameReader& r) {
+    std::string dir = r.str();
+    int64_t step = r.i64();
+    r.expect_end();
+    if (!plan) throw ProtocolError("restore before the model was registered");
+    const std::string path = server_checkpoint_path(dir, options.server_rank, step);
+    try {
+      io::SafetensorsFile file = io::load_safetensors(path);
+      auto meta = [&](const std::string& key) {
+        auto it = file.metadata.find(key);
+        TESSERA_CHECK(it != file.metadata.end(), path, " lacks metadata '", key, "'");
+        return it->second;
+      };
+      TESSERA_CHECK(meta("tessera.ps.num_servers") == std::to_string(options.num_servers), path, " was saved by a job of ",
+                    meta("tessera.ps.num_servers"), " servers; this job has ", options.num_servers,
+                    " (resharding a parameter-server checkpoint is not supported)");
+      TESSERA_CHECK(meta("tessera.ps.plan") == plan_signature(), path, " holds a different model");
+      nn::StateDict optimizer_state;
+      std::map<std::string, Tensor> values;
+      for (auto& [name, t] : file.tensors) {
+        if (name.rfind("optimizer.", 0) == 0) optimizer_state.emplace_back(name.substr(10), t);
+        else values[name] = t;
+      }
+      for (auto& h : held) {
+        auto it = values.find(concat("piece.", h.piece));
+        TESSERA_CHECK(it != values.end() && it->second.numel() == h.values.numel(), path, " lacks piece ", h.piece);
+        std::memcpy(h.values.data<float>(), it->second.contiguous().data<float>(), h.values.numel() * sizeof(float));
+      }
+      optimizer->load_state_dict(optimizer_state);
+      version = std::stoll(meta("tessera.ps.version"));
+    } catch (const std::exception& e) {
+      return reply_error(id, concat("could not restore step ", step, " from ", path, ": ", e.what()));
+    }
+    ready = true;
+    log(concat("restored step ", step, " from ", path));
+    reply_ok(id);
+    after_change();
+  }
+};
+
+ParameterServer::ParameterServer(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+ParameterServer::~ParameterServer() = default;
+std::string ParameterServer::address() const { return impl_->net.address(); }
+uint16_t ParameterServer::port() const { return impl_->net.port(); }
+void ParameterServer::stop() { impl_->net.stop(); }
+
+ServerReport ParameterServer::run() {
+  impl_->started = Clock::now();
+  impl_->net.run(*impl_);
+  if (!impl_->fatal.empty()) throw PeerFailureError(concat("[ps server ", impl_->options.server_rank, "] ", impl_->fatal));
+  const auto& r = impl_->report;
+  impl_->log(concat("finished: ", r.updates, " updates, ", r.pushes, " pushes, ", r.pulls, " pulls, ",
+                    r.finished_workers.size(), " workers finished, ", r.lost_workers.size(),
+                    " lost; largest staleness ", r.max_staleness,
+                    impl_->options.mode == Mode::kBoundedStaleness ? concat(" (bound ", impl_->options.staleness, ")") : ""));
+  return r;
+}
+
+}  // namespace tessera::parallel::ps

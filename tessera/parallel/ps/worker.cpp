@@ -1,0 +1,127 @@
+#include "tessera/parallel/ps/worker.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "tessera/core/error.h"
+
+namespace tessera::parallel::ps {
+
+namespace {
+
+void collect_bags(const std::shared_ptr<nn::Module>& module, std::vector<std::shared_ptr<nn::EmbeddingBag>>& out) {
+  if (auto bag = std::dynamic_pointer_cast<nn::EmbeddingBag>(module)) out.push_back(bag);
+  for (const auto& [name, child] : module->children()) collect_bags(child, out);
+}
+
+}  // namespace
+
+PsWorker::PsWorker(std::shared_ptr<nn::Module> model, ClientOptions options)
+    : model_(std::move(model)), options_(options), client_(std::move(options)) {
+  std::vector<std::shared_ptr<nn::EmbeddingBag>> bags;
+  collect_bags(model_, bags);
+  for (const auto& [name, p] : model_->named_parameters()) {
+    TESSERA_CHECK(p.dtype() == DType::Float32 && p.is_contiguous(), "[ps] parameter '", name,
+                  "' must be contiguous float32");
+    ParamSpec spec;
+    spec.name = name;
+    spec.rows = p.dim() == 0 ? 1 : p.shape()[0];
+    spec.row_size = p.dim() == 0 ? 1 : p.numel() / spec.rows;
+    std::shared_ptr<nn::EmbeddingBag> owner;
+    for (const auto& bag : bags)
+      if (bag->weight.impl() == p.impl()) owner = bag;
+    spec.sparse = owner != nullptr;
+    specs_.push_back(spec);
+    params_.push_back(p);
+    bags_.push_back(owner);
+  }
+  // The row source: forward asks the servers for exactly the rows of its batch.
+  for (size_t i = 0; i < bags_.size(); ++i) {
+    if (!bags_[i]) continue;
+    const int param = static_cast<int>(i);
+    const int64_t row_size = specs_[i].row_size;
+    bags_[i]->set_row_source([this, param, row_size](const std::vector<int64_t>& ids) {
+      Tensor rows = Tensor::empty({static_cast<int64_t>(ids.size()), row_size});
+      client_.pull(clock_, {}, {SparseRows{param, &ids, nullptr, rows.data<float>()}}, false);
+      return rows;
+    });
+  }
+}
+
+PsWorker::~PsWorker() {
+  for (auto& bag : bags_)
+    if (bag) bag->set_row_source(nullptr);
+}
+
+void PsWorker::start(int64_t start_step, const std::string& restore_dir) {
+  clock_ = start_step;
+  client_.register_model(specs_, start_step);
+  if (options_.rank == 0) {
+    if (!restore_dir.empty()) {
+      client_.restore(restore_dir, start_step);
+    } else {
+      std::vector<const float*> values;
+      for (const auto& p : params_) values.push_back(p.data<float>());
+      client_.initialize(values);
+    }
+  }
+  pull_dense();
+}
+
+void PsWorker::pull_dense() {
+  std::vector<float*> out;
+  for (size_t i = 0; i < params_.size(); ++i) out.push_back(specs_[i].sparse ? nullptr : params_[i].data<float>());
+  client_.pull(clock_, out, {}, true);
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!specs_[i].sparse) params_[i].impl()->storage->bump_version();
+}
+
+void PsWorker::step(double lr) {
+  std::vector<const float*> grads;
+  std::vector<Tensor> keep;  // contiguous copies live until the push is sent
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor g = specs_[i].sparse ? Tensor() : params_[i].grad();
+    if (g.defined()) {
+      keep.push_back(g.contiguous());
+      grads.push_back(keep.back().data<float>());
+    } else {
+      grads.push_back(nullptr);
+    }
+  }
+  std::vector<SparseRows> rows;
+  for (size_t i = 0; i < bags_.size(); ++i) {
+    if (!bags_[i] || !bags_[i]->last_rows().defined()) continue;
+    Tensor g = bags_[i]->last_rows().grad();
+    if (!g.defined()) continue;
+    keep.push_back(g.contiguous());
+    rows.push_back(SparseRows{static_cast<int>(i), &bags_[i]->last_ids(), keep.back().data<float>(), nullptr});
+  }
+  client_.push(clock_, lr, grads, rows);
+  ++clock_;
+  pull_dense();
+}
+
+void PsWorker::refresh() { pull_dense(); }
+
+void PsWorker::pull_sparse_tables() {
+  constexpr int64_t kRowsPerPull = 1 << 18;  // bounds each reply (256k rows of 32 floats: 32 MiB)
+  for (size_t i = 0; i < bags_.size(); ++i) {
+    if (!bags_[i]) continue;
+    const int64_t rows = specs_[i].rows, row_size = specs_[i].row_size;
+    for (int64_t begin = 0; begin < rows; begin += kRowsPerPull) {
+      std::vector<int64_t> ids(static_cast<size_t>(std::min(kRowsPerPull, rows - begin)));
+      for (size_t k = 0; k < ids.size(); ++k) ids[k] = begin + static_cast<int64_t>(k);
+      client_.pull(clock_, {}, {SparseRows{static_cast<int>(i), &ids, nullptr, params_[i].data<float>() + begin * row_size}},
+                   false);
+    }
+    params_[i].impl()->storage->bump_version();
+  }
+}
+
+void PsWorker::finish() {
+  if (finished_) return;
+  finished_ = true;
+  client_.done();
+}
+
+}  // namespace tessera::parallel::ps
