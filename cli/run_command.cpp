@@ -1,5 +1,6 @@
 // tessera run --nproc-per-node N [--nnodes K --node-rank I --master-addr A --master-port P]
 //             [--timeout SECONDS] [--grace-period SECONDS] -- PROGRAM ARGS...
+// tessera run --servers S --workers W [...] -- PROGRAM ARGS...   (a parameter-server job)
 // The launcher lives in tessera/dist/launcher; this file only maps flags to LaunchOptions and the
 // result to a message and an exit code.
 #include <chrono>
@@ -20,13 +21,25 @@ std::chrono::milliseconds to_ms(double seconds) {
 Command add_run_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "run", "Start N worker processes of PROGRAM with RANK, WORLD_SIZE, MASTER_ADDR/PORT, ... set "
-             "(see tessera/dist/launcher/env.h); the job fails, and stops, when one worker fails");
+             "(see tessera/dist/launcher/env.h); the job fails, and stops, when one worker fails. With --servers S "
+             "also S parameter servers per node (TESSERA_ROLE=server); then only a failing server stops the job");
   auto options = std::make_shared<dist::launcher::LaunchOptions>();
   auto timeout_s = std::make_shared<double>(0.0);
   auto grace_s = std::make_shared<double>(5.0);
-  cmd->add_option("--nproc-per-node", options->nproc_per_node, "Workers on this node")
-      ->required()
+  auto* nproc = cmd->add_option("--nproc-per-node", options->nproc_per_node, "Workers on this node")
+                    ->check(CLI::Range(1, 4096));
+  auto* workers = cmd->add_option("--workers", options->nproc_per_node, "Workers on this node (as --nproc-per-node)")
+                      ->check(CLI::Range(1, 4096))
+                      ->excludes(nproc);
+  cmd->add_option("--servers", options->servers_per_node,
+                  "Parameter servers on this node: a parameter-server job, where a failing worker does not stop "
+                  "the job")
       ->check(CLI::Range(1, 4096));
+  // Exactly one of the two synonyms; checked after parsing, so the message can name both.
+  cmd->callback([nproc, workers] {
+    if (nproc->count() + workers->count() == 0)
+      throw CLI::RequiredError("--workers (or its synonym --nproc-per-node)");
+  });
   cmd->add_option("--nnodes", options->nnodes, "Nodes in the job (one launcher per node)")
       ->default_val(1)
       ->check(CLI::PositiveNumber);

@@ -11,28 +11,45 @@ namespace {
 
 constexpr const char* kHint = " (set by `tessera run`; see tessera/dist/launcher/env.h)";
 
-const std::string& required(const std::map<std::string, std::string>& variables, const char* name) {
+// `op` starts each message: "[worker_env]" or "[ps_role_env]".
+const std::string& required(const std::map<std::string, std::string>& variables, const char* name,
+                            const char* op = "[worker_env]") {
   auto it = variables.find(name);
-  TESSERA_CHECK(it != variables.end(), "[worker_env] environment variable ", name, " is not set", kHint);
+  TESSERA_CHECK(it != variables.end(), op, " environment variable ", name, " is not set", kHint);
   return it->second;
 }
 
 // Whole-string integer in [lo, hi]; "3x", "" and " 3" are errors rather than silently 3 or 0.
-int parse_int(const std::string& text, const char* name, int lo, int hi) {
+int parse_int(const std::string& text, const char* name, int lo, int hi, const char* op = "[worker_env]") {
   int value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   TESSERA_CHECK(ec == std::errc() && end == text.data() + text.size() && !text.empty(),
-                "[worker_env] ", name, "='", text, "' is not an integer", kHint);
-  TESSERA_CHECK(value >= lo && value <= hi, "[worker_env] ", name, "=", value, " is out of range [", lo, ", ", hi,
-                "]", kHint);
+                op, " ", name, "='", text, "' is not an integer", kHint);
+  TESSERA_CHECK(value >= lo && value <= hi, op, " ", name, "=", value, " is out of range [", lo, ", ", hi, "]",
+                kHint);
   return value;
 }
 
-int required_int(const std::map<std::string, std::string>& variables, const char* name, int lo, int hi) {
-  return parse_int(required(variables, name), name, lo, hi);
+int required_int(const std::map<std::string, std::string>& variables, const char* name, int lo, int hi,
+                 const char* op = "[worker_env]") {
+  return parse_int(required(variables, name, op), name, lo, hi, op);
 }
 
 constexpr int kMaxInt = 1 << 30;
+
+// Every variable of both contracts (env.h).
+constexpr const char* kContractVariables[] = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+    "TESSERA_JOB_TOKEN", "TESSERA_NUM_THREADS",
+    "TESSERA_ROLE", "TESSERA_SERVER_RANK", "TESSERA_NUM_SERVERS", "TESSERA_NUM_WORKERS"};
+
+// The contract's variables that are set in this process's environment.
+std::map<std::string, std::string> contract_environment() {
+  std::map<std::string, std::string> variables;
+  for (const char* name : kContractVariables)
+    if (const char* value = std::getenv(name)) variables[name] = value;
+  return variables;
+}
 
 }  // namespace
 
@@ -68,12 +85,55 @@ WorkerEnv worker_env_from_variables(const std::map<std::string, std::string>& va
   return env;
 }
 
-WorkerEnv worker_env_from_environment() {
-  std::map<std::string, std::string> variables;
-  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-                           "MASTER_PORT", "TESSERA_JOB_TOKEN", "TESSERA_NUM_THREADS"})
-    if (const char* value = std::getenv(name)) variables[name] = value;
-  return worker_env_from_variables(variables);
+WorkerEnv worker_env_from_environment() { return worker_env_from_variables(contract_environment()); }
+
+std::map<std::string, std::string> to_variables(const ServerEnv& env) {
+  std::map<std::string, std::string> v{
+      {"TESSERA_ROLE", "server"},
+      {"TESSERA_SERVER_RANK", std::to_string(env.server_rank)},
+      {"TESSERA_NUM_SERVERS", std::to_string(env.num_servers)},
+      {"TESSERA_NUM_WORKERS", std::to_string(env.num_workers)},
+      {"NODE_RANK", std::to_string(env.node_rank)},
+      {"MASTER_ADDR", env.master_addr},
+      {"MASTER_PORT", std::to_string(env.master_port)},
+      {"TESSERA_JOB_TOKEN", env.job_token},
+  };
+  if (env.num_threads > 0) v["TESSERA_NUM_THREADS"] = std::to_string(env.num_threads);
+  return v;
 }
+
+std::map<std::string, std::string> to_ps_worker_variables(const WorkerEnv& env, int num_servers) {
+  std::map<std::string, std::string> v = to_variables(env);
+  v["TESSERA_ROLE"] = "worker";
+  v["TESSERA_NUM_SERVERS"] = std::to_string(num_servers);
+  return v;
+}
+
+bool is_contract_variable(std::string_view name) {
+  for (const char* known : kContractVariables)
+    if (name == known) return true;
+  return false;
+}
+
+PsRoleEnv ps_role_from_variables(const std::map<std::string, std::string>& variables) {
+  constexpr const char* kOp = "[ps_role_env]";
+  PsRoleEnv env;
+  auto role = variables.find("TESSERA_ROLE");
+  if (role == variables.end()) return env;
+  TESSERA_CHECK(role->second == "server" || role->second == "worker", kOp, " TESSERA_ROLE='", role->second,
+                "' is neither 'server' nor 'worker'", kHint);
+  env.num_servers = required_int(variables, "TESSERA_NUM_SERVERS", 1, kMaxInt, kOp);
+  if (role->second == "server") {
+    env.role = PsRoleEnv::Role::kServer;
+    env.server_rank = required_int(variables, "TESSERA_SERVER_RANK", 0, env.num_servers - 1, kOp);
+    env.num_workers = required_int(variables, "TESSERA_NUM_WORKERS", 1, kMaxInt, kOp);
+  } else {
+    env.role = PsRoleEnv::Role::kWorker;
+    env.num_workers = required_int(variables, "WORLD_SIZE", 1, kMaxInt, kOp);
+  }
+  return env;
+}
+
+PsRoleEnv ps_role_from_environment() { return ps_role_from_variables(contract_environment()); }
 
 }  // namespace tessera::dist::launcher

@@ -15,9 +15,31 @@
 //                      cores / LOCAL_WORLD_SIZE (at least 1), so N workers do not oversubscribe
 //
 // The names follow torchrun's (plus NODE_RANK), so scripts written for it read the same values.
+//
+// A parameter-server job (`tessera run --servers S --workers W`) starts S servers and W workers per
+// node. Its workers get everything above (WORLD_SIZE counts workers only: nnodes * W) plus
+//
+//   TESSERA_ROLE        worker
+//   TESSERA_NUM_SERVERS servers in the job, nnodes * S
+//
+// and its servers get
+//
+//   TESSERA_ROLE        server
+//   TESSERA_SERVER_RANK NODE_RANK * S + the server's index on this node, in [0, TESSERA_NUM_SERVERS)
+//   TESSERA_NUM_SERVERS servers in the job, nnodes * S
+//   TESSERA_NUM_WORKERS workers in the job, nnodes * W
+//   NODE_RANK, MASTER_ADDR, MASTER_PORT, TESSERA_JOB_TOKEN as above
+//   TESSERA_NUM_THREADS as above, but the default is cores / (S + W) (at least 1)
+//
+// but no RANK, WORLD_SIZE, LOCAL_RANK or LOCAL_WORLD_SIZE, not even inherited from the launcher's
+// own environment: code that asks "am I a rank of a job?" (dist::launched_as_job) must not take a
+// server for a worker. Outside a parameter-server job no process gets TESSERA_ROLE or the other
+// TESSERA_*SERVER*/TESSERA_NUM_WORKERS variables, and the launcher drops inherited ones, so a job
+// started from inside another job's process does not read the outer job's role.
 #pragma once
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace tessera::dist::launcher {
 
@@ -43,5 +65,42 @@ std::map<std::string, std::string> to_variables(const WorkerEnv& env);
 WorkerEnv worker_env_from_variables(const std::map<std::string, std::string>& variables);
 // The same, from this process's environment: what a worker calls.
 WorkerEnv worker_env_from_environment();
+
+// A parameter server's contract, as the launcher sets it.
+struct ServerEnv {
+  int server_rank = 0;
+  int num_servers = 1;
+  int num_workers = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string job_token;
+  int num_threads = 0;  // 0: TESSERA_NUM_THREADS is not set
+
+  bool operator==(const ServerEnv&) const = default;
+};
+
+std::map<std::string, std::string> to_variables(const ServerEnv& env);
+// A parameter-server job's worker: to_variables(env) plus TESSERA_ROLE=worker and TESSERA_NUM_SERVERS.
+std::map<std::string, std::string> to_ps_worker_variables(const WorkerEnv& env, int num_servers);
+
+// True for every variable either contract sets; the launcher replaces or drops inherited ones.
+bool is_contract_variable(std::string_view name);
+
+// Which side of a parameter-server job this process is on.
+struct PsRoleEnv {
+  enum class Role { kNone, kServer, kWorker } role = Role::kNone;
+  int server_rank = -1;  // a server's TESSERA_SERVER_RANK; -1 for a worker
+  int num_servers = 0;
+  int num_workers = 0;   // a server's TESSERA_NUM_WORKERS; a worker's WORLD_SIZE
+
+  bool operator==(const PsRoleEnv&) const = default;
+};
+
+// kNone (everything else zero) when TESSERA_ROLE is not set: not a parameter-server job. Otherwise
+// ValueError naming the variable that is missing or malformed: TESSERA_ROLE other than server or
+// worker, TESSERA_SERVER_RANK >= TESSERA_NUM_SERVERS, a count below 1, ...
+PsRoleEnv ps_role_from_variables(const std::map<std::string, std::string>& variables);
+PsRoleEnv ps_role_from_environment();
 
 }  // namespace tessera::dist::launcher

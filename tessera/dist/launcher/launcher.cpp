@@ -18,6 +18,8 @@ namespace {
 void validate(const LaunchOptions& o) {
   TESSERA_CHECK(o.nproc_per_node >= 1 && o.nproc_per_node <= 4096, "[run] --nproc-per-node must be in [1, 4096], got ",
                 o.nproc_per_node);
+  TESSERA_CHECK(o.servers_per_node >= 0 && o.servers_per_node <= 4096,
+                "[run] --servers must be in [0, 4096] (0: no parameter servers), got ", o.servers_per_node);
   TESSERA_CHECK(o.nnodes >= 1, "[run] --nnodes must be at least 1, got ", o.nnodes);
   TESSERA_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "[run] --node-rank must be in [0, --nnodes=", o.nnodes,
                 "), got ", o.node_rank);
@@ -55,7 +57,7 @@ int resolve_threads(const LaunchOptions& o) {
     TESSERA_CHECK(n >= 1, "[run] TESSERA_NUM_THREADS='", env, "' is not a positive integer");
     return n;
   }
-  return std::max(1, usable_cores() / o.nproc_per_node);
+  return std::max(1, usable_cores() / (o.servers_per_node + o.nproc_per_node));
 }
 
 }  // namespace
@@ -78,6 +80,23 @@ std::vector<WorkerEnv> worker_envs(const LaunchOptions& resolved) {
   return envs;
 }
 
+std::vector<ServerEnv> server_envs(const LaunchOptions& resolved) {
+  std::vector<ServerEnv> envs;
+  for (int local = 0; local < resolved.servers_per_node; ++local) {
+    ServerEnv env;
+    env.server_rank = resolved.node_rank * resolved.servers_per_node + local;
+    env.num_servers = resolved.nnodes * resolved.servers_per_node;
+    env.num_workers = resolved.nnodes * resolved.nproc_per_node;
+    env.node_rank = resolved.node_rank;
+    env.master_addr = resolved.master_addr;
+    env.master_port = resolved.master_port;
+    env.job_token = resolved.job_token;
+    env.num_threads = resolved.threads_per_worker;
+    envs.push_back(std::move(env));
+  }
+  return envs;
+}
+
 LaunchResult launch(const LaunchOptions& options) {
   validate(options);
   LaunchOptions job = options;
@@ -90,7 +109,15 @@ LaunchResult launch(const LaunchOptions& options) {
     store = start_rendezvous_server(job.master_addr, job.master_port, job.job_token);
   if (store) job.master_port = store->port();
   else if (job.master_port == 0) job.master_port = pick_free_port(job.master_addr);
-  return detail::supervise(job, worker_envs(job));
+  // Servers first: a worker's first request then finds its server more likely already listening
+  // (workers must still retry: starting first is no promise of being ready first).
+  std::vector<detail::ProcessSpec> processes;
+  for (const ServerEnv& env : server_envs(job)) processes.push_back({true, env.server_rank, to_variables(env)});
+  int num_servers = job.nnodes * job.servers_per_node;
+  for (const WorkerEnv& env : worker_envs(job))
+    processes.push_back(
+        {false, env.rank, num_servers > 0 ? to_ps_worker_variables(env, num_servers) : to_variables(env)});
+  return detail::supervise(job, processes);
 }
 
 }  // namespace tessera::dist::launcher

@@ -7,6 +7,20 @@
 // A SIGINT or SIGTERM to the launcher is forwarded to every worker (their process groups), which
 // then have the grace period to finish (e.g. write a checkpoint) before SIGKILL. Nothing waits
 // without a bound: the launcher sleeps only in poll(), woken by output, by SIGCHLD or by a deadline.
+//
+// A parameter-server job (servers_per_node > 0, `--servers S --workers W`) starts S servers and W
+// workers per node (env.h lists what each gets); servers' lines are prefixed "[server I] ". Its
+// policy differs only in what a failing worker does:
+//  - a server that exits non-zero or by a signal fails the job as a failing worker does above
+//    ("server I (pid P) exited with status 5; stopped the other 3 processes");
+//  - a worker that does so does not stop the job: asynchronous training goes on with fewer workers.
+//    The launcher writes one line to stderr_fd ("tessera run: worker rank 1 (pid P) exited with
+//    status 3; a parameter-server job goes on without it"), records the rank in failed_workers and
+//    keeps supervising the rest. The servers decide whether they can go on; a synchronous server
+//    that cannot fails, and so fails the job.
+// The job ends when every process has exited. Its exit code: the failed server's (status or
+// 128 + signal) if a server stopped it; else 0 if at least one worker exited 0; else the first
+// failed worker's. --timeout and forwarded signals behave as above, for servers and workers alike.
 #pragma once
 #include <chrono>
 #include <string>
@@ -18,39 +32,49 @@
 namespace tessera::dist::launcher {
 
 struct LaunchOptions {
-  int nproc_per_node = 1;
+  int nproc_per_node = 1;             // workers on this node (--nproc-per-node, or --workers)
+  int servers_per_node = 0;           // parameter servers on this node (--servers); 0: not a PS job
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;                // 0: node 0 picks a free port; required on the other nodes
   std::vector<std::string> command;   // PROGRAM ARGS...; PROGRAM without a '/' is searched in PATH
   std::string job_token;              // empty: $TESSERA_JOB_TOKEN, else random (single node only)
-  int threads_per_worker = 0;         // 0: $TESSERA_NUM_THREADS, else max(1, cores / nproc_per_node)
+  int threads_per_worker = 0;         // per process; 0: $TESSERA_NUM_THREADS, else
+                                      // max(1, cores / (servers_per_node + nproc_per_node))
   std::chrono::milliseconds timeout{0};          // for the whole job; 0: none
   std::chrono::milliseconds grace_period{5000};  // between SIGTERM (or a forwarded signal) and SIGKILL
   bool host_store = true;             // node 0 hosts the rendezvous store
   int stdout_fd = 1;                  // where the workers' prefixed stdout goes
-  int stderr_fd = 2;                  // ... and their stderr
+  int stderr_fd = 2;                  // ... and their stderr, and the launcher's notices during the job
 };
 
+// How one process of the job ended.
 struct WorkerOutcome {
-  int rank = 0;          // global rank
+  int rank = 0;          // global rank; a server's TESSERA_SERVER_RANK
   pid_t pid = -1;
   int wait_status = 0;   // as from waitpid
   bool sigkilled = false;  // the launcher had to SIGKILL it after the grace period
+  bool server = false;     // a parameter server (then it is in LaunchResult::servers)
 };
 
 struct LaunchResult {
   // 0 when every worker exited 0. Otherwise, like a shell: the failed worker's exit status, or
   // 128 + its signal; 124 for --timeout; 128 + the signal the launcher received and forwarded.
+  // A parameter-server job: see the policy above.
   int exit_code = 0;
   // Empty on success; else one line naming what went wrong, e.g. "rank 2 (pid 1234) exited with
   // status 3; stopped the other 3 workers".
   std::string message;
-  int failed_rank = -1;       // the worker whose failure stopped the job, if any
+  // The process whose failure stopped the job, if any: a worker's rank, or a server's server rank
+  // (then failed_server says so).
+  int failed_rank = -1;
+  int failed_server = -1;           // the server whose failure stopped the job, if any
+  std::vector<int> failed_workers;  // PS job: ranks of the workers that failed without stopping it
   bool timed_out = false;
   int received_signal = 0;    // SIGINT or SIGTERM the launcher received and forwarded, if any
   std::vector<WorkerOutcome> workers;  // by local rank
+  std::vector<WorkerOutcome> servers;  // PS job: by index on this node; empty otherwise
 };
 
 // Runs the job's workers on this node to completion. Throws ValueError for bad options or a
@@ -61,5 +85,7 @@ LaunchResult launch(const LaunchOptions& options);
 // The env contract of each local worker for options whose master_port, job_token and
 // threads_per_worker are already resolved (launch() does that first).
 std::vector<WorkerEnv> worker_envs(const LaunchOptions& resolved);
+// The same for each local server (none unless servers_per_node > 0).
+std::vector<ServerEnv> server_envs(const LaunchOptions& resolved);
 
 }  // namespace tessera::dist::launcher

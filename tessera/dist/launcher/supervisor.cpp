@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,18 +66,25 @@ struct Stream {
   }
 };
 
-struct Worker {
-  int rank;
+struct Process {
+  bool server;
+  int rank;  // a worker's global rank; a server's server rank
   pid_t pid;
   Stream out, err;
   std::optional<int> status;
   bool sigkilled = false;
   bool running() const { return !status.has_value(); }
+  // "rank 2" or "server 0", as in the output prefixes.
+  std::string name() const { return (server ? "server " : "rank ") + std::to_string(rank); }
 };
 
 bool succeeded(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
 
-std::string plural(int n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
+// "1 worker", "3 workers", "2 processes".
+std::string plural(int n, const std::string& noun) {
+  if (n == 1) return "1 " + noun;
+  return std::to_string(n) + " " + noun + (noun.back() == 's' ? "es" : "s");
+}
 
 std::string seconds_text(milliseconds ms) {
   char text[32];
@@ -84,26 +92,37 @@ std::string seconds_text(milliseconds ms) {
   return text;
 }
 
-// This process's environment with the contract's variables put in (replacing any inherited ones).
-std::vector<std::string> environment_for(const WorkerEnv& env) {
-  std::map<std::string, std::string> contract = to_variables(env);
+// This process's environment without any inherited contract variable (a server must not inherit
+// RANK, nor a plain job's worker TESSERA_ROLE), with the process's own put in.
+std::vector<std::string> environment_for(const std::map<std::string, std::string>& contract) {
   std::vector<std::string> out;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string entry = *e;
-    if (!contract.count(entry.substr(0, entry.find('=')))) out.push_back(std::move(entry));
+    if (!is_contract_variable(std::string_view(entry).substr(0, entry.find('=')))) out.push_back(std::move(entry));
   }
   for (const auto& [name, value] : contract) out.push_back(name + "=" + value);
   return out;
 }
 
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // a notice is not worth failing the job over
+    done += static_cast<size_t>(n);
+  }
+}
+
 class Supervisor {
  public:
-  explicit Supervisor(const LaunchOptions& job) : job_(job), buffer_(kReadChunk) {}
+  explicit Supervisor(const LaunchOptions& job)
+      : job_(job), ps_job_(job.servers_per_node > 0), noun_(ps_job_ ? "process" : "worker"), buffer_(kReadChunk) {}
 
-  LaunchResult run(const std::vector<WorkerEnv>& envs) {
+  LaunchResult run(const std::vector<ProcessSpec>& specs) {
     // Handlers go in before the first fork, so that no SIGINT or SIGCHLD falls between them.
     SignalPipe signals;
-    spawn_all(envs);
+    spawn_all(specs);
     if (job_.timeout.count() > 0) job_deadline_ = Clock::now() + job_.timeout;
     while (running_count() > 0) {
       wait_for_events(signals);
@@ -116,19 +135,21 @@ class Supervisor {
   }
 
  private:
-  void spawn_all(const std::vector<WorkerEnv>& envs) {
+  void spawn_all(const std::vector<ProcessSpec>& specs) {
     std::string path = resolve_program(job_.command.front());
     try {
-      for (const WorkerEnv& env : envs) {
-        WorkerProcess p = spawn_worker(path, job_.command, environment_for(env));
-        std::string prefix = "[rank " + std::to_string(env.rank) + "] ";
-        workers_.push_back(Worker{env.rank, p.pid, Stream{std::move(p.stdout_read), LinePrefixer(prefix, job_.stdout_fd)},
-                                  Stream{std::move(p.stderr_read), LinePrefixer(prefix, job_.stderr_fd)}, {}, false});
+      for (const ProcessSpec& spec : specs) {
+        WorkerProcess p = spawn_worker(path, job_.command, environment_for(spec.variables));
+        std::string prefix = std::string(spec.server ? "[server " : "[rank ") + std::to_string(spec.rank) + "] ";
+        processes_.push_back(Process{spec.server, spec.rank, p.pid,
+                                     Stream{std::move(p.stdout_read), LinePrefixer(prefix, job_.stdout_fd)},
+                                     Stream{std::move(p.stderr_read), LinePrefixer(prefix, job_.stderr_fd)},
+                                     {}, false});
       }
     } catch (...) {
       // Those already started must not outlive the error: kill and reap them (SIGKILL cannot be
       // ignored, so the blocking waitpid is bounded).
-      for (Worker& w : workers_) {
+      for (Process& w : processes_) {
         signal_worker(w.pid, SIGKILL);
         while (::waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
         }
@@ -140,7 +161,7 @@ class Supervisor {
   void wait_for_events(const SignalPipe& signals) {
     std::vector<pollfd> fds{{signals.fd(), POLLIN, 0}};
     std::vector<Stream*> streams;
-    for (Worker& w : workers_)
+    for (Process& w : processes_)
       for (Stream* s : {&w.out, &w.err})
         if (s->fd.valid()) {
           fds.push_back({s->fd.get(), POLLIN, 0});
@@ -161,8 +182,8 @@ class Supervisor {
   }
 
   void reap() {
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      Worker& w = workers_[i];
+    for (size_t i = 0; i < processes_.size(); ++i) {
+      Process& w = processes_[i];
       if (!w.running()) continue;
       int status = 0;
       pid_t r = ::waitpid(w.pid, &status, WNOHANG);
@@ -171,17 +192,29 @@ class Supervisor {
       w.status = r > 0 ? status : W_EXITCODE(255, 0);
       w.out.drain(buffer_.data());
       w.err.drain(buffer_.data());
-      if (!succeeded(*w.status) && !stopping() && received_signal_ == 0) {
-        failed_ = static_cast<int>(i);
-        stopped_on_failure_ = running_count();
-        stop();
+      if (succeeded(*w.status) || stopping() || received_signal_ != 0) continue;
+      if (ps_job_ && !w.server) {
+        go_on_without(w);
+        continue;
       }
+      failed_ = static_cast<int>(i);
+      stopped_on_failure_ = running_count();
+      stop();
     }
   }
 
-  // SIGTERM to every running worker, SIGKILL after the grace period (check_deadlines).
+  // A parameter-server job's failed worker: say so at once (the job may run for hours more) and
+  // leave it to the servers whether they can go on.
+  void go_on_without(const Process& w) {
+    failed_workers_.push_back(w.rank);
+    write_all(job_.stderr_fd, tessera::detail::concat("tessera run: worker rank ", w.rank, " (pid ", w.pid, ") ",
+                                                      describe_wait_status(*w.status),
+                                                      "; a parameter-server job goes on without it\n"));
+  }
+
+  // SIGTERM to every running process, SIGKILL after the grace period (check_deadlines).
   void stop() {
-    for (Worker& w : workers_)
+    for (Process& w : processes_)
       if (w.running()) signal_worker(w.pid, SIGTERM);
     stop_deadline_ = Clock::now() + job_.grace_period;
   }
@@ -192,7 +225,7 @@ class Supervisor {
       received_signal_ = signal;
       forwarded_to_ = running_count();
     }
-    for (Worker& w : workers_)
+    for (Process& w : processes_)
       if (w.running()) signal_worker(w.pid, signal);
     if (!stopping()) stop_deadline_ = Clock::now() + job_.grace_period;
   }
@@ -206,7 +239,7 @@ class Supervisor {
     }
     if (stop_deadline_ && !escalated_ && now >= *stop_deadline_) {
       escalated_ = true;
-      for (Worker& w : workers_)
+      for (Process& w : processes_)
         if (w.running()) {
           signal_worker(w.pid, SIGKILL);
           w.sigkilled = true;
@@ -217,45 +250,71 @@ class Supervisor {
 
   int running_count() const {
     int n = 0;
-    for (const Worker& w : workers_) n += w.running();
+    for (const Process& w : processes_) n += w.running();
     return n;
   }
 
   LaunchResult result() const {
     LaunchResult r;
-    for (const Worker& w : workers_) r.workers.push_back({w.rank, w.pid, *w.status, w.sigkilled});
+    for (const Process& w : processes_)
+      (w.server ? r.servers : r.workers).push_back({w.rank, w.pid, *w.status, w.sigkilled, w.server});
+    r.failed_workers = failed_workers_;
     std::string escalation = sigkilled_ == 0 ? std::string()
-                                             : "; " + plural(sigkilled_, "worker") + " did not exit within " +
+                                             : "; " + plural(sigkilled_, noun_) + " did not exit within " +
                                                    seconds_text(job_.grace_period) + " and got SIGKILL";
     if (failed_ >= 0) {
-      const Worker& w = workers_[failed_];
+      const Process& w = processes_[failed_];
       r.failed_rank = w.rank;
+      if (w.server) r.failed_server = w.rank;
       r.exit_code = exit_code_of(*w.status);
-      r.message = tessera::detail::concat("rank ", w.rank, " (pid ", w.pid, ") ", describe_wait_status(*w.status));
-      if (stopped_on_failure_ > 0) r.message += "; stopped the other " + plural(stopped_on_failure_, "worker");
+      r.message = tessera::detail::concat(w.name(), " (pid ", w.pid, ") ", describe_wait_status(*w.status));
+      if (stopped_on_failure_ > 0) r.message += "; stopped the other " + plural(stopped_on_failure_, noun_);
       r.message += escalation;
     } else if (timed_out_) {
       r.timed_out = true;
       r.exit_code = 124;  // as timeout(1)
-      r.message = "timed out after " + seconds_text(job_.timeout) + "; stopped " + plural(stopped_on_timeout_, "worker") +
+      r.message = "timed out after " + seconds_text(job_.timeout) + "; stopped " + plural(stopped_on_timeout_, noun_) +
                   escalation;
     } else if (received_signal_ != 0) {
       r.received_signal = received_signal_;
       r.exit_code = 128 + received_signal_;
-      r.message = "received " + signal_name(received_signal_) + " and forwarded it to " + plural(forwarded_to_, "worker");
-      for (const Worker& w : workers_)
+      r.message = "received " + signal_name(received_signal_) + " and forwarded it to " + plural(forwarded_to_, noun_);
+      for (const Process& w : processes_)
         if (!succeeded(*w.status)) {
-          r.message += tessera::detail::concat("; rank ", w.rank, " (pid ", w.pid, ") ", describe_wait_status(*w.status));
+          r.message += tessera::detail::concat("; ", w.name(), " (pid ", w.pid, ") ", describe_wait_status(*w.status));
           break;
         }
       r.message += escalation;
+    } else if (!failed_workers_.empty() && every_worker_failed()) {
+      // Only a PS job gets here: its servers outlived the workers, and no worker finished.
+      const Process& first = worker_of_rank(failed_workers_.front());
+      r.exit_code = exit_code_of(*first.status);
+      int failed = static_cast<int>(failed_workers_.size());
+      r.message = tessera::detail::concat("every worker failed (", plural(failed, "worker"), "); the first, rank ",
+                                          first.rank, " (pid ", first.pid, ") ", describe_wait_status(*first.status));
     }
     return r;
   }
 
+  bool every_worker_failed() const {
+    for (const Process& w : processes_)
+      if (!w.server && succeeded(*w.status)) return false;
+    return true;
+  }
+
+  const Process& worker_of_rank(int rank) const {
+    for (const Process& w : processes_)
+      if (!w.server && w.rank == rank) return w;
+    TESSERA_ASSERT(false, "[run] no worker of rank ", rank);
+    return processes_.front();
+  }
+
   const LaunchOptions& job_;
+  const bool ps_job_;
+  const std::string noun_;  // what the messages count: "worker", or "process" in a PS job
   std::vector<char> buffer_;
-  std::vector<Worker> workers_;
+  std::vector<Process> processes_;  // servers first, then workers, as spawned
+  std::vector<int> failed_workers_;
   std::optional<Clock::time_point> job_deadline_, stop_deadline_;
   bool escalated_ = false, timed_out_ = false;
   int failed_ = -1, stopped_on_failure_ = 0, stopped_on_timeout_ = 0;
@@ -264,8 +323,8 @@ class Supervisor {
 
 }  // namespace
 
-LaunchResult supervise(const LaunchOptions& job, const std::vector<WorkerEnv>& envs) {
-  return Supervisor(job).run(envs);
+LaunchResult supervise(const LaunchOptions& job, const std::vector<ProcessSpec>& processes) {
+  return Supervisor(job).run(processes);
 }
 
 }  // namespace tessera::dist::launcher::detail
