@@ -1,5 +1,7 @@
 // `tessera bench ...`: speed measured side by side with the reference in the same run.
 #pragma once
+#include <nlohmann/json.hpp>
+#include <vector>
 #include <string>
 
 namespace tessera::bench {
@@ -44,6 +46,31 @@ struct DdpBenchOptions {
 };
 // DDP samples/s beside PyTorch's DDP (gloo), and the fraction of all-reduce time hidden behind backward.
 int ddp(const DdpBenchOptions& options);
+
+struct PsBenchOptions {
+  std::string models = "mlp,bow";
+  std::string modes = "ddp,sync,async,ssp";  // ddp: the all-reduce baseline
+  int workers = 2;
+  int servers = 2;
+  int batch = 64;          // per worker
+  int steps = 30;
+  int warmup = 5;
+  int repeats = 1;
+  int64_t vocab = 1000000;  // bow: rows of the embedding
+  int64_t staleness = 2;
+  bool worker = false;      // internal: one process of a measured job
+  std::string model, mode;
+};
+// Parameter-server samples/s and bytes per step in each mode against DDP, for the MLP and for an
+// embedding-heavy bag-of-words model where only the rows a batch touches move.
+int ps(const PsBenchOptions& options);
+
+// Shared by the benchmarks that run jobs under the launcher: the last JSON object a job's output
+// holds (rank 0's report line), a file's text, and median [min-max] cells.
+nlohmann::json last_json_line(const std::string& text);
+std::string read_all(const std::string& path);
+double median(std::vector<double> values);
+std::string median_cell(const std::vector<double>& values);
 
 // nccl-tests-style table of one collective over the job's process group; exit 1 if a result was wrong.
 int comm(const CommOptions& options);

@@ -80,26 +80,6 @@ int run_worker(const DdpBenchOptions& o) {
   return 0;
 }
 
-// The JSON line a job's rank 0 printed (prefixed "[rank 0] " by the launcher), or null.
-nlohmann::json last_json_line(const std::string& text) {
-  nlohmann::json found;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    size_t brace = line.find('{');
-    if (brace == std::string::npos) continue;
-    try {
-      found = nlohmann::json::parse(line.substr(brace));
-    } catch (const std::exception&) {
-    }
-  }
-  return found;
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream f(path);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
 nlohmann::json run_tessera(const DdpBenchOptions& o, const std::string& model) {
   char path[] = "/tmp/tessera_bench_ddp_XXXXXX";
   int fd = mkstemp(path);
@@ -140,19 +120,6 @@ nlohmann::json run_torch(const DdpBenchOptions& o, const std::string& model) {
   return last_json_line(out);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-std::string cell(const std::vector<double>& v) {
-  if (v.empty()) return "-";
-  char s[96];
-  std::snprintf(s, sizeof s, "%.0f [%.0f-%.0f]", median(v), *std::min_element(v.begin(), v.end()),
-                *std::max_element(v.begin(), v.end()));
-  return s;
-}
-
 }  // namespace
 
 int ddp(const DdpBenchOptions& o) {
@@ -187,8 +154,8 @@ int ddp(const DdpBenchOptions& o) {
     if (!comm.empty()) std::snprintf(c, sizeof c, "%.2f", median(comm));
     std::snprintf(b, sizeof b, "%.0f", bytes);
     if (!ours.empty() && !theirs.empty()) std::snprintf(ratio, sizeof ratio, "%.2fx", median(ours) / median(theirs));
-    std::printf("%-5s %-24s %-8s %-9s %-11s %-24s %s\n", model.c_str(), cell(ours).c_str(), h, c, b,
-                cell(theirs).c_str(), ratio);
+    std::printf("%-5s %-24s %-8s %-9s %-11s %-24s %s\n", model.c_str(), median_cell(ours).c_str(), h, c, b,
+                median_cell(theirs).c_str(), ratio);
     std::fflush(stdout);
   }
   return failures == 0 ? 0 : 1;

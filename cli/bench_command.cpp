@@ -57,8 +57,24 @@ Command add_bench_command(CLI::App& app) {
   ddp->add_option("--python", dd->python, "Python with torch")->capture_default_str();
   ddp->add_flag("--worker", dd->worker, "Internal: one rank of a measured job")->group("");
 
+  auto pb = std::make_shared<bench::PsBenchOptions>();
+  auto* psb = bench->add_subcommand("ps", "Parameter-server samples/s and bytes per step (sync, async, ssp) vs DDP, "
+                                          "for the MLP and a 1M-row bag-of-words embedding");
+  psb->add_option("--models", pb->models, "Comma-separated models (mlp, bow)")->capture_default_str();
+  psb->add_option("--modes", pb->modes, "Comma-separated modes (ddp, sync, async, ssp)")->capture_default_str();
+  psb->add_option("--workers", pb->workers, "Worker processes")->capture_default_str()->check(CLI::Range(1, 64));
+  psb->add_option("--servers", pb->servers, "Server processes")->capture_default_str()->check(CLI::Range(1, 64));
+  psb->add_option("--batch", pb->batch, "Batch per worker")->capture_default_str()->check(CLI::Range(1, 65536));
+  psb->add_option("--steps", pb->steps, "Timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
+  psb->add_option("--warmup", pb->warmup, "Untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
+  psb->add_option("--repeats", pb->repeats, "Runs of each")->capture_default_str()->check(CLI::Range(1, 100));
+  psb->add_option("--vocab", pb->vocab, "Rows of the bow embedding")->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  psb->add_option("--staleness", pb->staleness, "Bound of the ssp mode")->capture_default_str()->check(CLI::Range(0, 1000));
+  psb->add_flag("--worker", pb->worker, "Internal: one process of a measured job")->group("");
+
   return {bench, [=]() -> int {
     if (train_step->parsed()) return bench::train_step(*ts);
+    if (psb->parsed()) return bench::ps(*pb);
     if (ddp->parsed()) {
       bench::DdpBenchOptions o = *dd;
       o.model = o.models;
