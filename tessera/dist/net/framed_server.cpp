@@ -14,6 +14,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/dist/store/socket.h"
+#include "tessera/dist/store/token_check.h"
 
 namespace tessera::dist::net {
 
@@ -42,11 +43,6 @@ struct Connection {
   size_t pending_out() const { return out.size() - out_sent; }
 };
 
-bool tokens_equal(const std::string& a, const std::string& b) {  // no early exit: timing reveals nothing
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(i < b.size() ? b[i] : 0);
-  return diff == 0;
-}
 
 }  // namespace
 
@@ -235,7 +231,7 @@ void FramedServer::State::hello(ConnectionId id, Connection& c, FrameReader& r) 
   c.rank = rank;
   std::string why;
   if (version != options.protocol_version) why = concat("protocol version ", version, ", expected ", options.protocol_version);
-  else if (!tokens_equal(token, options.token)) why = "wrong job token";
+  else if (!detail::tokens_equal(token, options.token)) why = "wrong job token";
   if (!why.empty()) {
     log(concat("rejected ", c.address, " (rank ", rank, "): ", why));
     c.out = FrameWriter(kHelloRejected).str(why).finish();

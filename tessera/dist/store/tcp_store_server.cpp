@@ -16,6 +16,7 @@
 #include "tessera/core/error.h"
 #include "tessera/dist/store/key_value_table.h"
 #include "tessera/dist/store/socket.h"
+#include "tessera/dist/store/token_check.h"
 #include "tessera/dist/store/tcp_store_protocol.h"
 
 namespace tessera::dist {
@@ -65,12 +66,6 @@ struct Waiter {
   Clock::time_point deadline;
 };
 
-// Compares without an early exit, so response timing does not reveal how much of a guess matched.
-bool tokens_equal(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(i < b.size() ? b[i] : 0);
-  return diff == 0;
-}
 
 }  // namespace
 
@@ -389,7 +384,7 @@ void TcpStoreServer::State::handle_hello(Client& c, FrameReader& r) {
   if (version != detail::kStoreProtocolVersion)
     return reject(detail::RejectReason::kVersion,
                   concat("protocol version ", version, ", this server speaks ", detail::kStoreProtocolVersion));
-  if (!tokens_equal(token, options.token)) return reject(detail::RejectReason::kToken, "wrong job token");
+  if (!detail::tokens_equal(token, options.token)) return reject(detail::RejectReason::kToken, "wrong job token");
   c.authenticated = true;
   reply(c, FrameWriter(uint8_t(StoreReply::kOk)).finish());
 }
