@@ -28,7 +28,9 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"model.context", &c.model.context},
       {"data.dataset", &c.data.dataset}, {"data.dir", &c.data.dir}, {"data.path", &c.data.path},
       {"data.val_fraction", &c.data.val_fraction}, {"data.samples", &c.data.samples},
-      {"data.test_samples", &c.data.test_samples}, {"data.classes", &c.data.classes}, {"data.prefetch", &c.data.prefetch},
+      {"data.test_samples", &c.data.test_samples}, {"data.classes", &c.data.classes},
+      {"data.vocab_size", &c.data.vocab_size}, {"data.bag_length", &c.data.bag_length},
+      {"data.topic_words", &c.data.topic_words}, {"data.prefetch", &c.data.prefetch},
       {"optimizer.name", &c.optimizer.name}, {"optimizer.lr", &c.optimizer.lr},
       {"optimizer.momentum", &c.optimizer.momentum}, {"optimizer.weight_decay", &c.optimizer.weight_decay},
       {"optimizer.beta1", &c.optimizer.beta1}, {"optimizer.beta2", &c.optimizer.beta2}, {"optimizer.eps", &c.optimizer.eps},
@@ -205,14 +207,17 @@ void validate(const TrainConfig& c) {
   auto non_negative = [](const std::string& key, double v) {
     TESSERA_CHECK(v >= 0, "[config] ", key, " must be >= 0, got ", v);
   };
-  one_of("model.name", c.model.name, {"mlp", "cnn", "transformer"});
-  one_of("data.dataset", c.data.dataset, {"fashion-mnist", "text", "synthetic"});
+  one_of("model.name", c.model.name, {"mlp", "cnn", "transformer", "bow"});
+  one_of("data.dataset", c.data.dataset, {"fashion-mnist", "text", "synthetic", "bag-of-words"});
   one_of("optimizer.name", c.optimizer.name, {"sgd", "adam", "adamw", "lars", "lamb"});
   one_of("optimizer.scale_lr", c.optimizer.scale_lr, {"none", "linear", "sqrt"});
   one_of("schedule.name", c.schedule.name, {"constant", "step", "cosine"});
   TESSERA_CHECK((c.model.name == "transformer") == (c.data.dataset == "text"),
                 "[config] model.name = '", c.model.name, "' does not fit data.dataset = '", c.data.dataset,
                 "' (the transformer is a character-level LM for the text dataset; mlp and cnn classify images)");
+  TESSERA_CHECK((c.model.name == "bow") == (c.data.dataset == "bag-of-words"),
+                "[config] model.name = '", c.model.name, "' does not fit data.dataset = '", c.data.dataset,
+                "' (the bow model reads the int64 word ids of the bag-of-words dataset, and only it does)");
   for (int64_t h : c.model.hidden) positive("model.hidden", static_cast<double>(h));
   TESSERA_CHECK(c.model.dropout >= 0 && c.model.dropout < 1, "[config] model.dropout must be in [0, 1), got ",
                 c.model.dropout);
@@ -220,12 +225,19 @@ void validate(const TrainConfig& c) {
   positive("model.heads", c.model.heads);
   positive("model.embed_dim", c.model.embed_dim);
   positive("model.context", c.model.context);
-  TESSERA_CHECK(c.model.embed_dim % c.model.heads == 0, "[config] model.embed_dim ", c.model.embed_dim,
-                " must be divisible by model.heads ", c.model.heads);
+  // Only the transformer splits embed_dim into heads (bow uses embed_dim alone).
+  TESSERA_CHECK(c.model.name != "transformer" || c.model.embed_dim % c.model.heads == 0, "[config] model.embed_dim ",
+                c.model.embed_dim, " must be divisible by model.heads ", c.model.heads);
   TESSERA_CHECK(c.data.val_fraction > 0 && c.data.val_fraction < 1, "[config] data.val_fraction must be in (0, 1)");
   positive("data.samples", c.data.samples);
   positive("data.test_samples", c.data.test_samples);
   positive("data.classes", c.data.classes);
+  TESSERA_CHECK(c.data.classes >= 2 || (c.data.dataset != "synthetic" && c.data.dataset != "bag-of-words"),
+                "[config] data.classes must be at least 2 for data.dataset = '", c.data.dataset, "', got ",
+                c.data.classes);
+  positive("data.vocab_size", c.data.vocab_size);
+  positive("data.bag_length", c.data.bag_length);
+  positive("data.topic_words", c.data.topic_words);
   positive("data.prefetch", c.data.prefetch);
   non_negative("optimizer.lr", c.optimizer.lr);
   non_negative("optimizer.momentum", c.optimizer.momentum);

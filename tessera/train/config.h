@@ -9,18 +9,19 @@
 namespace tessera::train {
 
 struct ModelConfig {
-  std::string name = "mlp";                  // mlp | cnn | transformer
+  std::string name = "mlp";                  // mlp | cnn | transformer | bow
   std::vector<int64_t> hidden = {512, 256};  // mlp hidden sizes
   double dropout = 0.0;                      // mlp (between hidden layers) and transformer
-  int64_t layers = 4, heads = 4, embed_dim = 128, context = 64;  // transformer
+  int64_t layers = 4, heads = 4, embed_dim = 128, context = 64;  // transformer; bow uses embed_dim
 };
 
 struct DataConfig {
-  std::string dataset = "fashion-mnist";  // fashion-mnist | text | synthetic
+  std::string dataset = "fashion-mnist";  // fashion-mnist | text | synthetic | bag-of-words
   std::string dir = "/usr/share/datasets/fashion-mnist";
   std::string path = "/usr/share/games/fortunes";  // text corpus: a file or a directory
   double val_fraction = 0.1;                       // text
-  int64_t samples = 2048, test_samples = 512, classes = 10;  // synthetic
+  int64_t samples = 2048, test_samples = 512, classes = 10;  // synthetic and bag-of-words
+  int64_t vocab_size = 100000, bag_length = 32, topic_words = 200;  // bag-of-words (make_bag_of_words)
   int64_t prefetch = 2;
 };
 

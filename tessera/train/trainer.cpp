@@ -8,11 +8,13 @@
 #include <csignal>
 #include <thread>
 
+#include "tessera/data/bag_of_words.h"
 #include "tessera/data/dataset.h"
 #include "tessera/data/sampler.h"
 #include "tessera/io/atomic_file.h"
 #include "tessera/io/checkpoint.h"
 #include "tessera/nn/char_transformer.h"
+#include "tessera/nn/embedding_bag.h"
 #include "tessera/nn/models.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/adam.h"
@@ -33,6 +35,10 @@ void Trainer::request_stop() { stop_requested_ = true; }
 
 std::shared_ptr<nn::Module> build_model(const TrainConfig& c, int64_t vocab_size) {
   if (c.model.name == "cnn") return nn::make_cnn(10);
+  if (c.model.name == "bow")  // a Sequential, so DDP, checkpoints and evaluation need nothing new
+    return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+        std::make_shared<nn::EmbeddingBag>(c.data.vocab_size, c.model.embed_dim),
+        std::make_shared<nn::Linear>(c.model.embed_dim, c.data.classes)});
   if (c.model.name == "mlp") {
     auto model = std::make_shared<nn::Sequential>();
     model->push_back(std::make_shared<nn::Flatten>());
@@ -155,6 +161,11 @@ void Trainer::build_data() {
   } else if (d.dataset == "synthetic") {
     train_set_ = data::make_synthetic_classification(d.samples, {1, 28, 28}, d.classes, config_.train.seed);
     eval_set_ = data::make_synthetic_classification(d.test_samples, {1, 28, 28}, d.classes, config_.train.seed, 1);
+  } else if (d.dataset == "bag-of-words") {
+    train_set_ = data::make_bag_of_words(d.samples, d.vocab_size, d.bag_length, d.classes, d.topic_words,
+                                         config_.train.seed);
+    eval_set_ = data::make_bag_of_words(d.test_samples, d.vocab_size, d.bag_length, d.classes, d.topic_words,
+                                        config_.train.seed, 1);
   } else {
     auto split = data::split_char_corpus(data::read_text_corpus(d.path), config_.model.context, d.val_fraction);
     train_set_ = split.train;
