@@ -8,6 +8,15 @@
 
 namespace tessera {
 
+// splitmix64's finaliser: decorrelates nearby seeds (seed and seed + 1, or (seed, epoch) and
+// (seed + 1, epoch - 1)) before they seed a generator.
+inline uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : engine_(seed) {}

@@ -8,15 +8,6 @@ namespace tessera::data {
 
 namespace {
 
-// splitmix64's finaliser, as make_synthetic_classification seeds its streams: decorrelates nearby seeds
-// before they seed mt19937_64.
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // Uniform in [0, bound); the modulo bias of a 64-bit draw is below 2^-40 for any bound used here.
 int64_t below(Generator& gen, int64_t bound) { return static_cast<int64_t>(gen.next_u64() % static_cast<uint64_t>(bound)); }
 

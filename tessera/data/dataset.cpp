@@ -38,14 +38,6 @@ Tensor gather_rows(const Tensor& src, const std::vector<int64_t>& indices) {
   return out;
 }
 
-// splitmix64's finaliser: decorrelates nearby seeds before they seed mt19937_64.
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 std::string find_idx_file(const std::string& dir, const std::string& name) {
   namespace fs = std::filesystem;
   const fs::path gz = fs::path(dir) / (name + ".gz"), plain = fs::path(dir) / name;

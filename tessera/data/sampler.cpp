@@ -9,14 +9,6 @@ namespace tessera::data {
 
 namespace {
 
-// splitmix64's finaliser, so that (seed, epoch) and (seed + 1, epoch - 1) give unrelated streams.
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // Uniform in [0, bound) without modulo bias: reject the top partial block of 2^64.
 uint64_t bounded(Generator& gen, uint64_t bound) {
   const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;

@@ -20,10 +20,8 @@ void Adam::step() {
   const float bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(options.beta2, t)));
   const float step_size = lr / bias1;
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor g_t = params_[i].grad();
+    Tensor g_t = gradient_to_apply(i);
     if (!g_t.defined()) continue;
-    g_t = g_t.contiguous();
-    params_[i].impl()->storage->bump_version();
     float* p = params_[i].data<float>();
     const float* g = g_t.data<float>();
     float* m = state(i, "exp_avg").data<float>();

@@ -22,10 +22,8 @@ LARS::LARS(std::vector<Tensor> params, LARSOptions o) : Optimizer(std::move(para
 
 void LARS::step() {
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor g_t = params_[i].grad();
+    Tensor g_t = gradient_to_apply(i);
     if (!g_t.defined()) continue;
-    g_t = g_t.contiguous();
-    params_[i].impl()->storage->bump_version();
     float* p = params_[i].data<float>();
     const float* g = g_t.data<float>();
     const int64_t n = params_[i].numel();

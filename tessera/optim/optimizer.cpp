@@ -26,6 +26,13 @@ Tensor& Optimizer::state(size_t index, const std::string& name) {
   return state_[index].back().second;
 }
 
+Tensor Optimizer::gradient_to_apply(size_t index) {
+  Tensor g = params_[index].grad();
+  if (!g.defined()) return g;
+  params_[index].impl()->storage->bump_version();
+  return g.contiguous();
+}
+
 bool Optimizer::has_state(size_t index, const std::string& name) const {
   for (auto& [n, t] : state_[index])
     if (n == name) return true;

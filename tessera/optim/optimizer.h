@@ -26,6 +26,9 @@ class Optimizer {
   // Per-parameter state buffer `name` (allocated zero on first use).
   Tensor& state(size_t index, const std::string& name);
   bool has_state(size_t index, const std::string& name) const;
+  // The contiguous gradient of parameter `index`, undefined when it has none; otherwise the
+  // parameter is marked modified (autograd's version counter), since step() is about to write it.
+  Tensor gradient_to_apply(size_t index);
   std::vector<Tensor> params_;
   double lr_;
   int64_t step_count_ = 0;

@@ -11,10 +11,8 @@ void SGD::step() {
   const float lr = static_cast<float>(lr_), mu = static_cast<float>(options.momentum),
               wd = static_cast<float>(options.weight_decay), damp = static_cast<float>(options.dampening);
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor g_t = params_[i].grad();
+    Tensor g_t = gradient_to_apply(i);
     if (!g_t.defined()) continue;
-    g_t = g_t.contiguous();
-    params_[i].impl()->storage->bump_version();
     float* p = params_[i].data<float>();
     const float* g = g_t.data<float>();
     const int64_t n = params_[i].numel();

@@ -46,11 +46,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   TESSERA_CHECK(module_ != nullptr, "[DistributedDataParallel] module is null");
   TESSERA_CHECK(group_ != nullptr, "[DistributedDataParallel] process group is null");
   check_same_model();
-  // Every replica starts from rank 0's values.
-  std::vector<dist::WorkPtr> works;
-  for (auto& [name, p] : module_->named_parameters()) works.push_back(group_->broadcast(p, 0));
-  for (auto& [name, b] : module_->named_buffers()) works.push_back(group_->broadcast(b, 0));
-  for (auto& w : works) w->wait();
+  broadcast_state(0, /*with_parameters=*/true);  // every replica starts from rank 0's values
   ReducerOptions reducer;
   reducer.bucket_cap_bytes = options_.bucket_cap_bytes;
   reducer.first_bucket_cap_bytes = options_.first_bucket_cap_bytes;
@@ -62,8 +58,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 }
 
 void DistributedDataParallel::check_same_model() {
-  // A fixed-size fingerprint first (one small allgather); the full descriptions only on mismatch,
-  // to name the first parameter that differs.
+  // Every rank's description (names, shapes, dtypes): their lengths in one small allgather, then
+  // the texts, so that a mismatch names the first parameter that differs.
   std::string mine = describe(module_->named_parameters()) + describe(module_->named_buffers());
   int world = group_->size();
   Tensor length = Tensor::empty({1}, DType::Int64);
@@ -89,9 +85,13 @@ void DistributedDataParallel::check_same_model() {
   }
 }
 
-void DistributedDataParallel::broadcast_buffers() {
+void DistributedDataParallel::broadcast_buffers() { broadcast_state(0, /*with_parameters=*/false); }
+
+void DistributedDataParallel::broadcast_state(int source, bool with_parameters) {
   std::vector<dist::WorkPtr> works;
-  for (auto& [name, b] : module_->named_buffers()) works.push_back(group_->broadcast(b, 0));
+  if (with_parameters)
+    for (auto& [name, p] : module_->named_parameters()) works.push_back(group_->broadcast(p, source));
+  for (auto& [name, b] : module_->named_buffers()) works.push_back(group_->broadcast(b, source));
   for (auto& w : works) w->wait();
 }
 
@@ -137,11 +137,7 @@ void DistributedDataParallel::sync_final_model() {
   Tensor t = Tensor::empty({1}, DType::Int64);
   t.data<int64_t>()[0] = active_iterations_ * group_->size() + group_->rank();
   group_->allreduce(t, dist::ReduceOp::Max)->wait();
-  int source = static_cast<int>(t.data<int64_t>()[0] % group_->size());
-  std::vector<dist::WorkPtr> works;
-  for (auto& [name, p] : module_->named_parameters()) works.push_back(group_->broadcast(p, source));
-  for (auto& [name, b] : module_->named_buffers()) works.push_back(group_->broadcast(b, source));
-  for (auto& w : works) w->wait();
+  broadcast_state(static_cast<int>(t.data<int64_t>()[0] % group_->size()), /*with_parameters=*/true);
 }
 
 }  // namespace tessera::parallel::ddp

@@ -79,6 +79,8 @@ class DistributedDataParallel {
   // One all-reduce of {active, synchronising} over the group; returns the sums.
   std::pair<int64_t, int64_t> count_active(bool active, bool synchronising);
   void sync_final_model();
+  // Parameters (when asked) and buffers from `source`, all broadcasts in flight at once.
+  void broadcast_state(int source, bool with_parameters);
 
   std::shared_ptr<nn::Module> module_;
   dist::ProcessGroupPtr group_;

@@ -1,5 +1,6 @@
 #include "tessera/parallel/ddp/half_codec.h"
 
+#include <bit>
 #include <cstring>
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -10,18 +11,6 @@
 namespace tessera::parallel::ddp {
 
 namespace {
-
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // Shifts `value` right by `shift` (1..31) bits, rounding to nearest, ties to even.
 uint32_t shift_round_even(uint32_t value, uint32_t shift) {
@@ -35,7 +24,7 @@ uint32_t shift_round_even(uint32_t value, uint32_t shift) {
 }  // namespace
 
 uint16_t fp16_from_float(float value) {
-  uint32_t u = bits_of(value);
+  uint32_t u = std::bit_cast<uint32_t>(value);
   uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   uint32_t magnitude = u & 0x7fffffffu;
   if (magnitude > 0x7f800000u)  // NaN: keep the top payload bits, force the quiet bit
@@ -63,8 +52,8 @@ float fp16_to_float(uint16_t bits) {
     return sign ? -f : f;
   }
   if (exponent == 0x1f)  // inf; NaN comes back quiet (as the F16C instruction returns it)
-    return float_of(sign | 0x7f800000u | (mantissa ? 0x400000u : 0u) | (mantissa << 13));
-  return float_of(sign | ((exponent + 127u - 15u) << 23) | (mantissa << 13));
+    return std::bit_cast<float>(sign | 0x7f800000u | (mantissa ? 0x400000u : 0u) | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 127u - 15u) << 23) | (mantissa << 13));
 }
 
 void encode_half(HalfFormat format, const float* src, uint16_t* dst, int64_t n) {

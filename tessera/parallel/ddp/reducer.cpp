@@ -89,7 +89,7 @@ void Reducer::begin_iteration() {
 void Reducer::mark_ready(size_t index) {
   if (!sync_) return;
   if (!in_iteration_) begin_iteration();
-  TESSERA_CHECK(!ready_[index], "[DistributedDataParallel] parameter ", parameters_[index].first,
+  TESSERA_CHECK(!ready_[index], "[DistributedDataParallel] rank ", group_->rank(), ": parameter ", parameters_[index].first,
                 " got its gradient twice in one backward pass (is it used through two graphs with "
                 "retain_graph?); DDP supports one gradient per parameter per iteration");
   ready_[index] = true;

@@ -1,6 +1,7 @@
 #include "tessera/parallel/ddp/topk_hook.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -14,18 +15,6 @@
 namespace tessera::parallel::ddp {
 
 namespace {
-
-float index_as_float(int32_t index) {
-  float f;
-  std::memcpy(&f, &index, 4);
-  return f;
-}
-
-int32_t float_as_index(float f) {
-  int32_t i;
-  std::memcpy(&i, &f, 4);
-  return i;
-}
 
 // |x| with NaN ordered above everything, so a NaN gradient is sent (and seen) rather than breaking
 // the ordering nth_element needs.
@@ -71,7 +60,7 @@ void TopKHook::start(dist::ProcessGroup& group, const BucketView& bucket) {
   float* out = pairs.data<float>();
   for (int64_t j = 0; j < k; ++j) {
     int32_t i = order[static_cast<size_t>(j)];
-    out[2 * j] = index_as_float(i);
+    out[2 * j] = std::bit_cast<float>(i);
     out[2 * j + 1] = v[i];
     v[i] = 0.0f;
   }
@@ -91,7 +80,7 @@ void TopKHook::finish(dist::ProcessGroup& group, const BucketView& bucket) {
   const float* pairs = s.gathered.data<float>();
   int64_t n = flat.numel(), count = s.gathered.numel() / 2;
   for (int64_t j = 0; j < count; ++j) {
-    int32_t i = float_as_index(pairs[2 * j]);
+    int32_t i = std::bit_cast<int32_t>(pairs[2 * j]);
     TESSERA_ASSERT(i >= 0 && i < n, "topk index ", i, " outside bucket ", bucket.index, " of ", n);
     out[i] += pairs[2 * j + 1];
   }

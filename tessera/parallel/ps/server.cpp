@@ -67,7 +67,7 @@ struct Worker {
 struct HeldPiece {
   int piece = 0;      // index into plan.pieces()
   Tensor values;      // dense: 1-D; sparse: (rows, row_size)
-  Tensor grad_sum;    // synchronous dense: sum of this step's gradients
+  Tensor grad;        // dense: the pushed gradient (asynchronous) or this step's sum (synchronous)
   bool sparse = false;
   size_t slot = 0;    // index among the dense or among the sparse pieces
   // synchronous sparse: this step's touched rows (local) -> offset in row_grads
@@ -278,7 +278,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
       } else {
         h.values = zeros({piece.rows() * spec.row_size});
         h.slot = dense.size();
-        if (options.mode == Mode::kSync) h.grad_sum = zeros({piece.rows() * spec.row_size});
+        h.grad = zeros({piece.rows() * spec.row_size});
         dense.push_back(h.values);
       }
       held_of_param[piece.param] = static_cast<int>(held.size());
@@ -338,7 +338,6 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     if (clock != w.clock) throw ProtocolError(concat("push of step ", clock, " after ", w.clock, " pushes"));
     if (options.mode == Mode::kSync && clock != version)
       return reply_error(id, concat("worker ", rank, " pushed step ", clock, " while the servers are at step ", version));
-    const int64_t bytes_before = report.bytes_received;
     uint32_t n = r.u32();
     std::vector<float> scratch;
     for (uint32_t i = 0; i < n; ++i) {
@@ -349,12 +348,10 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
       if (options.mode == Mode::kSync) {
         scratch.resize(count);
         read_floats(r, scratch.data(), count, "pushed gradient");
-        float* sum = h.grad_sum.data<float>();
+        float* sum = h.grad.data<float>();
         for (size_t k = 0; k < count; ++k) sum[k] += scratch[k];
       } else {
-        Tensor g = Tensor::empty({static_cast<int64_t>(count)});
-        read_floats(r, g.data<float>(), count, "pushed gradient");
-        h.values.set_grad(g);
+        read_floats(r, h.grad.data<float>(), count, "pushed gradient");
       }
       report.bytes_received += static_cast<int64_t>(count * sizeof(float));
     }
@@ -375,7 +372,6 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
       sparse_grads.push_back(std::move(grads));
     }
     r.expect_end();
-    (void)bytes_before;
     ++report.pushes;
     ++w.clock;
     if (options.mode == Mode::kSync) {
@@ -383,9 +379,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
       sync_lr = lr;
       ++sync_pushes;
     } else {
-      optimizer->step_dense(lr);
-      for (auto& h : held)
-        if (!h.sparse) h.values.set_grad(Tensor());
+      step_dense(lr);
       for (size_t i = 0; i < sparse_rows.size(); ++i)
         optimizer->step_rows(sparse_rows[i].first->slot, sparse_rows[i].second, sparse_grads[i].data(), lr);
       ++version;
@@ -393,6 +387,15 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     }
     reply_ok(id);
     after_change();
+  }
+
+  // One optimizer step of the dense pieces with the gradients in their `grad` buffers.
+  void step_dense(double lr) {
+    for (auto& h : held)
+      if (!h.sparse) h.values.set_grad(h.grad);
+    optimizer->step_dense(lr);
+    for (auto& h : held)
+      if (!h.sparse) h.values.set_grad(Tensor());
   }
 
   void accumulate_rows(HeldPiece& h, const std::vector<int64_t>& rows, const std::vector<float>& grads) {
@@ -411,16 +414,13 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     const float scale = 1.0f / static_cast<float>(sync_pushes);
     for (auto& h : held) {
       if (h.sparse) continue;
-      float* sum = h.grad_sum.data<float>();
-      Tensor g = Tensor::empty(h.grad_sum.shape());
-      float* gp = g.data<float>();
-      for (int64_t k = 0; k < g.numel(); ++k) gp[k] = sum[k] * scale, sum[k] = 0.0f;
-      h.values.set_grad(g);
+      float* sum = h.grad.data<float>();
+      for (int64_t k = 0; k < h.grad.numel(); ++k) sum[k] *= scale;
     }
-    optimizer->step_dense(sync_lr);
+    step_dense(sync_lr);
     for (auto& h : held) {
       if (!h.sparse) {
-        h.values.set_grad(Tensor());
+        std::fill_n(h.grad.data<float>(), h.grad.numel(), 0.0f);  // the next step's sum starts here
         continue;
       }
       if (h.row_slot.empty()) continue;
