@@ -14,12 +14,35 @@ struct CharTransformerConfig {
   float dropout = 0.0f;
 };
 
+// The first layer of the chain: ids (B, T) int64 -> dropout(wte(ids) + wpe(0..T-1)) (B, T, C).
+class GptEmbedding : public Module {
+ public:
+  GptEmbedding(std::shared_ptr<Embedding> wte, std::shared_ptr<Embedding> wpe, std::shared_ptr<Dropout> drop);
+  Tensor forward(const Tensor& ids) override;
+  std::string name() const override { return "GptEmbedding"; }
+  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<Dropout> drop;
+};
+
+// The last layer of the chain: (B, T, C) -> lm_head(ln_f(x)) (B, T, vocab).
+class GptHead : public Module {
+ public:
+  GptHead(std::shared_ptr<LayerNorm> ln_f, std::shared_ptr<Linear> lm_head);
+  Tensor forward(const Tensor& x) override { return lm_head->forward(ln_f->forward(x)); }
+  std::string name() const override { return "GptHead"; }
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Linear> lm_head;
+};
+
 class CharTransformer : public Module {
  public:
   explicit CharTransformer(const CharTransformerConfig& config);
   // ids (B, T) int64 with T <= context -> logits (B, T, vocab)
   Tensor forward(const Tensor& ids) override;
   std::string name() const override { return "CharTransformer"; }
+  // The model as a chain for pipeline parallelism: the embedding (prefix ""), block i ("h.i."), the
+  // head (""). The layers share their parameters with this model.
+  LayerChain layer_chain() const;
   // Samples `count` tokens after `prompt` ids: softmax(logits / temperature), optionally restricted to
   // the top_k most likely (0: all).
   std::vector<int64_t> generate(std::vector<int64_t> prompt, int64_t count, float temperature, int64_t top_k,
@@ -27,11 +50,13 @@ class CharTransformer : public Module {
   CharTransformerConfig config;
 
  private:
-  std::shared_ptr<Embedding> wte_, wpe_;
-  std::shared_ptr<Dropout> drop_;
+  std::shared_ptr<GptEmbedding> embed_;
   std::vector<std::shared_ptr<TransformerBlock>> blocks_;
-  std::shared_ptr<LayerNorm> ln_f_;
-  std::shared_ptr<Linear> lm_head_;
+  std::shared_ptr<GptHead> head_;
 };
+
+// Samples one token id from the logits of the last position: softmax(logits / temperature), kept to
+// the top_k most likely when top_k > 0. Shared by every model that generates text.
+int64_t sample_next_token(std::vector<float> logits, float temperature, int64_t top_k, Generator& gen);
 
 }  // namespace tessera::nn

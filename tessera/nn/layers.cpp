@@ -84,4 +84,10 @@ Tensor Sequential::forward(const Tensor& x) {
   return h;
 }
 
+LayerChain Sequential::layer_chain() const {
+  LayerChain chain;
+  for (const auto& [n, m] : children()) chain.push_back({n + ".", m});
+  return chain;
+}
+
 }  // namespace tessera::nn

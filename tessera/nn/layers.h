@@ -129,6 +129,8 @@ class Sequential : public Module {
   std::string name() const override { return "Sequential"; }
   size_t size() const { return children().size(); }
   ModulePtr operator[](size_t i) const { return children().at(i).second; }
+  // Its children as a chain, prefixes "0.", "1.", ...
+  LayerChain layer_chain() const;
 };
 
 }  // namespace tessera::nn

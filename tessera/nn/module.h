@@ -62,6 +62,15 @@ class Module {
 
 using ModulePtr = std::shared_ptr<Module>;
 
+// One layer of a model written as a chain (output of one is the input of the next), with the prefix
+// its parameters carry in the whole model's state_dict ("h.3."). Pipeline parallelism cuts such a
+// chain into stages, and the prefixes keep a stage's checkpoint names equal to the whole model's.
+struct NamedLayer {
+  std::string prefix;
+  std::shared_ptr<Module> module;
+};
+using LayerChain = std::vector<NamedLayer>;
+
 // Drops (set_to_none) or zeroes the .grad of each tensor; Module and Optimizer zero_grad call it.
 void zero_grad(const std::vector<Tensor>& params, bool set_to_none = true);
 
