@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "tessera/dist/init.h"
 #include "tessera/dist/launcher/launcher.h"
+#include "tessera/train/model_parallel_trainer.h"
 #include "tessera/train/ps_job.h"
 #include "tessera/train/trainer.h"
 
@@ -31,6 +32,41 @@ int launch_workers(int nproc, int servers, const std::string& config_path, const
   dist::launcher::LaunchResult result = dist::launcher::launch(o);
   if (!result.message.empty()) std::fprintf(stderr, "tessera train: %s\n", result.message.c_str());
   return result.exit_code;
+}
+dist::ProcessGroupPtr init_group(const train::TrainConfig& config) {
+  dist::InitOptions init;
+  init.backend = config.distributed.backend;
+  init.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
+  return dist::init_process_group(init);
+}
+
+// One rank of a pipeline- and/or tensor-parallel job (parallel.pp · parallel.tp > 1).
+int train_model_parallel(const train::TrainConfig& config, bool resume) {
+  if (resume)
+    throw NotSupportedError("[train] --resume is not supported with parallel.pp / parallel.tp yet: the optimizer "
+                            "state stays sharded on the ranks and is not checkpointed");
+  const int64_t needed = config.parallel.pp * config.parallel.tp * std::max<int64_t>(1, config.parallel.dp);
+  if (!dist::launched_as_job())
+    throw ValueError("[train] parallel.pp = " + std::to_string(config.parallel.pp) + " and parallel.tp = " +
+                     std::to_string(config.parallel.tp) + " need at least " + std::to_string(needed) +
+                     " processes: add --nproc " + std::to_string(needed));
+  train::ModelParallelTrainer trainer(config, init_group(config));
+  const bool lead = trainer.rank() == 0;
+  if (lead) std::fprintf(stderr, "%s\n", trainer.mesh().describe().c_str());
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  train::FitResult r = trainer.fit();
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (r.last_eval && lead) {
+    if (trainer.vocabulary())
+      std::printf("final validation loss %.4f\n", r.last_eval->loss);
+    else
+      std::printf("final test accuracy %.2f%% (loss %.4f) on %lld samples\n", 100.0 * r.last_eval->accuracy,
+                  r.last_eval->loss, static_cast<long long>(r.last_eval->samples));
+  }
+  if (lead) std::printf("checkpoint: %s\n", r.last_checkpoint.c_str());
+  return 0;
 }
 }  // namespace
 
@@ -66,15 +102,13 @@ Command add_train_command(CLI::App& app) {
     if ((*nproc > 1 || ps) && !dist::launched_as_job())
       return launch_workers(*nproc, ps ? static_cast<int>(config.distributed.servers) : 0, *config_path, *overrides,
                             cmd->count("--resume") > 0, *resume);
+    if (train::uses_model_parallelism(config)) return train_model_parallel(config, cmd->count("--resume") > 0);
     dist::ProcessGroupPtr group;
     std::unique_ptr<train::Trainer> trainer_ptr;
     if (ps) {
       trainer_ptr = std::make_unique<train::Trainer>(config, train::ps_client_options_from_env(config), role.num_workers);
     } else if (dist::launched_as_job()) {
-      dist::InitOptions init;
-      init.backend = config.distributed.backend;
-      init.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
-      group = dist::init_process_group(init);
+      group = init_group(config);
     }
     if (!trainer_ptr) trainer_ptr = std::make_unique<train::Trainer>(config, group);
     train::Trainer& trainer = *trainer_ptr;

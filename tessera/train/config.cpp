@@ -60,6 +60,9 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.powersgd_rank", &c.distributed.powersgd_rank},
       {"distributed.powersgd_start_iter", &c.distributed.powersgd_start_iter},
       {"distributed.topk_ratio", &c.distributed.topk_ratio},
+      {"parallel.dp", &c.parallel.dp}, {"parallel.pp", &c.parallel.pp}, {"parallel.tp", &c.parallel.tp},
+      {"parallel.schedule", &c.parallel.schedule}, {"parallel.microbatches", &c.parallel.microbatches},
+      {"parallel.balance", &c.parallel.balance},
   };
 }
 
@@ -271,6 +274,24 @@ void validate(const TrainConfig& c) {
   non_negative("distributed.powersgd_start_iter", c.distributed.powersgd_start_iter);
   TESSERA_CHECK(c.distributed.topk_ratio > 0 && c.distributed.topk_ratio <= 1,
                 "[config] distributed.topk_ratio must be in (0, 1], got ", c.distributed.topk_ratio);
+  non_negative("parallel.dp", static_cast<double>(c.parallel.dp));
+  positive("parallel.pp", static_cast<double>(c.parallel.pp));
+  positive("parallel.tp", static_cast<double>(c.parallel.tp));
+  positive("parallel.microbatches", static_cast<double>(c.parallel.microbatches));
+  one_of("parallel.schedule", c.parallel.schedule, {"gpipe", "1f1b"});
+  one_of("parallel.balance", c.parallel.balance, {"parameters", "time"});
+  if (uses_model_parallelism(c)) {
+    TESSERA_CHECK(c.distributed.strategy == "ddp", "[config] parallel.pp / parallel.tp need distributed.strategy = "
+                  "'ddp' (data parallelism across pipelines), not '", c.distributed.strategy, "'");
+    TESSERA_CHECK(c.parallel.tp == 1 || c.model.name == "transformer", "[config] parallel.tp = ", c.parallel.tp,
+                  " needs model.name = 'transformer' (tensor-parallel layers exist for the Transformer only)");
+    TESSERA_CHECK(c.parallel.tp == 1 || c.model.heads % c.parallel.tp == 0, "[config] model.heads ", c.model.heads,
+                  " must be divisible by parallel.tp ", c.parallel.tp, " (each rank takes whole heads)");
+    TESSERA_CHECK(c.train.batch_size % c.parallel.microbatches == 0, "[config] train.batch_size ",
+                  c.train.batch_size, " must be a multiple of parallel.microbatches ", c.parallel.microbatches);
+    TESSERA_CHECK(c.distributed.comm_hook == "none" && !c.distributed.sync_batchnorm,
+                  "[config] distributed.comm_hook and sync_batchnorm apply to plain DDP, not to parallel.pp / tp");
+  }
 }
 
 std::string to_toml(const TrainConfig& config) {

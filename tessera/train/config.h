@@ -81,6 +81,17 @@ struct DistributedConfig {
   int64_t debug_kill_rank = -1, debug_kill_step = 0;
 };
 
+// Model parallelism (tessera/parallel/pipeline, tessera/parallel/tensor) on a DP × PP × TP mesh
+// (device_mesh.h). Used when pp · tp > 1; train.batch_size is then per data-parallel replica.
+struct ParallelConfig {
+  int64_t dp = 0;                    // data-parallel replicas; 0: the world size / (pp · tp)
+  int64_t pp = 1;                    // pipeline stages
+  int64_t tp = 1;                    // tensor-parallel ranks (the transformer only)
+  std::string schedule = "1f1b";     // gpipe | 1f1b
+  int64_t microbatches = 4;          // per step; train.batch_size must be a multiple
+  std::string balance = "parameters";  // parameters | time: how layers are cut into stages
+};
+
 struct TrainConfig {
   ModelConfig model;
   DataConfig data;
@@ -88,7 +99,11 @@ struct TrainConfig {
   ScheduleConfig schedule;
   RunConfig train;
   DistributedConfig distributed;
+  ParallelConfig parallel;
 };
+
+// True when the config asks for pipeline or tensor parallelism.
+inline bool uses_model_parallelism(const TrainConfig& c) { return c.parallel.pp * c.parallel.tp > 1; }
 
 // Parses TOML text; `source` names the file in errors.
 TrainConfig parse_config(const std::string& toml_text, const std::string& source);

@@ -27,6 +27,7 @@
 #include "tessera/optim/optimizer.h"
 #include "tessera/parallel/ddp/distributed_data_parallel.h"
 #include "tessera/parallel/ps/worker.h"
+#include "tessera/train/builders.h"
 #include "tessera/train/config.h"
 #include "tessera/train/progress.h"
 
@@ -45,8 +46,6 @@ struct FitResult {
   std::string last_checkpoint;
 };
 
-// Builds the model a config describes; vocab_size is used by the text model only.
-std::shared_ptr<nn::Module> build_model(const TrainConfig& config, int64_t vocab_size);
 
 class Trainer {
  public:
@@ -64,6 +63,7 @@ class Trainer {
   std::string save_checkpoint();
   // Set from a signal handler: the run stops after the current step, with a checkpoint.
   static void request_stop();
+  static bool stop_requested() { return stop_requested_; }
 
   nn::Module& model() { return *model_; }
   const TrainConfig& config() const { return config_; }

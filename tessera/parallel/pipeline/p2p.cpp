@@ -1,0 +1,146 @@
+#include "tessera/parallel/pipeline/p2p.h"
+
+#include <chrono>
+
+#include "tessera/autograd/node.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera::parallel::pipeline {
+
+namespace {
+
+constexpr int64_t kMaxDims = 8;
+constexpr int64_t kHeaderSize = 2 + kMaxDims;  // dtype, rank, sizes
+
+int tag_of(int64_t tag) {
+  TESSERA_CHECK(tag >= 0 && tag < (int64_t{1} << 30), "[pipeline] message tag ", tag, " out of range");
+  return static_cast<int>(tag);
+}
+
+// Waits for `work`; a failure keeps its type and gains `what` in front.
+template <typename Clock = std::chrono::steady_clock>
+void wait_with_context(const dist::WorkPtr& work, const std::string& what, double& waited) {
+  auto t0 = Clock::now();
+  try {
+    work->wait();
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(what + ": " + e.what());
+  } catch (const PeerFailureError& e) {
+    throw PeerFailureError(what + ": " + e.what());
+  } catch (const ValueError& e) {
+    throw ValueError(what + ": " + e.what());
+  } catch (const Error& e) {
+    throw Error(what + ": " + e.what());
+  }
+  waited += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+StageLink::StageLink(dist::ProcessGroupPtr group) : group_(std::move(group)) {
+  TESSERA_CHECK(group_, "[pipeline] StageLink needs a process group");
+}
+
+void StageLink::post_send(const Tensor& x, int peer, int64_t header_tag, int64_t payload_tag) {
+  TESSERA_CHECK(x.dtype() == DType::Float32 || x.dtype() == DType::Int64, "[pipeline] stage ", group_->rank(),
+                " can only send float32 or int64 tensors, got ", dtype_name(x.dtype()));
+  TESSERA_CHECK(x.dim() <= kMaxDims, "[pipeline] stage ", group_->rank(), " cannot send a tensor of ", x.dim(),
+                " dimensions (at most ", kMaxDims, ")");
+  Tensor header = Tensor::empty({kHeaderSize}, DType::Int64);
+  int64_t* h = header.data<int64_t>();
+  h[0] = x.dtype() == DType::Float32 ? 0 : 1;
+  h[1] = x.dim();
+  for (int64_t i = 0; i < kMaxDims; ++i) h[2 + i] = i < x.dim() ? x.shape()[i] : 0;
+  Tensor payload;
+  {
+    NoGradGuard no_grad;
+    payload = x.is_contiguous() ? x.detach() : contiguous(x);
+  }
+  pending_sends_.push_back(group_->send(header, peer, tag_of(header_tag)));
+  if (payload.numel() > 0) pending_sends_.push_back(group_->send(payload, peer, tag_of(payload_tag)));
+  bytes_sent_ += static_cast<int64_t>(payload.numel() * dtype_size(payload.dtype()));
+}
+
+Tensor StageLink::receive(int peer, int64_t header_tag, int64_t payload_tag, const std::string& what) {
+  const std::string context = concat_context(what, peer);
+  Tensor header = Tensor::empty({kHeaderSize}, DType::Int64);
+  wait_with_context(group_->recv(header, peer, tag_of(header_tag)), context, wait_seconds_);
+  const int64_t* h = header.data<int64_t>();
+  if ((h[0] != 0 && h[0] != 1) || h[1] < 0 || h[1] > kMaxDims)
+    throw ValueError(context + ": malformed header (dtype code " + std::to_string(h[0]) + ", rank " +
+                     std::to_string(h[1]) + ")");
+  Shape shape(h + 2, h + 2 + h[1]);
+  for (int64_t d : shape)
+    if (d < 0) throw ValueError(context + ": malformed header (negative size)");
+  Tensor x = Tensor::empty(shape, h[0] == 0 ? DType::Float32 : DType::Int64);
+  if (x.numel() > 0) wait_with_context(group_->recv(x, peer, tag_of(payload_tag)), context, wait_seconds_);
+  bytes_received_ += static_cast<int64_t>(x.numel() * dtype_size(x.dtype()));
+  return x;
+}
+
+std::string StageLink::concat_context(const std::string& what, int peer) const {
+  return "[pipeline] stage " + std::to_string(group_->rank()) + " receiving " + what + " from stage " +
+         std::to_string(peer);
+}
+
+void StageLink::post_gradient(const Tensor& grad, int peer, int64_t microbatch) {
+  Tensor g;
+  {
+    NoGradGuard no_grad;
+    g = contiguous(grad);
+  }
+  pending_sends_.push_back(group_->send(g, peer, tag_of(3 * microbatch + 2)));
+  bytes_sent_ += static_cast<int64_t>(g.numel() * dtype_size(g.dtype()));
+}
+
+Tensor StageLink::receive_gradient(int peer, int64_t microbatch, const Shape& shape) {
+  Tensor g = Tensor::empty(shape, DType::Float32);
+  if (g.numel() > 0)
+    wait_with_context(group_->recv(g, peer, tag_of(3 * microbatch + 2)),
+                      concat_context("the gradient of micro-batch " + std::to_string(microbatch), peer),
+                      wait_seconds_);
+  bytes_received_ += static_cast<int64_t>(g.numel() * sizeof(float));
+  return g;
+}
+
+Tensor StageLink::send_activation(const Tensor& x, int peer, int64_t microbatch) {
+  post_send(x, peer, 3 * microbatch, 3 * microbatch + 1);
+  if (!autograd::needs_grad({x})) return Tensor();
+  // The token's value is irrelevant; its backward fetches x's gradient from the stage that used x.
+  Tensor token = zeros({1});
+  Shape shape = x.shape();
+  return autograd::record(token, "PipelineSendBackward", {x}, [this, peer, microbatch, shape](const Tensor&) {
+    return std::vector<Tensor>{receive_gradient(peer, microbatch, shape)};
+  }, autograd::Saves::Nothing);
+}
+
+Tensor StageLink::recv_activation(int peer, int64_t microbatch, bool requires_grad) {
+  Tensor x = receive(peer, 3 * microbatch, 3 * microbatch + 1, "micro-batch " + std::to_string(microbatch));
+  if (requires_grad) {
+    TESSERA_CHECK(x.dtype() == DType::Float32, "[pipeline] stage ", group_->rank(), " received ",
+                  dtype_name(x.dtype()), " activations for micro-batch ", microbatch,
+                  "; only float32 activations can carry gradients");
+    x.set_requires_grad(true);
+    x.register_grad_ready_hook([this, peer, microbatch](const Tensor& leaf) { post_gradient(leaf.grad(), peer, microbatch); });
+  }
+  return x;
+}
+
+// Plain transfers use tags above any micro-batch's, so they never match an activation's.
+constexpr int64_t kPlainTagBase = int64_t{1} << 28;
+
+void StageLink::send_tensor(const Tensor& x, int peer, int64_t tag) {
+  post_send(x, peer, kPlainTagBase + 2 * tag, kPlainTagBase + 2 * tag + 1);
+}
+
+Tensor StageLink::recv_tensor(int peer, int64_t tag, const std::string& what) {
+  return receive(peer, kPlainTagBase + 2 * tag, kPlainTagBase + 2 * tag + 1, what);
+}
+
+void StageLink::wait_sends() {
+  std::vector<dist::WorkPtr> sends;
+  sends.swap(pending_sends_);
+  for (auto& w : sends) wait_with_context(w, "[pipeline] stage " + std::to_string(group_->rank()) + " sending", wait_seconds_);
+}
+
+}  // namespace tessera::parallel::pipeline

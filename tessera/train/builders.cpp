@@ -1,0 +1,94 @@
+#include "tessera/train/builders.h"
+
+#include "tessera/data/bag_of_words.h"
+#include "tessera/nn/char_transformer.h"
+#include "tessera/nn/embedding_bag.h"
+#include "tessera/nn/models.h"
+#include "tessera/optim/adam.h"
+#include "tessera/optim/lamb.h"
+#include "tessera/optim/lars.h"
+#include "tessera/optim/sgd.h"
+
+namespace tessera::train {
+
+std::shared_ptr<nn::Module> build_model(const TrainConfig& c, int64_t vocab_size) {
+  if (c.model.name == "cnn") return nn::make_cnn(10);
+  if (c.model.name == "bow")  // a Sequential, so DDP, checkpoints and evaluation need nothing new
+    return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+        std::make_shared<nn::EmbeddingBag>(c.data.vocab_size, c.model.embed_dim),
+        std::make_shared<nn::Linear>(c.model.embed_dim, c.data.classes)});
+  if (c.model.name == "mlp") {
+    auto model = std::make_shared<nn::Sequential>();
+    model->push_back(std::make_shared<nn::Flatten>());
+    int64_t in = 784;
+    for (int64_t h : c.model.hidden) {
+      model->push_back(std::make_shared<nn::Linear>(in, h));
+      model->push_back(std::make_shared<nn::ReLU>());
+      if (c.model.dropout > 0) model->push_back(std::make_shared<nn::Dropout>(static_cast<float>(c.model.dropout)));
+      in = h;
+    }
+    model->push_back(std::make_shared<nn::Linear>(in, c.data.dataset == "synthetic" ? c.data.classes : 10));
+    return model;
+  }
+  nn::CharTransformerConfig t;
+  t.vocab_size = vocab_size;
+  t.context = c.model.context;
+  t.embed_dim = c.model.embed_dim;
+  t.heads = c.model.heads;
+  t.layers = c.model.layers;
+  t.dropout = static_cast<float>(c.model.dropout);
+  return std::make_shared<nn::CharTransformer>(t);
+}
+
+// `lr` is o.lr after optimizer.scale_lr.
+std::unique_ptr<optim::Optimizer> build_optimizer(OptimizerConfig o, double lr, std::vector<Tensor> params) {
+  o.lr = lr;
+  if (o.name == "sgd")
+    return std::make_unique<optim::SGD>(std::move(params),
+                                        optim::SGDOptions{o.lr, o.momentum, 0.0, o.weight_decay, o.nesterov});
+  if (o.name == "lars") {
+    optim::LARSOptions l{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay,
+                         .trust_coefficient = o.trust_coefficient, .exclude_bias_and_norm = o.exclude_bias_and_norm};
+    return std::make_unique<optim::LARS>(std::move(params), l);
+  }
+  if (o.name == "lamb")
+    return std::make_unique<optim::LAMB>(std::move(params),
+                                         optim::LAMBOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
+  optim::AdamOptions a{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+  if (o.name == "adamw") return std::make_unique<optim::AdamW>(std::move(params), a);
+  return std::make_unique<optim::Adam>(std::move(params), a);
+}
+
+std::shared_ptr<optim::LRScheduler> build_schedule(const ScheduleConfig& s, optim::Optimizer& opt, int64_t total_steps) {
+  std::shared_ptr<optim::LRScheduler> after;
+  if (s.name == "step") after = std::make_shared<optim::StepLR>(opt, s.step_size, s.gamma);
+  if (s.name == "cosine")
+    after = std::make_shared<optim::CosineAnnealingLR>(opt, std::max<int64_t>(1, total_steps - s.warmup_steps), s.min_lr);
+  double start = s.warmup_steps > 0 ? 1.0 / static_cast<double>(s.warmup_steps) : 1.0;
+  return std::make_shared<optim::LinearWarmupLR>(opt, s.warmup_steps, start, after);
+}
+
+Datasets load_datasets(const TrainConfig& c) {
+  const auto& d = c.data;
+  Datasets sets;
+  if (d.dataset == "fashion-mnist") {
+    sets.train = data::load_fashion_mnist(d.dir, "train");
+    sets.eval = data::load_fashion_mnist(d.dir, "test");
+  } else if (d.dataset == "synthetic") {
+    sets.train = data::make_synthetic_classification(d.samples, {1, 28, 28}, d.classes, c.train.seed);
+    sets.eval = data::make_synthetic_classification(d.test_samples, {1, 28, 28}, d.classes, c.train.seed, 1);
+  } else if (d.dataset == "bag-of-words") {
+    sets.train = data::make_bag_of_words(d.samples, d.vocab_size, d.bag_length, d.classes, d.topic_words,
+                                         c.train.seed);
+    sets.eval = data::make_bag_of_words(d.test_samples, d.vocab_size, d.bag_length, d.classes, d.topic_words,
+                                        c.train.seed, 1);
+  } else {
+    auto split = data::split_char_corpus(data::read_text_corpus(d.path), c.model.context, d.val_fraction);
+    sets.train = split.train;
+    sets.eval = split.validation;
+    sets.vocabulary = split.vocabulary;
+  }
+  return sets;
+}
+
+}  // namespace tessera::train
