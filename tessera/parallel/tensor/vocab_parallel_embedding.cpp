@@ -1,5 +1,7 @@
 #include "tessera/parallel/tensor/vocab_parallel_embedding.h"
 
+#include <tuple>
+
 #include "tessera/parallel/tensor/mappings.h"
 
 namespace tessera::parallel::tensor {
