@@ -17,8 +17,8 @@ using testing::expect_close;
 using testing::threaded;
 
 TEST(TensorParallelShardRange, SplitsUnevenlyWithLaterRanksLarger) {
-  EXPECT_EQ(shard_range(13, 0, 2), std::make_pair<int64_t, int64_t>(0, 6));
-  EXPECT_EQ(shard_range(13, 1, 2), std::make_pair<int64_t, int64_t>(6, 13));
+  EXPECT_EQ(shard_range(13, 0, 2), (std::pair<int64_t, int64_t>{0, 6}));
+  EXPECT_EQ(shard_range(13, 1, 2), (std::pair<int64_t, int64_t>{6, 13}));
   EXPECT_EQ(shard_sizes(100, 3), (std::vector<int64_t>{33, 33, 34}));
   EXPECT_EQ(shard_sizes(2, 3), (std::vector<int64_t>{0, 1, 1}));
   EXPECT_EQ(shard_sizes(0, 2), (std::vector<int64_t>{0, 0}));
