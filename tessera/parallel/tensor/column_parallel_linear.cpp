@@ -13,15 +13,13 @@ ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& full, dist::Process
                 " output features do not split into ", options.blocks, " equal blocks");
   TESSERA_CHECK(!options.gather_output || options.blocks == 1, "[ColumnParallelLinear] gather_output needs blocks "
                 "== 1, got ", options.blocks, " (the gathered features would be out of order)");
-  for (const auto& [n, spec] : shard_specs()) {
-    const Tensor& source = n == "weight" ? full.weight : full.bias;
-    Tensor shard = take_shard(source.detach(), spec, group_->rank(), group_->size());
-    (n == "weight" ? weight : bias) = register_parameter(n, shard);
-  }
+  const auto specs = shard_specs();
+  const int rank = group_->rank(), world = group_->size();
+  weight = register_parameter("weight", take_shard(full.weight.detach(), specs[0].second, rank, world));
+  if (has_bias_) bias = register_parameter("bias", take_shard(full.bias.detach(), specs[1].second, rank, world));
 }
 
 std::vector<std::pair<std::string, ShardSpec>> ColumnParallelLinear::shard_specs() const {
-  // Parameters are registered in this order by the constructor: weight, then bias when there is one.
   std::vector<std::pair<std::string, ShardSpec>> specs{{"weight", {0, out_features, options.blocks}}};
   if (has_bias_) specs.push_back({"bias", {0, out_features, options.blocks}});
   return specs;
