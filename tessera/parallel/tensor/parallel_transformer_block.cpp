@@ -1,0 +1,19 @@
+#include "tessera/parallel/tensor/parallel_transformer_block.h"
+
+#include "tessera/parallel/tensor/replicated.h"
+
+namespace tessera::parallel::tensor {
+
+ParallelTransformerBlock::ParallelTransformerBlock(const nn::TransformerBlock& full, dist::ProcessGroupPtr group) {
+  ln_1 = register_module("ln_1", replicate(*full.ln_1));
+  attn = register_module("attn", std::make_shared<ParallelCausalSelfAttention>(*full.attn, group));
+  ln_2 = register_module("ln_2", replicate(*full.ln_2));
+  mlp = register_module("mlp", std::make_shared<ParallelMLP>(*full.mlp, group));
+}
+
+Tensor ParallelTransformerBlock::forward(const Tensor& x) {
+  Tensor h = add(x, attn->forward(ln_1->forward(x)));
+  return add(h, mlp->forward(ln_2->forward(h)));
+}
+
+}  // namespace tessera::parallel::tensor

@@ -1,0 +1,22 @@
+// The pre-norm Transformer block with attention and MLP split over the tensor-parallel group and
+// the LayerNorms replicated (each rank holds a copy; their gradients come out the same on every rank
+// because the parallel layers' copy_to mapping sums the input gradient). Two all-reduces forward and
+// two backward per block, as Megatron-LM.
+#pragma once
+#include "tessera/nn/transformer.h"
+#include "tessera/parallel/tensor/parallel_attention.h"
+#include "tessera/parallel/tensor/parallel_mlp.h"
+
+namespace tessera::parallel::tensor {
+
+class ParallelTransformerBlock : public nn::Module {
+ public:
+  ParallelTransformerBlock(const nn::TransformerBlock& full, dist::ProcessGroupPtr group);
+  Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C)
+  std::string name() const override { return "ParallelTransformerBlock"; }
+  std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
+  std::shared_ptr<ParallelCausalSelfAttention> attn;
+  std::shared_ptr<ParallelMLP> mlp;
+};
+
+}  // namespace tessera::parallel::tensor
