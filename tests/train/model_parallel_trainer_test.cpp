@@ -150,7 +150,8 @@ TEST_P(ModelParallelLayouts, TenStepsEqualOneProcess) {
 INSTANTIATE_TEST_SUITE_P(
     Gpt, ModelParallelLayouts,
     ::testing::Combine(::testing::Values(Layout{"PP2GPipe", 1, 2, 1, "gpipe", 4}, Layout{"PP2OneFOneB", 1, 2, 1, "1f1b", 4},
-                                         Layout{"DP2PP2", 2, 2, 1, "1f1b", 2}),
+                                         Layout{"TP2", 1, 1, 2, "1f1b", 1}, Layout{"DP2PP2", 2, 2, 1, "1f1b", 2},
+                                         Layout{"DP2TP2", 2, 1, 2, "1f1b", 1}, Layout{"PP2TP2", 1, 2, 2, "gpipe", 2}),
                        ::testing::Values(std::string("sgd"), std::string("adamw"))),
     [](const auto& info) { return std::string(std::get<0>(info.param).name) + std::get<1>(info.param); });
 
