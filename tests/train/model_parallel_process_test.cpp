@@ -1,0 +1,102 @@
+// `tessera train --nproc N` with parallel.pp / parallel.tp: real processes under the launcher (p2p
+// over gloo, collectives over the auto backend) end with the parameters one process reaches on the
+// same batches, and the checkpoint they write is one `tessera generate` samples from.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "tessera/io/checkpoint.h"
+#include "tessera/nn/module.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fresh_dir(const std::string& name) {
+  fs::path p = fs::path(::testing::TempDir()) / ("tessera_mpproc_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+std::string write_config(const std::string& dir) {
+  std::string corpus = dir + "/corpus.txt";
+  {
+    std::ofstream out(corpus);
+    for (int i = 0; i < 60; ++i) out << (i % 3 ? "to be or not to be, that is the question\n" : "all the world's a stage\n");
+  }
+  std::string path = dir + "/config.toml";
+  std::ofstream(path) << "[model]\nname = \"transformer\"\nlayers = 2\nheads = 4\nembed_dim = 16\ncontext = 8\ndropout = 0.0\n"
+                      << "[data]\ndataset = \"text\"\npath = \"" << corpus << "\"\n"
+                      << "[optimizer]\nname = \"sgd\"\nlr = 0.1\nmomentum = 0.9\nclip_grad_norm = 1.0\n"
+                      << "[train]\nepochs = 1\nmax_steps = 10\nthreads = 1\nlog_every = 100\n"
+                      << "[parallel]\nmicrobatches = 2\n";
+  return path;
+}
+
+std::string run(const std::string& cmd, const std::string& log) {
+  int status = std::system((cmd + " > " + log + " 2>&1").c_str());
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(status, 0) << cmd << "\n" << text;
+  return text;
+}
+
+nn::StateDict train(const std::string& config, const std::string& out, int nproc, int batch, const std::string& extra) {
+  run(std::string(TESSERA_BINARY) + " train " + config + " --nproc " + std::to_string(nproc) +
+          " --set train.batch_size=" + std::to_string(batch) + " --set train.output_dir=" + out + " " + extra,
+      out + ".log");
+  return io::load_checkpoint(out + "/checkpoints").model.tensors;
+}
+
+double worst_relative_error(const nn::StateDict& a, const nn::StateDict& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    auto x = a[i].second.to_vector<float>(), y = b[i].second.to_vector<float>();
+    double diff = 0, norm = 0;
+    for (size_t k = 0; k < x.size() && k < y.size(); ++k) diff += (x[k] - y[k]) * (x[k] - y[k]), norm += y[k] * y[k];
+    worst = std::max(worst, std::sqrt(diff) / std::max(std::sqrt(norm), 1e-12));
+  }
+  return worst;
+}
+
+TEST(ModelParallelProcesses, PipelineAndTensorParallelJobsEqualOneProcess) {
+  const std::string dir = fresh_dir("layouts");
+  const std::string config = write_config(dir);
+  nn::StateDict single = train(config, dir + "/single", 1, 8, "");
+  nn::StateDict dp_pp = train(config, dir + "/dp2pp2", 4, 4, "--set parallel.pp=2");
+  EXPECT_LT(worst_relative_error(dp_pp, single), 1e-4);
+  nn::StateDict tp = train(config, dir + "/tp2", 2, 8, "--set parallel.tp=2 --set parallel.schedule=gpipe");
+  EXPECT_LT(worst_relative_error(tp, single), 1e-4);
+  std::string text = run(std::string(TESSERA_BINARY) + " generate " + dir + "/dp2pp2 --tokens 20 --prompt to",
+                         dir + "/generate.log");
+  EXPECT_EQ(text.rfind("to", 0), 0u) << text;
+  EXPECT_GE(text.size(), 22u) << text;
+}
+
+TEST(ModelParallelProcesses, TooFewProcessesAndResumeAreRefusedClearly) {
+  const std::string dir = fresh_dir("refused");
+  const std::string config = write_config(dir);
+  std::string cmd = std::string(TESSERA_BINARY) + " train " + config + " --set parallel.pp=2 --set train.output_dir=" +
+                    dir + "/out > " + dir + "/log 2>&1";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  std::ifstream in(dir + "/log");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("--nproc 2"), std::string::npos) << text;
+  cmd = std::string(TESSERA_BINARY) + " train " + config + " --nproc 2 --set parallel.pp=2 --resume --set "
+        "train.output_dir=" + dir + "/out > " + dir + "/log2 2>&1";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  std::ifstream in2(dir + "/log2");
+  text.assign((std::istreambuf_iterator<char>(in2)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("--resume is not supported with parallel.pp"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace tessera
