@@ -65,6 +65,20 @@ struct PsBenchOptions {
 // embedding-heavy bag-of-words model where only the rows a batch touches move.
 int ps(const PsBenchOptions& options);
 
+struct ModelParallelBenchOptions {
+  int64_t embed = 128, layers = 8, heads = 4, context = 64;
+  int64_t batch = 32;  // sequences per replica and step
+  int steps = 5;
+  int warmup = 2;
+  std::string bubble_microbatches = "1,4,8,16";
+  bool worker = false;  // internal: one rank of a measured job
+  int dp = 1, pp = 1, tp = 1;
+  std::string schedule = "1f1b";
+  int64_t microbatches = 1;
+};
+// Pipeline bubble against (P-1)/(M+P-1), peak memory per rank and tokens/s per layout (DP, PP, TP).
+int model_parallel(const ModelParallelBenchOptions& options);
+
 // Shared by the benchmarks that run jobs under the launcher: the last JSON object a job's output
 // holds (rank 0's report line), a file's text, and median [min-max] cells.
 nlohmann::json last_json_line(const std::string& text);

@@ -72,7 +72,27 @@ Command add_bench_command(CLI::App& app) {
   psb->add_option("--staleness", pb->staleness, "Bound of the ssp mode")->capture_default_str()->check(CLI::Range(0, 1000));
   psb->add_flag("--worker", pb->worker, "Internal: one process of a measured job")->group("");
 
+  auto mo = std::make_shared<bench::ModelParallelBenchOptions>();
+  auto* mpb = bench->add_subcommand("model-parallel", "Pipeline bubble vs theory, peak memory per rank and tokens/s "
+                                                      "per layout (PP, TP, DP x PP, DP x TP) of a GPT-style model");
+  mpb->add_option("--embed", mo->embed, "Embedding width")->capture_default_str()->check(CLI::Range(8, 8192));
+  mpb->add_option("--layers", mo->layers, "Transformer blocks")->capture_default_str()->check(CLI::Range(2, 256));
+  mpb->add_option("--heads", mo->heads, "Attention heads")->capture_default_str()->check(CLI::Range(1, 256));
+  mpb->add_option("--context", mo->context, "Sequence length")->capture_default_str()->check(CLI::Range(1, 8192));
+  mpb->add_option("--batch", mo->batch, "Sequences per replica and step")->capture_default_str()->check(CLI::Range(1, 65536));
+  mpb->add_option("--steps", mo->steps, "Timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
+  mpb->add_option("--warmup", mo->warmup, "Untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
+  mpb->add_option("--bubble-microbatches", mo->bubble_microbatches, "Micro-batch counts of the bubble sweep")
+      ->capture_default_str();
+  mpb->add_flag("--worker", mo->worker, "Internal: one rank of a measured job")->group("");
+  mpb->add_option("--dp", mo->dp, "Internal")->group("");
+  mpb->add_option("--pp", mo->pp, "Internal")->group("");
+  mpb->add_option("--tp", mo->tp, "Internal")->group("");
+  mpb->add_option("--schedule", mo->schedule, "Internal")->group("");
+  mpb->add_option("--microbatches", mo->microbatches, "Internal")->group("");
+
   return {bench, [=]() -> int {
+    if (mpb->parsed()) return bench::model_parallel(*mo);
     if (train_step->parsed()) return bench::train_step(*ts);
     if (psb->parsed()) return bench::ps(*pb);
     if (ddp->parsed()) {

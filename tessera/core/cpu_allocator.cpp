@@ -1,6 +1,8 @@
 #include "tessera/core/cpu_allocator.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -44,6 +46,18 @@ Cache& cache() {
   return *c;
 }
 
+// Bytes held by live tensors (not the cache), and the most held at once since the last reset: the
+// figure `tessera bench model-parallel` compares across layouts. Relaxed atomics: a counter, not a lock.
+std::atomic<int64_t> live_bytes{0};
+std::atomic<int64_t> peak_bytes{0};
+
+void count_allocation(size_t size) {
+  int64_t now = live_bytes.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed) + static_cast<int64_t>(size);
+  int64_t peak = peak_bytes.load(std::memory_order_relaxed);
+  while (now > peak && !peak_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
 size_t rounded(size_t nbytes) {
   return nbytes >= kLargeBlock ? (nbytes + kPage - 1) / kPage * kPage : (nbytes + kAlignment - 1) / kAlignment * kAlignment;
 }
@@ -59,6 +73,7 @@ void* system_allocate(size_t size) {
 void* allocate(size_t nbytes) {
   if (nbytes == 0) return nullptr;
   size_t size = rounded(nbytes);
+  count_allocation(size);
   if (TESSERA_ALLOCATOR_CACHE && size >= kLargeBlock) {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mu);
@@ -76,6 +91,7 @@ void* allocate(size_t nbytes) {
 void deallocate(void* ptr, size_t nbytes) {
   if (!ptr) return;
   size_t size = rounded(nbytes);
+  live_bytes.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
   if (TESSERA_ALLOCATOR_CACHE && size >= kLargeBlock) {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mu);
@@ -102,5 +118,9 @@ size_t cached_bytes() {
   std::lock_guard<std::mutex> lock(c.mu);
   return c.bytes;
 }
+
+size_t allocated_bytes() { return static_cast<size_t>(std::max<int64_t>(0, live_bytes.load())); }
+size_t peak_allocated_bytes() { return static_cast<size_t>(std::max<int64_t>(0, peak_bytes.load())); }
+void reset_peak_allocated_bytes() { peak_bytes.store(live_bytes.load()); }
 
 }  // namespace tessera::cpu_allocator

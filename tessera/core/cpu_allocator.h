@@ -14,5 +14,9 @@ void deallocate(void* ptr, size_t nbytes);
 // Frees every cached block (for example before forking workers or to measure memory).
 void empty_cache();
 size_t cached_bytes();
+// Bytes held by live tensors now, and at most since the last reset (the cache not counted).
+size_t allocated_bytes();
+size_t peak_allocated_bytes();
+void reset_peak_allocated_bytes();
 
 }  // namespace tessera::cpu_allocator

@@ -197,6 +197,17 @@ void ModelParallelTrainer::clip_gradients(double max_norm) {
     if (p.grad().defined()) p.set_grad(mul(p.grad(), scale));
 }
 
+double ModelParallelTrainer::train_step(const Tensor& inputs, const Tensor& targets) {
+  schedule_->set_position(step_);
+  optimizer_->zero_grad();
+  last_step_ = stage_->train_step(inputs, targets);
+  const double loss = average_gradients_and_loss(last_step_.loss);
+  if (config_.optimizer.clip_grad_norm > 0) clip_gradients(config_.optimizer.clip_grad_norm);
+  optimizer_->step();
+  ++step_;
+  return loss;
+}
+
 FitResult ModelParallelTrainer::fit() {
   const auto& run = config_.train;
   const bool lead = rank() == 0;
@@ -221,13 +232,7 @@ FitResult ModelParallelTrainer::fit() {
     int64_t loss_count = 0;
     while (auto batch = loader_->next()) {
       auto t0 = std::chrono::steady_clock::now();
-      schedule_->set_position(step_);
-      optimizer_->zero_grad();
-      last_step_ = stage_->train_step(batch->inputs, batch->targets);
-      const double loss = average_gradients_and_loss(last_step_.loss);
-      if (config_.optimizer.clip_grad_norm > 0) clip_gradients(config_.optimizer.clip_grad_norm);
-      optimizer_->step();
-      ++step_;
+      const double loss = train_step(batch->inputs, batch->targets);
       ++batch_in_epoch_;
       TESSERA_CHECK(std::isfinite(loss), "[train] the loss became ", loss, " at step ", step_,
                     "; lower optimizer.lr or set optimizer.clip_grad_norm");

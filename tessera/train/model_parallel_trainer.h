@@ -34,6 +34,10 @@ class ModelParallelTrainer {
   ~ModelParallelTrainer();
 
   FitResult fit();
+  // One optimizer step on one batch (this replica's share; `inputs` read by the first stage, `targets`
+  // by the last): pipeline step, data-parallel average, clipping, optimizer, schedule position.
+  // Returns the step's loss averaged over the replicas; last_step() holds the pipeline's figures.
+  double train_step(const Tensor& inputs, const Tensor& targets);
   EvalResult evaluate();  // collective
   // Collective: the whole model's parameters and buffers under their single-process names, on world
   // rank 0 (empty elsewhere).

@@ -141,3 +141,22 @@ TEST(CpuAllocator, ReusesLargeBlocksAndEmptiesCache) {
   cpu_allocator::empty_cache();
   EXPECT_EQ(cpu_allocator::cached_bytes(), 0u);
 }
+
+namespace tessera {
+namespace {
+
+TEST(CpuAllocatorCounters, PeakFollowsLiveTensorBytes) {
+  cpu_allocator::reset_peak_allocated_bytes();
+  const size_t before = cpu_allocator::allocated_bytes();
+  {
+    Tensor big = Tensor::empty({1 << 20});  // 4 MiB
+    EXPECT_GE(cpu_allocator::allocated_bytes(), before + (4u << 20));
+  }
+  EXPECT_EQ(cpu_allocator::allocated_bytes(), before);
+  EXPECT_GE(cpu_allocator::peak_allocated_bytes(), before + (4u << 20));
+  cpu_allocator::reset_peak_allocated_bytes();
+  EXPECT_EQ(cpu_allocator::peak_allocated_bytes(), before);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,208 @@
+// `tessera bench model-parallel`: the pipeline bubble against theory, peak memory per rank, and
+// tokens/s for each layout of the model-parallel trainer (tessera/train/model_parallel_trainer.h).
+//
+// Method: every measurement is a fresh job under the launcher, one thread per process, training a
+// GPT-style transformer (--embed, --layers, --heads, context --context; the fortunes vocabulary)
+// with AdamW on a fixed random batch of --batch sequences per replica: `warmup` untimed steps, then
+// `steps` timed ones, through ModelParallelTrainer::train_step (the code path of `tessera train`).
+//   bubble: per stage, 1 - compute/wall of each step, where compute is the step's wall time minus
+//     the time blocked receiving from or sending to a neighbour (pipeline_stage.h); the mean over
+//     stages and timed steps, against (P-1)/(M+P-1).
+//   peak memory: the most bytes live tensors held at once on each rank during training (the
+//     allocator's counter, reset after the model is built and cut, so it covers parameters,
+//     gradients, AdamW state and activations), and the process's peak RSS.
+//   tokens/s: batch × context × replicas × steps / the slowest rank's time.
+// On this 2-core machine a 4-process layout oversubscribes the cores; its rates say more about
+// contention than about the layout.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "bench/bench.h"
+#include "tessera/core/cpu_allocator.h"
+#include "tessera/dist/init.h"
+#include "tessera/dist/launcher/env.h"
+#include "tessera/dist/launcher/launcher.h"
+#include "tessera/dist/store/store_from_env.h"
+#include "tessera/ops/ops.h"
+#include "tessera/parallel/pipeline/schedule.h"
+#include "tessera/train/model_parallel_trainer.h"
+
+namespace tessera::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+const dist::Milliseconds kTimeout{600000};
+
+train::TrainConfig config_of(const ModelParallelBenchOptions& o) {
+  train::TrainConfig c;
+  c.model.name = "transformer";
+  c.model.embed_dim = o.embed;
+  c.model.layers = o.layers;
+  c.model.heads = o.heads;
+  c.model.context = o.context;
+  c.model.dropout = 0.0;
+  c.data.dataset = "text";
+  c.optimizer.name = "adamw";
+  c.train.batch_size = o.batch;
+  c.train.threads = 1;
+  c.train.output_dir = "/tmp/tessera_bench_model_parallel";
+  c.parallel.dp = o.dp;
+  c.parallel.pp = o.pp;
+  c.parallel.tp = o.tp;
+  c.parallel.schedule = o.schedule;
+  c.parallel.microbatches = o.microbatches;
+  return c;
+}
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+int run_worker(const ModelParallelBenchOptions& o) {
+  dist::InitOptions init;
+  init.timeout = kTimeout;
+  auto world = dist::init_process_group(init);
+  train::ModelParallelTrainer trainer(config_of(o), world);
+  cpu_allocator::reset_peak_allocated_bytes();
+  Generator gen(1234 + trainer.mesh().coordinates().dp);  // replicas read different batches
+  const int64_t vocab = static_cast<int64_t>(trainer.vocabulary()->size());
+  Tensor inputs = randint(0, vocab, {o.batch, o.context}, gen), targets = randint(0, vocab, {o.batch, o.context}, gen);
+  for (int i = 0; i < o.warmup; ++i) trainer.train_step(inputs, targets);
+  double bubble = 0, seconds = 0;
+  int64_t peak_activations = 0;
+  for (int i = 0; i < o.steps; ++i) {
+    auto t0 = Clock::now();
+    trainer.train_step(inputs, targets);
+    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    bubble += trainer.last_step().bubble_fraction();
+    peak_activations = std::max(peak_activations, trainer.last_step().peak_activations);
+  }
+  // Every rank posts its figures; rank 0 prints the job's line.
+  auto store = dist::store_from_env(kTimeout);
+  const int rank = world->rank(), size = world->size();
+  nlohmann::json mine{{"rank", rank},
+                      {"stage", trainer.stage().stage()},
+                      {"bubble", bubble / o.steps},
+                      {"seconds", seconds},
+                      {"peak_tensor_bytes", cpu_allocator::peak_allocated_bytes()},
+                      {"peak_rss_bytes", peak_rss_bytes()},
+                      {"peak_activations", peak_activations}};
+  store->set("bench/mp/" + std::to_string(rank), mine.dump());
+  if (rank == 0) {
+    nlohmann::json ranks = nlohmann::json::array();
+    double slowest = 0, bubble_sum = 0;
+    std::vector<bool> stage_seen(trainer.mesh().shape().pp, false);
+    int stages_counted = 0;
+    for (int r = 0; r < size; ++r) {
+      auto j = nlohmann::json::parse(store->get_string("bench/mp/" + std::to_string(r)));
+      slowest = std::max(slowest, j["seconds"].get<double>());
+      const int s = j["stage"].get<int>();
+      if (!stage_seen[s]) stage_seen[s] = true, bubble_sum += j["bubble"].get<double>(), ++stages_counted;
+      ranks.push_back(j);
+    }
+    const double tokens = static_cast<double>(o.batch * o.context) * trainer.mesh().shape().dp * o.steps;
+    std::printf("%s\n", nlohmann::json{{"tokens_per_s", tokens / slowest},
+                                       {"bubble", bubble_sum / stages_counted},
+                                       {"ranks", ranks}}.dump().c_str());
+  }
+  world->barrier()->wait();  // rank 0 reads the store before anyone leaves
+  return 0;
+}
+
+nlohmann::json run_job(ModelParallelBenchOptions o, int dp, int pp, int tp, const std::string& schedule, int64_t m) {
+  char path[] = "/tmp/tessera_bench_mp_XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return nullptr;
+  dist::launcher::LaunchOptions launch;
+  launch.nproc_per_node = dp * pp * tp;
+  launch.threads_per_worker = 1;
+  launch.stdout_fd = fd;
+  launch.timeout = std::chrono::seconds(900);
+  launch.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "bench", "model-parallel", "--worker",
+                    "--dp", std::to_string(dp), "--pp", std::to_string(pp), "--tp", std::to_string(tp),
+                    "--schedule", schedule, "--microbatches", std::to_string(m), "--batch", std::to_string(o.batch),
+                    "--embed", std::to_string(o.embed), "--layers", std::to_string(o.layers),
+                    "--heads", std::to_string(o.heads), "--context", std::to_string(o.context),
+                    "--steps", std::to_string(o.steps), "--warmup", std::to_string(o.warmup)};
+  auto result = dist::launcher::launch(launch);
+  ::close(fd);
+  std::string out = read_all(path);
+  std::remove(path);
+  if (result.exit_code != 0) {
+    std::fprintf(stderr, "bench model-parallel: the dp %d pp %d tp %d job failed: %s\n%s", dp, pp, tp,
+                 result.message.c_str(), out.c_str());
+    return nullptr;
+  }
+  return last_json_line(out);
+}
+
+std::string mib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", bytes / (1 << 20));
+  return b;
+}
+
+}  // namespace
+
+int model_parallel(const ModelParallelBenchOptions& o) {
+  if (o.worker) return run_worker(o);
+  std::printf("tessera bench model-parallel: transformer embed %lld, %lld layers, %lld heads, context %lld, batch %lld "
+              "per replica, AdamW, 1 thread per process, %d timed steps after %d\n\n",
+              static_cast<long long>(o.embed), static_cast<long long>(o.layers), static_cast<long long>(o.heads),
+              static_cast<long long>(o.context), static_cast<long long>(o.batch), o.steps, o.warmup);
+  int failures = 0;
+  // 1. The bubble of a 2-stage pipeline against theory.
+  std::printf("Pipeline bubble, PP=2 (mean idle fraction of the stages' steps)\n");
+  std::printf("| M | theory (P-1)/(M+P-1) | GPipe | 1F1B | peak micro-batches held, GPipe / 1F1B (stage 0) |\n|---|---|---|---|---|\n");
+  std::stringstream ms(o.bubble_microbatches);
+  for (std::string item; std::getline(ms, item, ',');) {
+    const int64_t m = std::stoll(item);
+    nlohmann::json g = run_job(o, 1, 2, 1, "gpipe", m), f = run_job(o, 1, 2, 1, "1f1b", m);
+    if (g.is_null() || f.is_null()) {
+      ++failures;
+      continue;
+    }
+    std::printf("| %lld | %.3f | %.3f | %.3f | %lld / %lld |\n", static_cast<long long>(m),
+                parallel::pipeline::theoretical_bubble(2, m), g["bubble"].get<double>(), f["bubble"].get<double>(),
+                g["ranks"][0]["peak_activations"].get<long long>(), f["ranks"][0]["peak_activations"].get<long long>());
+  }
+  // 2. Memory and 3. throughput per layout.
+  struct Layout {
+    const char* name;
+    int dp, pp, tp;
+    const char* schedule;
+    int64_t m;
+  };
+  const Layout layouts[] = {{"1 process", 1, 1, 1, "1f1b", 1},   {"PP=2 GPipe", 1, 2, 1, "gpipe", 8},
+                            {"PP=2 1F1B", 1, 2, 1, "1f1b", 8},   {"TP=2", 1, 1, 2, "1f1b", 1},
+                            {"DP=2", 2, 1, 1, "1f1b", 1},        {"DP=2 x PP=2", 2, 2, 1, "1f1b", 8},
+                            {"DP=2 x TP=2", 2, 1, 2, "1f1b", 1}};
+  std::printf("\nPer layout (M = micro-batches; peak tensor MiB and peak RSS MiB per rank)\n");
+  std::printf("| layout | processes | M | tokens/s | peak tensor MiB per rank | peak RSS MiB per rank | bubble |\n"
+              "|---|---|---|---|---|---|---|\n");
+  for (const Layout& l : layouts) {
+    nlohmann::json j = run_job(o, l.dp, l.pp, l.tp, l.schedule, l.m);
+    if (j.is_null()) {
+      ++failures;
+      continue;
+    }
+    std::string tensors, rss;
+    for (const auto& r : j["ranks"]) {
+      tensors += (tensors.empty() ? "" : " / ") + mib(r["peak_tensor_bytes"].get<double>());
+      rss += (rss.empty() ? "" : " / ") + mib(r["peak_rss_bytes"].get<double>());
+    }
+    std::printf("| %s | %d | %lld | %.0f | %s | %s | %.3f |\n", l.name, l.dp * l.pp * l.tp, static_cast<long long>(l.m),
+                j["tokens_per_s"].get<double>(), tensors.c_str(), rss.c_str(), j["bubble"].get<double>());
+  }
+  return failures ? 1 : 0;
+}
+
+}  // namespace tessera::bench
