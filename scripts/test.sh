@@ -15,7 +15,7 @@ if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" \
     -E "LongTier"
   # ThreadSanitizer on the code that runs its own threads (loader, allocator, store, launcher,
-  # process groups, DDP, parameter servers).
+  # process groups, DDP, parameter servers, pipeline stages and tensor-parallel groups as threads).
   # libgomp is not instrumented, so tests whose ops run on the OpenMP team would report false races;
   # these run with one intra-op thread.
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE_THREAD=ON >/dev/null
@@ -23,5 +23,5 @@ if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   # The process group (worker and watchdog threads), DDP and its hooks run on the threaded backend.
   OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" \
     ctest --test-dir build-tsan --output-on-failure -j "$jobs" -E "LongTier|DdpTraining|PsTraining" \
-    -R "DataLoader|Sampler|CpuAllocator|Trainer\.ResumedRun|HashStore|PrefixStore|TcpStore|StoreConformance|StoreFromEnv|KeyValueTable|Launch|ProcessGroup|Ddp|CommHook|SyncBatchNorm|ThreadedCollectives|AllReduceSum|Ps(ShardPlan|SyncEquals|Sparse|Bounded|Faults|Checkpoint|Protocol)"
+    -R "DataLoader|Sampler|CpuAllocator|Trainer\.ResumedRun|HashStore|PrefixStore|TcpStore|StoreConformance|StoreFromEnv|KeyValueTable|Launch|ProcessGroup|Ddp|CommHook|SyncBatchNorm|ThreadedCollectives|AllReduceSum|Ps(ShardPlan|SyncEquals|Sparse|Bounded|Faults|Checkpoint|Protocol)|Pipeline|DeviceMesh|TensorParallel|ModelParallel(Layouts|Trainer)"
 fi
