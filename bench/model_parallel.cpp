@@ -181,7 +181,10 @@ int model_parallel(const ModelParallelBenchOptions& o) {
     const char* schedule;
     int64_t m;
   };
-  const Layout layouts[] = {{"1 process", 1, 1, 1, "1f1b", 1},   {"PP=2 GPipe", 1, 2, 1, "gpipe", 8},
+  // "1 process, M=8" separates what micro-batching alone saves (activations of 1/M of the batch at a
+  // time, as gradient accumulation) from what splitting the model saves.
+  const Layout layouts[] = {{"1 process", 1, 1, 1, "1f1b", 1},   {"1 process, M=8", 1, 1, 1, "1f1b", 8},
+                            {"PP=2 GPipe", 1, 2, 1, "gpipe", 8},
                             {"PP=2 1F1B", 1, 2, 1, "1f1b", 8},   {"TP=2", 1, 1, 2, "1f1b", 1},
                             {"DP=2", 2, 1, 1, "1f1b", 1},        {"DP=2 x PP=2", 2, 2, 1, "1f1b", 8},
                             {"DP=2 x TP=2", 2, 1, 2, "1f1b", 1}};

@@ -66,7 +66,8 @@ int train_model_parallel(const train::TrainConfig& config, bool resume) {
                   r.last_eval->loss, static_cast<long long>(r.last_eval->samples));
   }
   if (lead) std::printf("checkpoint: %s\n", r.last_checkpoint.c_str());
-  return 0;
+  const bool interrupted = r.stopped_early && !(config.train.max_steps > 0 && r.steps >= config.train.max_steps);
+  return interrupted ? 130 : 0;
 }
 }  // namespace
 
