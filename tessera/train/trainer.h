@@ -28,6 +28,7 @@
 #include "tessera/parallel/ddp/distributed_data_parallel.h"
 #include "tessera/parallel/ps/worker.h"
 #include "tessera/train/config.h"
+#include "tessera/train/elastic_report.h"
 #include "tessera/train/progress.h"
 
 namespace tessera::train {
@@ -70,6 +71,10 @@ class Trainer {
   int64_t global_step() const { return step_; }
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
+  // Samples per step over all ranks (train.global_batch_size, else batch_size × world size), and this
+  // rank's share of them.
+  int64_t global_batch_size() const;
+  int64_t per_rank_batch_size() const;
   // The DDP wrapper when world_size() > 1, else null.
   const parallel::ddp::DistributedDataParallel* ddp() const { return ddp_.get(); }
   const data::Vocabulary* vocabulary() const { return vocab_.get(); }
@@ -99,6 +104,7 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<optim::LRScheduler> schedule_;
   int64_t step_ = 0, epoch_ = 0, batch_in_epoch_ = 0;
+  std::unique_ptr<ElasticReport> elastic_;  // rank 0 under the elastic agent, else null
   static std::atomic<bool> stop_requested_;
 };
 
