@@ -70,6 +70,10 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--join-timeout", *join_timeout_s,
                   "Elastic job: seconds to wait for MIN agents before the job fails")
       ->check(CLI::PositiveNumber);
+  auto straggler_s = std::make_shared<double>(2.0);
+  cmd->add_option("--straggler-window", *straggler_s,
+                  "Elastic job: seconds per window of the straggler check (a rank late in 3 windows in a row is named)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--local-addr", elastic->local_addr,
                   "Elastic job: the address this machine's workers' store listens on when it is node 0");
   cmd->add_option("--node-rank", options->node_rank, "This node's index, 0 hosts the rendezvous store")
@@ -97,6 +101,7 @@ Command add_run_command(CLI::App& app) {
       e.heartbeat_timeout = to_ms(*heartbeat_s);
       e.last_call = to_ms(*last_call_s);
       e.join_timeout = to_ms(*join_timeout_s);
+      e.straggler_window = to_ms(*straggler_s);
       elastic::ElasticResult result = elastic::run_elastic(e);
       if (!result.message.empty()) std::fprintf(stderr, "tessera run: %s\n", result.message.c_str());
       return result.exit_code;
