@@ -8,7 +8,10 @@
 // DistributedSampler share (train.batch_size per rank; together the ranks' step s covers the
 // single-process batch s of size world·batch_size), gradients are averaged in backward, evaluation
 // is sharded and summed, every rank agrees each step on whether to stop (so a forwarded Ctrl-C stops
-// them all after the same step), and rank 0 alone writes metrics, progress and checkpoints.
+// them all after the same step), and rank 0 alone writes metrics, progress and checkpoints. With
+// train.global_batch_size = G each of W ranks reads G / W a step instead, and checkpoints record the
+// position in samples of the epoch's global order, so a run saved with N ranks resumes with M
+// (the elastic agent's restarts; docs/distributed.md "Elastic training").
 //
 // Given parameter-server client options instead (distributed.strategy = "ps"), this process is one
 // worker of a parameter-server job (tessera/parallel/ps): it reads its DistributedSampler share,
