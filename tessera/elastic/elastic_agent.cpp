@@ -11,6 +11,7 @@
 #include <set>
 #include <optional>
 #include <sched.h>
+#include <sys/wait.h>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -244,13 +245,16 @@ class Agent {
     next_beat_ = Clock::now();
     next_window_ = Clock::now() + o_.straggler_window;
     job.on_spawn = [this](int rank, pid_t pid) { pids_[rank] = pid; };
-    job.on_failure = [this, &m](int rank, const std::string& what) {
+    job.on_failure = [this, &m](int rank, int status, const std::string& what) {
       // End the generation at once, so the other agents stop their workers while ours stop.
       std::string text = what;
       if (auto it = stall_reports_.find(rank); it != stall_reports_.end()) text += " after stalling: " + it->second;
       // A worker that exits while the generation is already over (the others stopped it, e.g. a
       // SIGTERM'd trainer's 130) is part of the membership change, not a failure.
-      const int left = slots_ - 1;
+      // A worker killed by a signal (kill -9, a crash, our SIGKILL of a stalled one) loses its slot;
+      // one that exited non-zero (an exception: often a peer's death seen first) is restarted in place.
+      drop_slot_ = WIFSIGNALED(status);
+      const int left = slots_ - (drop_slot_ ? 1 : 0);
       try {
         local_failure_ = rdzv_->generation() == m.generation &&
                          rdzv_->end_generation(m.generation, "failure", text,
@@ -278,7 +282,7 @@ class Agent {
     }
     worker_store_.reset();
     if (r.failed_rank >= 0 && local_failure_) {
-      --slots_;
+      if (drop_slot_) --slots_;
       say(o_.stderr_fd, concat(r.message, "; ", slots_, " worker(s) left on this node"));
       return Outcome::kLocalFailure;
     }
@@ -561,6 +565,7 @@ class Agent {
   ElasticResult result_;
   std::string fatal_;
   bool local_failure_ = false;  // this generation ended because one of our workers failed
+  bool drop_slot_ = false;      // ... by a signal: its slot is not used again
   std::map<int, pid_t> pids_;
   std::map<int, std::string> stall_reports_;
   std::map<int, std::pair<int64_t, Clock::time_point>> worker_beats_, agent_beats_;

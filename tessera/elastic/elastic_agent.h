@@ -2,10 +2,11 @@
 // machine. Per generation it joins the rendezvous (rendezvous.h), starts its workers with the env
 // contract (dist/launcher/env.h; ranks and world size from the membership), and watches them, the
 // other agents and the membership:
-//  - a worker that dies (crash, kill -9) ends the generation at once ("failure"); its slot is
-//    dropped (the device is taken to be bad), every agent stops its workers and all rejoin, so the
-//    job goes on with the new world size from its latest checkpoint (`tessera train --resume auto`
-//    with train.global_batch_size keeps the global batch, schedule and data position);
+//  - a worker that dies (crash, kill -9) ends the generation at once ("failure"); a worker killed
+//    by a signal loses its slot (the device is taken to be bad), one that exited non-zero (an
+//    exception, often a dead peer seen first) keeps it; every agent stops its workers and all
+//    rejoin, so the job goes on with the new world size from its latest checkpoint (`tessera train
+//    --resume auto` with train.global_batch_size keeps the global batch, schedule and data position);
 //  - a worker whose heartbeat (TESSERA_HEARTBEAT_MS: the process group's watchdog thread, off the
 //    data path) stops for heartbeat_timeout (SIGSTOP, a hang outside the collectives) is reported
 //    by rank, with the collective the others wait in, then SIGKILLed: a failure as above;

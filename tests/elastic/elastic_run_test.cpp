@@ -172,6 +172,34 @@ TEST(ElasticRun, AnAgentAddedMidRunGrowsTheJob) {
   EXPECT_EQ(final_step(dir), 160);
 }
 
+// A machine gone: the second agent is killed with SIGKILL (its worker follows it, PR_SET_PDEATHSIG);
+// the first, which hosts the store, sees its worker fail or the agent's heartbeat stop, and the job
+// finishes on one agent.
+TEST(ElasticRun, AKilledAgentLeavesTheJobToTheOthers) {
+  std::string dir = fresh_dir("lost");
+  write_config(dir, 960);
+  const std::string ep = endpoint();
+  const std::string slow = "--set distributed.debug_slow_rank=0 --set distributed.debug_slow_ms=20";
+  std::string script =
+      agent(dir, "1:2", 1, "store", ep, "--last-call 0.5", slow) + " > " + dir + "/a.log 2>&1 & a=$!; " +
+      "until grep -q hosting " + dir + "/a.log; do sleep 0.05; done; " +
+      agent(dir, "1:2", 1, "store", ep, "--last-call 0.5", slow) + " > " + dir + "/b.log 2>&1 & b=$!; " +
+      "until grep -q '2 agent(s), 2 worker(s)' " + dir + "/a.log; do sleep 0.05; done; " +
+      "s=$(grep -c '\"step\"' " + dir + "/run/metrics.jsonl 2>/dev/null || echo 0); " +
+      "until [ $(grep -c '\"step\"' " + dir + "/run/metrics.jsonl 2>/dev/null || echo 0) -gt $((s + 5)) ]; do sleep 0.05; done; " +
+      "kill -9 $b; wait $a; echo \"rc $?\"";
+  setenv("TESSERA_JOB_TOKEN", "0123456789abcdef0123456789abcdef", 1);
+  Outcome o = run_shell(script, dir + "/script.log");
+  unsetenv("TESSERA_JOB_TOKEN");
+  std::string log = read_text(dir + "/a.log");
+  print_recoveries(log);
+  EXPECT_NE(o.log.find("rc 0"), std::string::npos) << o.log << log;
+  size_t two = log.find("2 agent(s), 2 worker(s)");
+  ASSERT_NE(two, std::string::npos) << log;
+  EXPECT_NE(log.find("1 agent(s), 1 worker(s)", two), std::string::npos) << log;
+  EXPECT_EQ(final_step(dir), 160);
+}
+
 TEST(ElasticRun, AConsistentlyLateRankIsNamedAsAStraggler) {
   std::string dir = fresh_dir("straggler");
   write_config(dir, 960);

@@ -54,7 +54,7 @@ struct LaunchOptions {
   std::function<void(int rank, pid_t pid)> on_spawn;  // told each worker's pid as it starts
   // Told at once when a worker's failure stops the job ("rank 2 (pid 7) was killed by signal 9
   // (SIGKILL)"), before the others have been stopped.
-  std::function<void(int rank, const std::string& what)> on_failure;
+  std::function<void(int rank, int wait_status, const std::string& what)> on_failure;
   int stdout_fd = 1;                  // where the workers' prefixed stdout goes
   int stderr_fd = 2;                  // ... and their stderr, and the launcher's notices during the job
 };

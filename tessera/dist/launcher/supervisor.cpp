@@ -216,7 +216,7 @@ class Supervisor {
       stopped_on_failure_ = running_count();
       stop();
       if (job_.on_failure)
-        job_.on_failure(w.rank, tessera::detail::concat(w.name(), " (pid ", w.pid, ") ", describe_wait_status(*w.status)));
+        job_.on_failure(w.rank, *w.status, tessera::detail::concat(w.name(), " (pid ", w.pid, ") ", describe_wait_status(*w.status)));
     }
   }
 
