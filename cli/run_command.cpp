@@ -1,14 +1,18 @@
 // tessera run --nproc-per-node N [--nnodes K --node-rank I --master-addr A --master-port P]
 //             [--timeout SECONDS] [--grace-period SECONDS] -- PROGRAM ARGS...
 // tessera run --servers S --workers W [...] -- PROGRAM ARGS...   (a parameter-server job)
+// tessera run --nnodes MIN:MAX --nproc-per-node N --rdzv-backend store|etcd --rdzv-endpoint HOST:PORT
+//             --rdzv-id JOB --max-restarts R -- PROGRAM ARGS...     (an elastic job: tessera/elastic)
 // The launcher lives in tessera/dist/launcher; this file only maps flags to LaunchOptions and the
 // result to a message and an exit code.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "tessera/dist/launcher/launcher.h"
+#include "tessera/elastic/elastic_agent.h"
 
 namespace tessera::cli {
 
@@ -40,9 +44,38 @@ Command add_run_command(CLI::App& app) {
     if (nproc->count() + workers->count() == 0)
       throw CLI::RequiredError("--workers (or its synonym --nproc-per-node)");
   });
-  cmd->add_option("--nnodes", options->nnodes, "Nodes in the job (one launcher per node)")
-      ->default_val(1)
+  auto nnodes = std::make_shared<std::string>("1");
+  auto elastic = std::make_shared<elastic::ElasticOptions>();
+  auto heartbeat_s = std::make_shared<double>(10.0);
+  auto last_call_s = std::make_shared<double>(1.0);
+  auto join_timeout_s = std::make_shared<double>(60.0);
+  cmd->add_option("--nnodes", *nnodes,
+                  "Nodes in the job (one launcher per node), or MIN:MAX for an elastic job (tessera/elastic)")
+      ->default_val("1");
+  auto* backend = cmd->add_option("--rdzv-backend", elastic->backend,
+                                  "Elastic job: where the agents meet: store (the embedded store, hosted by the first "
+                                  "agent at --rdzv-endpoint) or etcd (an etcd server's client URL)")
+                      ->check(CLI::IsMember({"store", "etcd"}));
+  auto* endpoint = cmd->add_option("--rdzv-endpoint", elastic->endpoint, "Elastic job: HOST:PORT of the rendezvous");
+  auto* rdzv_id = cmd->add_option("--rdzv-id", elastic->run_id, "Elastic job: the job's id at the endpoint");
+  auto* restarts = cmd->add_option("--max-restarts", elastic->max_restarts,
+                                   "Elastic job: worker or agent failures the job survives (default 3)")
+                       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--heartbeat-timeout", *heartbeat_s,
+                  "Elastic job: seconds of silence after which a worker (stalled) or an agent (lost) counts as failed")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--last-call", *last_call_s,
+                  "Elastic job: a rendezvous with at least MIN agents closes after this many seconds without a new one")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--join-timeout", *join_timeout_s,
+                  "Elastic job: seconds to wait for MIN agents before the job fails")
+      ->check(CLI::PositiveNumber);
+  auto straggler_s = std::make_shared<double>(2.0);
+  cmd->add_option("--straggler-window", *straggler_s,
+                  "Elastic job: seconds per window of the straggler check (a rank late in 3 windows in a row is named)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--local-addr", elastic->local_addr,
+                  "Elastic job: the address this machine's workers' store listens on when it is node 0");
   cmd->add_option("--node-rank", options->node_rank, "This node's index, 0 hosts the rendezvous store")
       ->default_val(0)
       ->check(CLI::NonNegativeNumber);
@@ -57,7 +90,24 @@ Command add_run_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("command", options->command, "PROGRAM ARGS... (after --)")->required();
   return {cmd, [=]() -> int {
+    const bool is_elastic = nnodes->find(':') != std::string::npos || backend->count() || endpoint->count() ||
+                            rdzv_id->count() || restarts->count();
+    if (is_elastic) {
+      elastic::ElasticOptions e = *elastic;
+      std::tie(e.min_nodes, e.max_nodes) = elastic::parse_nnodes(*nnodes);
+      e.nproc_per_node = options->nproc_per_node;
+      e.command = options->command;
+      e.grace_period = to_ms(*grace_s);
+      e.heartbeat_timeout = to_ms(*heartbeat_s);
+      e.last_call = to_ms(*last_call_s);
+      e.join_timeout = to_ms(*join_timeout_s);
+      e.straggler_window = to_ms(*straggler_s);
+      elastic::ElasticResult result = elastic::run_elastic(e);
+      if (!result.message.empty()) std::fprintf(stderr, "tessera run: %s\n", result.message.c_str());
+      return result.exit_code;
+    }
     dist::launcher::LaunchOptions o = *options;
+    o.nnodes = elastic::parse_nnodes(*nnodes).first;
     o.timeout = to_ms(*timeout_s);
     o.grace_period = to_ms(*grace_s);
     dist::launcher::LaunchResult result = dist::launcher::launch(o);

@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "tessera/dist/init.h"
 #include "tessera/dist/launcher/launcher.h"
+#include "tessera/io/checkpoint.h"
 #include "tessera/train/model_parallel_trainer.h"
 #include "tessera/train/ps_job.h"
 #include "tessera/train/trainer.h"
@@ -80,7 +81,8 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("config", *config_path, "Config file (TOML)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", *overrides, "Override a key, e.g. --set optimizer.lr=0.01 (repeatable)");
   cmd->add_option("--resume", *resume,
-                  "Continue from a checkpoint: 'latest' (this run's newest) or a checkpoint path")
+                  "Continue from a checkpoint: 'latest' (this run's newest), 'auto' (the newest if there is one, else "
+                  "start afresh: what an elastic job's restarted workers use) or a checkpoint path")
       ->expected(0, 1)
       ->default_str("latest");
   cmd->add_flag("--print-config", *print_config, "Print the resolved config and exit");
@@ -114,8 +116,10 @@ Command add_train_command(CLI::App& app) {
     if (!trainer_ptr) trainer_ptr = std::make_unique<train::Trainer>(config, group);
     train::Trainer& trainer = *trainer_ptr;
     const bool lead = trainer.rank() == 0;
-    if (cmd->count("--resume")) {
-      std::string from = *resume == "latest" || resume->empty() ? "" : *resume;
+    const bool fresh_start = *resume == "auto" &&
+        io::latest_checkpoint((std::filesystem::path(config.train.output_dir) / "checkpoints").string()).empty();
+    if (cmd->count("--resume") && !fresh_start) {
+      std::string from = *resume == "latest" || *resume == "auto" || resume->empty() ? "" : *resume;
       trainer.resume(from);
       if (lead) std::fprintf(stderr, "resumed at step %lld\n", static_cast<long long>(trainer.global_step()));
     }

@@ -5,7 +5,8 @@ set -euo pipefail
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 packages=(cmake ninja-build g++ libopenblas-openmp-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev
-          libcli11-dev nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgloo-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes)
+          libcli11-dev nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgloo-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes
+          etcd-server)
 [ "${1:-}" = "--bench" ] && packages+=(python3-torch)
 missing=()
 for p in "${packages[@]}"; do

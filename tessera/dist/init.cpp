@@ -59,6 +59,8 @@ ProcessGroupPtr init_process_group(const InitOptions& options) {
   ProcessGroupOptions group_options;
   group_options.timeout = options.timeout;
   group_options.debug = options.debug.value_or(debug_from_environment());
+  if (const char* beat = std::getenv("TESSERA_HEARTBEAT_MS"); beat != nullptr && std::atoi(beat) > 0)
+    group_options.heartbeat = Milliseconds(std::atoi(beat));
   return std::make_shared<ProcessGroup>(std::move(communicator), context.store, group_options);
 }
 

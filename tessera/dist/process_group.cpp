@@ -206,11 +206,35 @@ void ProcessGroup::run_watchdog() {
   // consecutive polls, i.e. stuck for at least one interval. Nothing is sent while collectives
   // complete within the interval.
   const Milliseconds interval = watchdog_interval(options_.timeout);
+  const bool beating = options_.heartbeat > Milliseconds(0);
+  const Milliseconds wake = beating ? std::min(interval, options_.heartbeat) : interval;
+  auto next_check = std::chrono::steady_clock::now() + interval;
   std::unique_lock lock(mu_);
   uint64_t seen = UINT64_MAX, published = UINT64_MAX;
+  uint64_t beats = 0;
+  bool first = true;  // the first heartbeat goes out at once
   while (!stopping_) {
-    watchdog_cv_.wait_for(lock, interval, [&] { return stopping_; });
+    if (!first) watchdog_cv_.wait_for(lock, wake, [&] { return stopping_; });
     if (stopping_) return;
+    if (beating) {
+      std::string value = concat(++beats, " ", busy_ns_.load() / 1000, " ", in_flight_ ? 1 : 0, " ",
+                                 in_flight_ ? in_flight_sequence_ : next_sequence_.load(), " ",
+                                 in_flight_ ? in_flight_op_ : std::string("idle"));
+      lock.unlock();
+      try {
+        store_->set(concat("heartbeat/", rank_), value);
+      } catch (const std::exception&) {
+        // Best-effort: a dead store is the agent's to notice.
+      }
+      lock.lock();
+      if (stopping_) return;
+    }
+    if (first) {
+      first = false;
+      continue;
+    }
+    if (std::chrono::steady_clock::now() < next_check) continue;
+    next_check = std::chrono::steady_clock::now() + interval;
     if (!in_flight_) {
       seen = UINT64_MAX;
       continue;

@@ -34,6 +34,12 @@ namespace tessera::dist {
 struct ProcessGroupOptions {
   Milliseconds timeout{300000};  // per operation, as torch.distributed's default of 30 minutes is too long
   bool debug = false;            // the call check described above; init_process_group reads TESSERA_DIST_DEBUG
+  // > 0: the watchdog thread also publishes "heartbeat/<rank>" = "<count> <busy_us> <in_flight> <seq>
+  // <op>" this often, off the data path, so the elastic agent (tessera/elastic) can tell a stalled
+  // process (SIGSTOP, a frozen machine) from a slow one, name the collective the others wait in, and
+  // spot a straggler (its busy_us, time spent inside collectives, grows slowest: it arrives last).
+  // init_process_group reads TESSERA_HEARTBEAT_MS, which the elastic agent sets.
+  Milliseconds heartbeat{0};
 };
 
 class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {

@@ -42,6 +42,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"schedule.step_size", &c.schedule.step_size}, {"schedule.gamma", &c.schedule.gamma},
       {"schedule.min_lr", &c.schedule.min_lr},
       {"train.epochs", &c.train.epochs}, {"train.batch_size", &c.train.batch_size},
+      {"train.global_batch_size", &c.train.global_batch_size},
       {"train.eval_batch_size", &c.train.eval_batch_size}, {"train.seed", &c.train.seed},
       {"train.threads", &c.train.threads}, {"train.output_dir", &c.train.output_dir},
       {"train.log_every", &c.train.log_every}, {"train.checkpoint_every", &c.train.checkpoint_every},
@@ -53,6 +54,8 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.debug_slow_ms", &c.distributed.debug_slow_ms},
       {"distributed.debug_kill_rank", &c.distributed.debug_kill_rank},
       {"distributed.debug_kill_step", &c.distributed.debug_kill_step},
+      {"distributed.debug_stop_rank", &c.distributed.debug_stop_rank},
+      {"distributed.debug_stop_step", &c.distributed.debug_stop_step},
       {"distributed.backend", &c.distributed.backend}, {"distributed.timeout_s", &c.distributed.timeout_s},
       {"distributed.bucket_cap_mb", &c.distributed.bucket_cap_mb}, {"distributed.comm_hook", &c.distributed.comm_hook},
       {"distributed.find_unused_parameters", &c.distributed.find_unused_parameters},
@@ -253,6 +256,11 @@ void validate(const TrainConfig& c) {
   positive("train.epochs", c.train.epochs);
   positive("train.batch_size", c.train.batch_size);
   positive("train.eval_batch_size", c.train.eval_batch_size);
+  non_negative("train.global_batch_size", c.train.global_batch_size);
+  TESSERA_CHECK(c.train.global_batch_size == 0 || c.optimizer.scale_lr == "none",
+                "[config] train.global_batch_size keeps the global batch fixed whatever the world size, so "
+                "optimizer.scale_lr must be \"none\" (got \"", c.optimizer.scale_lr,
+                "\"); set optimizer.lr to the rate for the global batch instead");
   non_negative("train.threads", c.train.threads);
   positive("train.log_every", c.train.log_every);
   non_negative("train.checkpoint_every", c.train.checkpoint_every);
@@ -289,6 +297,8 @@ void validate(const TrainConfig& c) {
                   " must be divisible by parallel.tp ", c.parallel.tp, " (each rank takes whole heads)");
     TESSERA_CHECK(c.train.batch_size % c.parallel.microbatches == 0, "[config] train.batch_size ",
                   c.train.batch_size, " must be a multiple of parallel.microbatches ", c.parallel.microbatches);
+    TESSERA_CHECK(c.train.global_batch_size == 0, "[config] train.global_batch_size (elastic data parallelism) does not "
+                  "apply with parallel.pp / parallel.tp; set train.batch_size per replica");
     TESSERA_CHECK(c.distributed.comm_hook == "none" && !c.distributed.sync_batchnorm,
                   "[config] distributed.comm_hook and sync_batchnorm apply to plain DDP, not to parallel.pp / tp");
   }

@@ -46,6 +46,11 @@ struct ScheduleConfig {
 struct RunConfig {
   int64_t epochs = 5;
   int64_t batch_size = 128;
+  // The batch of one step over all ranks; 0: batch_size × world size (batch_size is then per rank).
+  // When set, each of W ranks reads global_batch_size / W (an error unless W divides it), so the step,
+  // the schedule and the data order stay the same when an elastic job changes its world size; the
+  // lr is then not scaled with the world size (optimizer.scale_lr must be "none").
+  int64_t global_batch_size = 0;
   int64_t eval_batch_size = 1000;
   uint64_t seed = 0;
   int64_t threads = 0;            // 0: TESSERA_NUM_THREADS or all cores
@@ -79,6 +84,9 @@ struct DistributedConfig {
   // worker debug_kill_rank sends itself SIGKILL at step debug_kill_step. -1: off.
   int64_t debug_slow_rank = -1, debug_slow_ms = 0;
   int64_t debug_kill_rank = -1, debug_kill_step = 0;
+  // Worker debug_stop_rank sends itself SIGSTOP at step debug_stop_step (a stalled process). Under the
+  // elastic agent both fire in generation 0 only, so the restarted job does not fail again.
+  int64_t debug_stop_rank = -1, debug_stop_step = 0;
 };
 
 // Model parallelism (tessera/parallel/pipeline, tessera/parallel/tensor) on a DP × PP × TP mesh

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <csignal>
+#include <cstdlib>
 #include <thread>
 
 #include "tessera/data/bag_of_words.h"
@@ -104,7 +105,7 @@ void Trainer::build_data() {
   eval_set_ = sets.eval;
   vocab_ = sets.vocabulary;
   data::DataLoaderOptions opts;
-  opts.batch_size = config_.train.batch_size;
+  opts.batch_size = per_rank_batch_size();
   opts.drop_last = true;  // equal batches keep the step count and the schedule simple
   opts.prefetch = static_cast<int>(d.prefetch);
   // With one rank this is the RandomSampler order (sampler.h), so single-process runs are unchanged.
@@ -113,7 +114,23 @@ void Trainer::build_data() {
       std::make_shared<data::DistributedSampler>(train_set_->size(), rank(), world_size(), true, config_.train.seed, true),
       opts);
   TESSERA_CHECK(loader_->batches_per_epoch() > 0, "[train] the training set has ", train_set_->size(),
-                " samples, fewer than one batch of ", config_.train.batch_size);
+                " samples, fewer than one global batch of ", global_batch_size());
+}
+
+int64_t Trainer::global_batch_size() const {
+  return config_.train.global_batch_size > 0 ? config_.train.global_batch_size
+                                             : config_.train.batch_size * world_size();
+}
+
+int64_t Trainer::per_rank_batch_size() const {
+  const int64_t global = global_batch_size();
+  // Uneven shares would need a weighted gradient average (DDP averages the ranks' means equally), so
+  // a global batch the world does not divide is refused rather than silently changed.
+  TESSERA_CHECK(global % world_size() == 0, "[train] train.global_batch_size ", global,
+                " is not divisible by the world size ", world_size(),
+                "; choose a global batch every world size the job may run at divides (e.g. 12 or 24 for 1 to 4 "
+                "workers)");
+  return global / world_size();
 }
 
 Tensor Trainer::loss_of(const data::Batch& batch, Tensor* logits_out, bool training) {
@@ -142,6 +159,8 @@ FitResult Trainer::fit() {
     ps_started_ = true;
   }
   model_->train();
+  if (!ps_) elastic_ = ElasticReport::from_environment(rank());
+  if (elastic_) elastic_->started(step_);
   while (epoch_ < run.epochs) {
     const int64_t batches = loader_->batches_per_epoch();
     loader_->start_epoch(epoch_, batch_in_epoch_);
@@ -160,6 +179,7 @@ FitResult Trainer::fit() {
       if (ps_) ps_->step(optimizer_->lr());  // the servers run the optimizer
       else optimizer_->step();
       ++step_;
+      if (elastic_) elastic_->stepped(step_);
       apply_fault_injection();
       ++batch_in_epoch_;
       const double loss_value = loss.item<float>();
@@ -234,6 +254,14 @@ void Trainer::apply_fault_injection() {
   const auto& d = config_.distributed;
   if (rank() == d.debug_slow_rank && d.debug_slow_ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(d.debug_slow_ms));  // the artificial straggler
+  const char* generation = std::getenv("TESSERA_ELASTIC_GENERATION");
+  if (generation != nullptr && std::string(generation) != "0") return;  // the restarted job runs clean
+  if (rank() == d.debug_stop_rank && step_ == d.debug_stop_step) {
+    std::fprintf(stderr, "[train] fault injection: worker %d stops itself (SIGSTOP) at step %lld\n", rank(),
+                 static_cast<long long>(step_));
+    std::fflush(stderr);
+    std::raise(SIGSTOP);
+  }
   if (rank() == d.debug_kill_rank && step_ == d.debug_kill_step) {
     std::fprintf(stderr, "[train] fault injection: worker %d kills itself (SIGKILL) at step %lld\n", rank(),
                  static_cast<long long>(step_));
@@ -317,6 +345,11 @@ std::string Trainer::save_checkpoint() {
   trainer.metadata = {{"tessera.step", std::to_string(step_)},
                       {"tessera.epoch", std::to_string(epoch_)},
                       {"tessera.batch_in_epoch", std::to_string(batch_in_epoch_)},
+                      // The world-size-independent position: a job resumed with any number of ranks
+                      // continues from sample samples_in_epoch of the epoch's global order.
+                      {"tessera.global_batch_size", std::to_string(global_batch_size())},
+                      {"tessera.samples_in_epoch", std::to_string(batch_in_epoch_ * global_batch_size())},
+                      {"tessera.world_size", std::to_string(world_size())},
                       {"tessera.rng", default_generator().state()},
                       {"tessera.config", to_toml(config_)}};
   return io::save_checkpoint((fs::path(config_.train.output_dir) / "checkpoints").string(), step_, model, trainer,
@@ -333,6 +366,19 @@ void Trainer::resume(const std::string& path_in) {
   step_ = metadata_int(files.trainer.metadata, "tessera.step", trainer_file);
   epoch_ = metadata_int(files.trainer.metadata, "tessera.epoch", trainer_file);
   batch_in_epoch_ = metadata_int(files.trainer.metadata, "tessera.batch_in_epoch", trainer_file);
+  if (files.trainer.metadata.count("tessera.samples_in_epoch")) {
+    // Step s of every world size covers positions [s·G, (s+1)·G) of the epoch's global order
+    // (DistributedSampler deals position p to rank p mod W), so the position in samples is all a run
+    // with another world size needs, provided its global batch G divides it.
+    const int64_t samples = metadata_int(files.trainer.metadata, "tessera.samples_in_epoch", trainer_file);
+    const int64_t saved_global = metadata_int(files.trainer.metadata, "tessera.global_batch_size", trainer_file);
+    TESSERA_CHECK(samples % global_batch_size() == 0, "[resume] ", trainer_file, " stopped after ", samples,
+                  " samples of epoch ", epoch_, " with a global batch of ", saved_global,
+                  "; this run's global batch of ", global_batch_size(), " (", world_size(),
+                  " ranks) does not divide that. Set train.global_batch_size = ", saved_global,
+                  " to resume with any world size");
+    batch_in_epoch_ = samples / global_batch_size();
+  }
   TESSERA_CHECK(step_ >= 0 && epoch_ >= 0 && batch_in_epoch_ >= 0 && batch_in_epoch_ <= loader_->batches_per_epoch(),
                 "[resume] ", trainer_file, " holds an impossible position (step ", step_, ", epoch ", epoch_, ", batch ",
                 batch_in_epoch_, " of ", loader_->batches_per_epoch(), "); was the batch size or dataset changed?");

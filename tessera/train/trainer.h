@@ -8,7 +8,10 @@
 // DistributedSampler share (train.batch_size per rank; together the ranks' step s covers the
 // single-process batch s of size world·batch_size), gradients are averaged in backward, evaluation
 // is sharded and summed, every rank agrees each step on whether to stop (so a forwarded Ctrl-C stops
-// them all after the same step), and rank 0 alone writes metrics, progress and checkpoints.
+// them all after the same step), and rank 0 alone writes metrics, progress and checkpoints. With
+// train.global_batch_size = G each of W ranks reads G / W a step instead, and checkpoints record the
+// position in samples of the epoch's global order, so a run saved with N ranks resumes with M
+// (the elastic agent's restarts; docs/distributed.md "Elastic training").
 //
 // Given parameter-server client options instead (distributed.strategy = "ps"), this process is one
 // worker of a parameter-server job (tessera/parallel/ps): it reads its DistributedSampler share,
@@ -29,6 +32,7 @@
 #include "tessera/parallel/ps/worker.h"
 #include "tessera/train/builders.h"
 #include "tessera/train/config.h"
+#include "tessera/train/elastic_report.h"
 #include "tessera/train/progress.h"
 
 namespace tessera::train {
@@ -70,6 +74,10 @@ class Trainer {
   int64_t global_step() const { return step_; }
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
+  // Samples per step over all ranks (train.global_batch_size, else batch_size × world size), and this
+  // rank's share of them.
+  int64_t global_batch_size() const;
+  int64_t per_rank_batch_size() const;
   // The DDP wrapper when world_size() > 1, else null.
   const parallel::ddp::DistributedDataParallel* ddp() const { return ddp_.get(); }
   const data::Vocabulary* vocabulary() const { return vocab_.get(); }
@@ -99,6 +107,7 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<optim::LRScheduler> schedule_;
   int64_t step_ = 0, epoch_ = 0, batch_in_epoch_ = 0;
+  std::unique_ptr<ElasticReport> elastic_;  // rank 0 under the elastic agent, else null
   static std::atomic<bool> stop_requested_;
 };
 

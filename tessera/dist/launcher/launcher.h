@@ -23,6 +23,7 @@
 // failed worker's. --timeout and forwarded signals behave as above, for servers and workers alike.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <string>
 #include <sys/types.h>
 #include <vector>
@@ -45,6 +46,15 @@ struct LaunchOptions {
   std::chrono::milliseconds timeout{0};          // for the whole job; 0: none
   std::chrono::milliseconds grace_period{5000};  // between SIGTERM (or a forwarded signal) and SIGKILL
   bool host_store = true;             // node 0 hosts the rendezvous store
+  // The elastic agent's hook (tessera/elastic): called at least every watch_interval while the
+  // workers run; when it returns true the launcher stops them as on a failure (SIGTERM, SIGKILL
+  // after the grace period) and the result says `interrupted`. Null: never.
+  std::function<bool()> watch;
+  std::chrono::milliseconds watch_interval{100};
+  std::function<void(int rank, pid_t pid)> on_spawn;  // told each worker's pid as it starts
+  // Told at once when a worker's failure stops the job ("rank 2 (pid 7) was killed by signal 9
+  // (SIGKILL)"), before the others have been stopped.
+  std::function<void(int rank, int wait_status, const std::string& what)> on_failure;
   int stdout_fd = 1;                  // where the workers' prefixed stdout goes
   int stderr_fd = 2;                  // ... and their stderr, and the launcher's notices during the job
 };
@@ -72,6 +82,7 @@ struct LaunchResult {
   int failed_server = -1;           // the server whose failure stopped the job, if any
   std::vector<int> failed_workers;  // PS job: ranks of the workers that failed without stopping it
   bool timed_out = false;
+  bool interrupted = false;   // LaunchOptions::watch asked to stop the workers
   int received_signal = 0;    // SIGINT or SIGTERM the launcher received and forwarded, if any
   std::vector<WorkerOutcome> workers;  // by local rank
   std::vector<WorkerOutcome> servers;  // PS job: by index on this node; empty otherwise

@@ -129,9 +129,22 @@ class Supervisor {
       for (int s : signals.take())
         if (s == SIGINT || s == SIGTERM) forward(s);
       reap();
+      check_watch();
       check_deadlines();
     }
     return result();
+  }
+
+  // The elastic agent's hook runs every watch_interval even while stopping (its heartbeats must go
+  // on), but can stop the workers only once.
+  void check_watch() {
+    if (!job_.watch || Clock::now() < next_watch_) return;
+    next_watch_ = Clock::now() + job_.watch_interval;
+    if (job_.watch() && !stopping() && received_signal_ == 0) {
+      interrupted_ = true;
+      stopped_on_interrupt_ = running_count();
+      stop();
+    }
   }
 
  private:
@@ -145,6 +158,7 @@ class Supervisor {
                                      Stream{std::move(p.stdout_read), LinePrefixer(prefix, job_.stdout_fd)},
                                      Stream{std::move(p.stderr_read), LinePrefixer(prefix, job_.stderr_fd)},
                                      {}, false});
+        if (job_.on_spawn) job_.on_spawn(spec.rank, p.pid);
       }
     } catch (...) {
       // Those already started must not outlive the error: kill and reap them (SIGKILL cannot be
@@ -177,6 +191,7 @@ class Supervisor {
     Clock::time_point wake = Clock::now() + kTick;
     if (stop_deadline_ && !escalated_) wake = std::min(wake, *stop_deadline_);
     if (job_deadline_ && !stopping()) wake = std::min(wake, *job_deadline_);
+    if (job_.watch) wake = std::min(wake, next_watch_);
     auto left = std::chrono::ceil<milliseconds>(wake - Clock::now());
     return std::max(left, milliseconds(0));
   }
@@ -200,6 +215,8 @@ class Supervisor {
       failed_ = static_cast<int>(i);
       stopped_on_failure_ = running_count();
       stop();
+      if (job_.on_failure)
+        job_.on_failure(w.rank, *w.status, tessera::detail::concat(w.name(), " (pid ", w.pid, ") ", describe_wait_status(*w.status)));
     }
   }
 
@@ -270,6 +287,10 @@ class Supervisor {
       r.message = tessera::detail::concat(w.name(), " (pid ", w.pid, ") ", describe_wait_status(*w.status));
       if (stopped_on_failure_ > 0) r.message += "; stopped the other " + plural(stopped_on_failure_, noun_);
       r.message += escalation;
+    } else if (interrupted_) {
+      r.interrupted = true;
+      r.exit_code = 1;
+      r.message = "stopped " + plural(stopped_on_interrupt_, noun_) + " for the elastic agent" + escalation;
     } else if (timed_out_) {
       r.timed_out = true;
       r.exit_code = 124;  // as timeout(1)
@@ -316,7 +337,9 @@ class Supervisor {
   std::vector<Process> processes_;  // servers first, then workers, as spawned
   std::vector<int> failed_workers_;
   std::optional<Clock::time_point> job_deadline_, stop_deadline_;
-  bool escalated_ = false, timed_out_ = false;
+  bool escalated_ = false, timed_out_ = false, interrupted_ = false;
+  int stopped_on_interrupt_ = 0;
+  Clock::time_point next_watch_{};
   int failed_ = -1, stopped_on_failure_ = 0, stopped_on_timeout_ = 0;
   int received_signal_ = 0, forwarded_to_ = 0, sigkilled_ = 0;
 };

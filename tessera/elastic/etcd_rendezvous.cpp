@@ -1,0 +1,206 @@
+// The etcd backend of the rendezvous: etcd's v3 JSON gateway (POST /v3/kv/range, /v3/kv/put,
+// /v3/kv/txn; keys and values base64) over plain HTTP/1.1, one short connection per request, with
+// a client of our own: a few dozen lines instead of a gRPC stack. Meant for etcd on a trusted
+// network or loopback (no TLS, no auth), as the tests run it.
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <poll.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/error.h"
+#include "tessera/dist/store/socket.h"
+#include "tessera/elastic/rendezvous_store.h"
+
+namespace tessera::elastic {
+
+namespace {
+
+using nlohmann::json;
+using tessera::detail::concat;
+
+constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string base64_encode(const std::string& in) {
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
+  }
+  if (i + 1 == in.size()) {
+    uint32_t v = uint8_t(in[i]) << 16;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == in.size()) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+std::string base64_decode(const std::string& in) {
+  std::string out;
+  uint32_t v = 0;
+  int bits = 0;
+  for (char c : in) {
+    const char* p = std::strchr(kAlphabet, c);
+    if (c == '=' || c == '\0' || p == nullptr) continue;
+    v = (v << 6) | static_cast<uint32_t>(p - kAlphabet);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((v >> bits) & 0xff);
+    }
+  }
+  return out;
+}
+
+// Decodes an HTTP/1.1 chunked body.
+std::string dechunk(const std::string& body) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t eol = body.find("\r\n", pos);
+    if (eol == std::string::npos) break;
+    size_t n = std::stoul(body.substr(pos, eol - pos), nullptr, 16);
+    if (n == 0) break;
+    out += body.substr(eol + 2, n);
+    pos = eol + 2 + n + 2;
+  }
+  return out;
+}
+
+class EtcdRendezvous : public RendezvousStore {
+ public:
+  EtcdRendezvous(std::string host, int port, std::chrono::milliseconds timeout)
+      : host_(std::move(host)), port_(port), timeout_(timeout) {
+    // Fail early, with a message, when nothing answers there.
+    const auto deadline = dist::detail::Clock::now() + timeout_;
+    std::string error;
+    while (true) {
+      try {
+        post("/v3/kv/range", json{{"key", base64_encode(kPrefix)}});
+        return;
+      } catch (const IoError& e) {
+        if (dist::detail::Clock::now() >= deadline)
+          throw IoError(concat("[rendezvous] no etcd answered at http://", host_, ":", port_, " within ",
+                               timeout_.count() / 1000.0, " s: ", e.what(), "; is etcd running there?"));
+      }
+      ::usleep(100000);
+    }
+  }
+
+  std::optional<std::string> get(const std::string& key) override {
+    json r = post("/v3/kv/range", json{{"key", base64_encode(kPrefix + key)}});
+    if (!r.contains("kvs") || r["kvs"].empty()) return std::nullopt;
+    return value_of(r["kvs"][0]);
+  }
+
+  void set(const std::string& key, const std::string& value) override {
+    post("/v3/kv/put", json{{"key", base64_encode(kPrefix + key)}, {"value", base64_encode(value)}});
+  }
+
+  int64_t add(const std::string& key, int64_t delta) override {
+    const std::string k = base64_encode(kPrefix + key);
+    while (true) {  // optimistic: read, then write only if nobody wrote in between
+      json r = post("/v3/kv/range", json{{"key", k}});
+      int64_t value = 0;
+      json compare;
+      if (r.contains("kvs") && !r["kvs"].empty()) {
+        value = std::stoll(value_of(r["kvs"][0]));
+        compare = {{"key", k}, {"target", "MOD"}, {"result", "EQUAL"},
+                   {"mod_revision", r["kvs"][0].value("mod_revision", std::string("0"))}};
+      } else {
+        compare = {{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
+      }
+      const std::string next = std::to_string(value + delta);
+      json txn = {{"compare", json::array({compare})},
+                  {"success", json::array({json{{"request_put", {{"key", k}, {"value", base64_encode(next)}}}}})}};
+      if (post("/v3/kv/txn", txn).value("succeeded", false)) return value + delta;
+    }
+  }
+
+  std::string compare_set(const std::string& key, const std::string& expected, const std::string& desired) override {
+    const std::string k = base64_encode(kPrefix + key);
+    json compare = expected.empty()
+                       ? json{{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}
+                       : json{{"key", k}, {"target", "VALUE"}, {"result", "EQUAL"}, {"value", base64_encode(expected)}};
+    json txn = {{"compare", json::array({compare})},
+                {"success", json::array({json{{"request_put", {{"key", k}, {"value", base64_encode(desired)}}}}})},
+                {"failure", json::array({json{{"request_range", {{"key", k}}}}})}};
+    json r = post("/v3/kv/txn", txn);
+    if (r.value("succeeded", false)) return desired;
+    try {
+      const json& kvs = r.at("responses").at(0).at("response_range").at("kvs");
+      return kvs.empty() ? std::string() : value_of(kvs[0]);
+    } catch (const json::exception&) {
+      return "";  // the key is absent (the gateway omits empty fields)
+    }
+  }
+
+  std::string describe() const override { return concat("etcd at http://", host_, ":", port_); }
+
+ private:
+  static constexpr const char* kPrefix = "/tessera/";
+
+  static std::string value_of(const json& kv) { return base64_decode(kv.value("value", std::string())); }
+
+  json post(const std::string& path, const json& body) {
+    const std::string payload = body.dump();
+    const std::string request = concat("POST ", path, " HTTP/1.1\r\nHost: ", host_, ":", port_,
+                                       "\r\nContent-Type: application/json\r\nContent-Length: ", payload.size(),
+                                       "\r\nConnection: close\r\n\r\n", payload);
+    const auto deadline = dist::detail::Clock::now() + std::chrono::milliseconds(10000);
+    std::string error;
+    dist::detail::Socket sock = dist::detail::try_connect_tcp(host_, static_cast<uint16_t>(port_), deadline, &error);
+    if (!sock.valid()) throw IoError(concat("[etcd] cannot connect to ", host_, ":", port_, ": ", error));
+    auto sent = dist::detail::send_all(sock.fd(), reinterpret_cast<const uint8_t*>(request.data()), request.size(),
+                                       deadline);
+    if (sent.status != dist::detail::IoStatus::kOk) throw IoError(concat("[etcd] ", path, ": sending failed"));
+    std::string response;
+    char buffer[16384];
+    while (true) {
+      pollfd p{sock.fd(), POLLIN, 0};
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - dist::detail::Clock::now());
+      if (left.count() <= 0) throw IoError(concat("[etcd] ", path, ": no reply within 10 s"));
+      int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) continue;
+      ssize_t n = ::read(sock.fd(), buffer, sizeof buffer);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) break;
+      response.append(buffer, static_cast<size_t>(n));
+    }
+    size_t head_end = response.find("\r\n\r\n");
+    if (response.compare(0, 5, "HTTP/") != 0 || head_end == std::string::npos)
+      throw IoError(concat("[etcd] ", path, ": malformed reply"));
+    const std::string head = response.substr(0, head_end);
+    std::string text = response.substr(head_end + 4);
+    std::string lower = head;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower.find("transfer-encoding: chunked") != std::string::npos) text = dechunk(text);
+    const int status = std::atoi(head.c_str() + head.find(' ') + 1);
+    if (status != 200) throw IoError(concat("[etcd] ", path, " answered ", status, ": ", text));
+    return json::parse(text);
+  }
+
+  std::string host_;
+  int port_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
+
+std::unique_ptr<RendezvousStore> make_etcd_rendezvous(const std::string& host, int port,
+                                                      std::chrono::milliseconds timeout) {
+  return std::make_unique<EtcdRendezvous>(host, port, timeout);
+}
+
+}  // namespace tessera::elastic

@@ -1,0 +1,25 @@
+// What rank 0 of a job under the elastic agent (`tessera run --nnodes MIN:MAX ...`, which sets
+// TESSERA_ELASTIC_GENERATION) tells its agent through the generation's store: the step it started
+// (or resumed) at, "elastic/resumed", and each step it completes, "elastic/step". From these the
+// agent reports the time from a failure to training resumed and the steps lost.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "tessera/dist/store/store.h"
+
+namespace tessera::train {
+
+class ElasticReport {
+ public:
+  // Null when this process is not rank 0 of an elastic job.
+  static std::unique_ptr<ElasticReport> from_environment(int rank);
+  void started(int64_t step);
+  void stepped(int64_t step);
+
+ private:
+  explicit ElasticReport(std::shared_ptr<dist::Store> store) : store_(std::move(store)) {}
+  std::shared_ptr<dist::Store> store_;
+};
+
+}  // namespace tessera::train
