@@ -120,10 +120,18 @@ WorkPtr ProcessGroup::enqueue(std::string op, std::string details, std::vector<T
   return enqueue_task(std::move(task));
 }
 
+std::vector<std::pair<uint64_t, int64_t>> ProcessGroup::recent_arrivals() const {
+  std::lock_guard lock(mu_);
+  return {arrivals_.begin(), arrivals_.end()};
+}
+
 WorkPtr ProcessGroup::enqueue_task(Task task) {
   std::unique_lock lock(mu_);
   if (task.collective) {
     task.sequence = next_sequence_++;
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    arrivals_.emplace_back(task.sequence, std::chrono::duration_cast<std::chrono::microseconds>(now).count());
+    if (arrivals_.size() > kArrivalsKept) arrivals_.pop_front();
     task.description = concat(task.op, " #", task.sequence, " ", task.signature.substr(task.op.size() + 1));
   } else {
     task.description = task.signature;
@@ -153,6 +161,7 @@ void ProcessGroup::run_worker() {
         in_flight_ = true;
         in_flight_sequence_ = task.sequence;
         in_flight_op_ = task.op;
+        in_flight_description_ = task.description;
       }
     }
     if (broken) {
@@ -219,7 +228,10 @@ void ProcessGroup::run_watchdog() {
     if (beating) {
       std::string value = concat(++beats, " ", busy_ns_.load() / 1000, " ", in_flight_ ? 1 : 0, " ",
                                  in_flight_ ? in_flight_sequence_ : next_sequence_.load(), " ",
-                                 in_flight_ ? in_flight_op_ : std::string("idle"));
+                                 in_flight_ ? in_flight_op_ : std::string("idle"), "\n",
+                                 // The whole call (op, sequence number, dtype and size) for stall reports.
+                                 in_flight_ ? in_flight_description_ : std::string(), "\n");
+      for (const auto& [sequence, us] : arrivals_) value += concat(sequence, ":", us, " ");
       lock.unlock();
       try {
         store_->set(concat("heartbeat/", rank_), value);

@@ -34,10 +34,12 @@ namespace tessera::dist {
 struct ProcessGroupOptions {
   Milliseconds timeout{300000};  // per operation, as torch.distributed's default of 30 minutes is too long
   bool debug = false;            // the call check described above; init_process_group reads TESSERA_DIST_DEBUG
-  // > 0: the watchdog thread also publishes "heartbeat/<rank>" = "<count> <busy_us> <in_flight> <seq>
-  // <op>" this often, off the data path, so the elastic agent (tessera/elastic) can tell a stalled
-  // process (SIGSTOP, a frozen machine) from a slow one, name the collective the others wait in, and
-  // spot a straggler (its busy_us, time spent inside collectives, grows slowest: it arrives last).
+  // > 0: the watchdog thread also publishes "heartbeat/<rank>" this often, off the data path, as
+  // three lines: "<count> <busy_us> <in_flight> <seq> <op>", the call in flight ("allreduce #3 (sum,
+  // float32 x 10)", or empty), and this rank's arrival times at its latest collectives ("<seq>:<unix
+  // us> ..."). From them the elastic agent (tessera/elastic) tells a stalled process (SIGSTOP, a
+  // frozen machine) from a slow one, names the collective the others wait in with its size, and
+  // names a rank that arrives last at the collectives again and again (a straggler).
   // init_process_group reads TESSERA_HEARTBEAT_MS, which the elastic agent sets.
   Milliseconds heartbeat{0};
 };
@@ -63,6 +65,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   double busy_seconds() const { return static_cast<double>(busy_ns_.load()) * 1e-9; }
   // Collectives issued so far; the next one gets this number.
   uint64_t sequence_number() const { return next_sequence_.load(); }
+  // When this rank issued (arrived at) each of its latest collectives: (sequence, Unix time in
+  // microseconds), oldest first, at most kArrivalsKept.
+  static constexpr size_t kArrivalsKept = 32;
+  std::vector<std::pair<uint64_t, int64_t>> recent_arrivals() const;
 
   // Tensors must be contiguous CPU tensors; in-place ops overwrite `tensor`. The tensors are kept
   // alive until the operation finishes; do not read or write them before wait().
@@ -135,7 +141,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::atomic<int64_t> busy_ns_{0};
   uint64_t groups_created_ = 0;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable queue_cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
@@ -145,6 +151,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   bool in_flight_ = false;
   uint64_t in_flight_sequence_ = 0;
   std::string in_flight_op_;
+  std::string in_flight_description_;
+  std::deque<std::pair<uint64_t, int64_t>> arrivals_;  // recent_arrivals()  // "allreduce #3 (sum, float32 x 10)"
   std::condition_variable watchdog_cv_;
   std::thread worker_;
   std::thread watchdog_;

@@ -42,6 +42,12 @@ void say(int fd, const std::string& line) {
   }
 }
 
+std::string fixed(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", v);
+  return b;
+}
+
 std::string seconds(Clock::duration d) {
   char text[32];
   std::snprintf(text, sizeof text, "%.2f s", std::chrono::duration<double>(d).count());
@@ -70,20 +76,39 @@ int usable_cores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// A worker's heartbeat: "<count> <busy_us> <in_flight> <seq> <op>" (dist/process_group.h).
+// A worker's heartbeat (dist/process_group.h): "<count> <busy_us> <in_flight> <seq> <op>", then the
+// call in flight, then "<seq>:<unix us> ..." of its latest collectives.
 struct Beat {
   int64_t count = 0, busy_us = 0;
   bool in_flight = false;
   int64_t sequence = 0;
   std::string op;
+  std::string call;  // in flight: "allreduce #30 (sum, float32 x 203530)", the op with its size
+  std::map<int64_t, int64_t> arrivals;  // sequence -> when this rank issued it (Unix us)
 };
 
 std::optional<Beat> parse_beat(const std::string& text) {
   std::istringstream in(text);
+  std::string fields, arrivals;
   Beat b;
+  std::getline(in, fields);
+  std::getline(in, b.call);
+  std::getline(in, arrivals);
+  std::istringstream f(fields);
   int flight = 0;
-  if (!(in >> b.count >> b.busy_us >> flight >> b.sequence >> b.op)) return std::nullopt;
+  if (!(f >> b.count >> b.busy_us >> flight >> b.sequence >> b.op)) return std::nullopt;
   b.in_flight = flight != 0;
+  if (b.call.empty()) b.call = concat(b.op, " #", b.sequence);
+  std::istringstream a(arrivals);
+  for (std::string item; a >> item;) {
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) return std::nullopt;
+    try {
+      b.arrivals[std::stoll(item.substr(0, colon))] = std::stoll(item.substr(colon + 1));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
   return b;
 }
 
@@ -239,7 +264,7 @@ class Agent {
     stall_reports_.clear();
     worker_beats_.clear();
     agent_beats_.clear();
-    busy_window_.clear();
+    straggler_seen_seq_ = -1;
     strikes_.clear();
     last_step_ = -1;
     next_beat_ = Clock::now();
@@ -262,7 +287,7 @@ class Agent {
       } catch (const Error& e) {
         fatal_ = e.what();
       }
-      kill_local_workers(rank);  // as for the other agents' workers in watch()
+      stop_local_workers(rank);  // as for the other agents' workers in watch()
     };
     job.watch = [this, &m] { return watch(m); };
     dist::launcher::LaunchResult r;
@@ -315,11 +340,11 @@ class Agent {
       }
       if (rdzv_->generation() != m.generation) {
         // Survivors of a failure cannot finish their step without the dead peer: SIGTERM would only
-        // make them wait out the grace period in a collective, so they get SIGKILL at once (their
-        // progress since the last checkpoint is lost either way). After a "grow" everyone is alive,
+        // make them wait out the grace period in a collective, so they are asked (SIGUSR1) to save
+        // their last whole step from memory and exit at once. After a "grow" everyone is alive,
         // and SIGTERM lets the trainer checkpoint the step it is in.
         std::optional<GenerationEnd> end = rdzv_->end_of(m.generation);
-        if (!end || end->kind != "grow") kill_local_workers(-1);
+        if (!end || end->kind != "grow") stop_local_workers(-1);
         return true;
       }
       if (m.node_rank == 0) {
@@ -344,9 +369,12 @@ class Agent {
     return false;
   }
 
-  void kill_local_workers(int except_rank) {
+  // After a failure: SIGUSR1 asks each surviving worker to save the state it holds in memory and
+  // exit (train/survivor_save.h); the supervisor's SIGTERM and, after the grace period, SIGKILL
+  // follow for any that cannot. A program without the handler dies of SIGUSR1 at once.
+  void stop_local_workers(int except_rank) {
     for (auto& [rank, pid] : pids_)
-      if (rank != except_rank) dist::launcher::signal_worker(pid, SIGKILL);
+      if (rank != except_rank) dist::launcher::signal_worker(pid, SIGUSR1);
   }
 
   // True when another agent's heartbeat stopped (this generation is then ended).
@@ -401,12 +429,12 @@ class Agent {
         report += "none since the process group started";
       } else {
         const Beat& mine = beats[r];
-        report += mine.in_flight ? concat("in ", mine.op, " #", mine.sequence)
+        report += mine.in_flight ? concat("in ", mine.call)
                                  : concat("before collective #", mine.sequence);
       }
       std::map<std::string, std::vector<int>> waiting;  // "allreduce #57" -> ranks in it
       for (auto& [q, b] : beats)
-        if (q != r && b.in_flight) waiting[concat(b.op, " #", b.sequence)].push_back(q);
+        if (q != r && b.in_flight) waiting[b.call].push_back(q);
       for (auto& [op, ranks] : waiting) {
         report += "; rank(s)";
         for (int q : ranks) report += " " + std::to_string(q);
@@ -457,51 +485,84 @@ class Agent {
 
   // A rank the others keep waiting for spends the least time inside collectives: name it when its
   // share lags the median of the others by a quarter of the window, three windows in a row.
+  // Every straggler window: the collectives every rank has issued since the last window, with each
+  // rank's arrival time (heartbeats carry them). A rank's lag at a collective is how long after the
+  // first arrival it came; the others wait that long. The rank with the largest total lag earns a
+  // strike when it is over three times the next largest and over 5% of the window (it kept the
+  // others waiting that much); three windows in a row name it. (A rank that is slow between
+  // collectives is late at the first one after the delay; the ones after it start together.)
   void check_stragglers(const Membership& m) {
     const int world = m.world_size();
     if (world < 2) return;
-    std::vector<int64_t> busy(static_cast<size_t>(world), -1);
+    std::vector<std::map<int64_t, int64_t>> arrivals(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) {
       std::string key = concat("pg0/heartbeat/", r);
       if (!worker_store_->check({key})) return;
       auto b = parse_beat(worker_store_->get_string(key));
       if (!b) return;
-      busy[static_cast<size_t>(r)] = b->busy_us;
+      arrivals[static_cast<size_t>(r)] = std::move(b->arrivals);
     }
-    if (busy_window_.size() != busy.size()) {
-      busy_window_ = busy;
-      return;
+    std::vector<int> last_count(static_cast<size_t>(world), 0);
+    std::vector<double> lag_ms(static_cast<size_t>(world), 0.0);
+    int collectives = 0;
+    int64_t first_seq = -1, last_seq = -1;
+    for (const auto& [seq, t0] : arrivals[0]) {
+      if (seq <= straggler_seen_seq_) continue;
+      std::vector<int64_t> t(static_cast<size_t>(world));
+      bool everyone = true;
+      for (int r = 0; r < world && everyone; ++r) {
+        auto it = arrivals[static_cast<size_t>(r)].find(seq);
+        if (it == arrivals[static_cast<size_t>(r)].end()) everyone = false;
+        else t[static_cast<size_t>(r)] = it->second;
+      }
+      if (!everyone) continue;
+      const int64_t first = *std::min_element(t.begin(), t.end());
+      ++last_count[static_cast<size_t>(std::max_element(t.begin(), t.end()) - t.begin())];
+      for (size_t r = 0; r < t.size(); ++r) lag_ms[r] += static_cast<double>(t[r] - first) / 1e3;
+      ++collectives;
+      if (first_seq < 0) first_seq = seq;
+      last_seq = std::max(last_seq, seq);
     }
-    std::vector<int64_t> delta(busy.size());
-    for (size_t r = 0; r < busy.size(); ++r) delta[r] = busy[r] - busy_window_[r];
-    busy_window_ = busy;
-    const size_t late = static_cast<size_t>(std::min_element(delta.begin(), delta.end()) - delta.begin());
-    std::vector<int64_t> others;
-    for (size_t r = 0; r < delta.size(); ++r)
-      if (r != late) others.push_back(delta[r]);
-    std::nth_element(others.begin(), others.begin() + static_cast<long>(others.size() / 2), others.end());
-    const int64_t median = others[others.size() / 2];
-    const int64_t window_us = o_.straggler_window.count() * 1000;
-    for (size_t r = 0; r < delta.size(); ++r)
-      if (r != late) strikes_[static_cast<int>(r)] = 0;
-    if (median - delta[late] > window_us / 4) {
-      int& s = strikes_[static_cast<int>(late)];
+    if (collectives == 0) return;
+    straggler_seen_seq_ = last_seq;
+    std::vector<double> sorted = lag_ms;
+    std::sort(sorted.rbegin(), sorted.rend());
+    const int late = static_cast<int>(std::max_element(lag_ms.begin(), lag_ms.end()) - lag_ms.begin());
+    const double window_ms = static_cast<double>(o_.straggler_window.count());
+    for (int r = 0; r < world; ++r)
+      if (r != late) strikes_[r] = 0;
+    if (sorted[0] > 3 * sorted[1] && sorted[0] > 0.05 * window_ms) {
+      int& s = strikes_[late];
       if (++s == 3) {
-        say(o_.stderr_fd, concat("straggler: rank ", late, " is consistently late at the collectives: over the last 3 ",
-                                 "windows of ", seconds(o_.straggler_window), " the other ranks spent a median ",
-                                 median / 1000, " ms per window waiting inside collectives, rank ", late, " ",
-                                 delta[late] / 1000, " ms"));
-        if (std::find(result_.stragglers.begin(), result_.stragglers.end(), static_cast<int>(late)) ==
-            result_.stragglers.end())
-          result_.stragglers.push_back(static_cast<int>(late));
+        say(o_.stderr_fd, concat("straggler: rank ", late, " is consistently late at the collectives: over #", first_seq,
+                                 "..#", last_seq, " (", collectives, " that every rank reached) it arrived last at ",
+                                 last_count[static_cast<size_t>(late)], " and kept the others waiting ",
+                                 fixed(sorted[0]), " ms in all (the next latest rank: ", fixed(sorted[1]),
+                                 " ms); the 3rd window of ", seconds(o_.straggler_window), " in a row"));
+        if (std::find(result_.stragglers.begin(), result_.stragglers.end(), late) == result_.stragglers.end())
+          result_.stragglers.push_back(late);
       }
     } else {
-      strikes_[static_cast<int>(late)] = 0;
+      strikes_[late] = 0;
     }
   }
 
   void wait_for_members(const Membership& m) {
     std::map<int, std::pair<int64_t, Clock::time_point>> beats;
+    // The rendezvous store's host leaves once every member has finished, this one included; a
+    // node 0 that does not host it may then find the store gone while it still waits. Having
+    // finished itself, it has nothing left to wait for.
+    if (!store_host_) {
+      try {
+        wait_for_members_polling(m, beats);
+      } catch (const Error&) {
+      }
+      return;
+    }
+    wait_for_members_polling(m, beats);
+  }
+
+  void wait_for_members_polling(const Membership& m, std::map<int, std::pair<int64_t, Clock::time_point>>& beats) {
     while (true) {
       bool all = true;
       const Clock::time_point now = Clock::now();
@@ -569,7 +630,7 @@ class Agent {
   std::map<int, pid_t> pids_;
   std::map<int, std::string> stall_reports_;
   std::map<int, std::pair<int64_t, Clock::time_point>> worker_beats_, agent_beats_;
-  std::vector<int64_t> busy_window_;
+  int64_t straggler_seen_seq_ = -1;  // collectives up to here were counted in an earlier window
   std::map<int, int> strikes_;
   std::set<int64_t> reported_;
   int64_t last_step_ = -1;

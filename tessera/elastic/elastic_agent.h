@@ -15,8 +15,10 @@
 // Failures are bounded by max_restarts over the job; the next one fails every agent with a
 // message naming each failure. Node 0 of each generation hosts that generation's worker store,
 // reports the time from a failure to the first completed step after it and the steps lost, and
-// names a straggler: a rank whose time inside collectives grows far slower than the others' (they
-// wait for it) for three windows in a row.
+// names a straggler: a rank whose arrival times at the collectives (carried by the heartbeats) keep
+// the others waiting far longer than any other rank does, three windows in a row.
+// After a failure the surviving workers are asked (SIGUSR1) to save the state they hold in memory
+// (train/survivor_save.h), so the next generation resumes from the last step every replica finished.
 #pragma once
 #include <chrono>
 #include <cstdint>

@@ -6,6 +6,8 @@
 #include <limits>
 #include <optional>
 #include <csignal>
+#include <fcntl.h>
+#include <unistd.h>
 #include <cstdlib>
 #include <thread>
 
@@ -161,6 +163,13 @@ FitResult Trainer::fit() {
   model_->train();
   if (!ps_) elastic_ = ElasticReport::from_environment(rank());
   if (elastic_) elastic_->started(step_);
+  if (ddp_ && !survivor_) {  // replicas only: a data-parallel worker's memory holds the whole state
+    {
+      std::lock_guard lock(state_mu_);
+      rng_at_step_ = default_generator().state();
+    }
+    survivor_ = SurvivorSave::from_environment(rank(), [this] { return save_survivor_checkpoint(); });
+  }
   while (epoch_ < run.epochs) {
     const int64_t batches = loader_->batches_per_epoch();
     loader_->start_epoch(epoch_, batch_in_epoch_);
@@ -176,12 +185,16 @@ FitResult Trainer::fit() {
       Tensor loss = loss_of(*batch, nullptr, true);
       loss.backward();
       if (config_.optimizer.clip_grad_norm > 0) optim::clip_grad_norm(model_->parameters(), config_.optimizer.clip_grad_norm);
-      if (ps_) ps_->step(optimizer_->lr());  // the servers run the optimizer
-      else optimizer_->step();
-      ++step_;
+      {
+        std::lock_guard lock(state_mu_);  // a survivor's save sees this step whole or not at all
+        if (ps_) ps_->step(optimizer_->lr());  // the servers run the optimizer
+        else optimizer_->step();
+        ++step_;
+        ++batch_in_epoch_;
+        if (survivor_) rng_at_step_ = default_generator().state();
+      }
       if (elastic_) elastic_->stepped(step_);
       apply_fault_injection();
-      ++batch_in_epoch_;
       const double loss_value = loss.item<float>();
       TESSERA_CHECK(std::isfinite(loss_value), "[train] the loss became ", loss_value, " at step ", step_,
                     "; lower optimizer.lr or set optimizer.clip_grad_norm");
@@ -329,14 +342,7 @@ bool Trainer::any_rank(bool flag) {
   return t.data<int64_t>()[0] != 0;
 }
 
-std::string Trainer::save_checkpoint() {
-  if (rank() != 0) return "";  // the replicas are equal; rank 0 writes for all
-  if (ps_) {
-    // The servers' shards first: the worker's checkpoint, written last, is what makes step N
-    // resumable. Sparse tables live on the servers only, so pull them in for a complete model file.
-    ps_->save(ps_shard_dir(), step_);
-    ps_->pull_sparse_tables();
-  }
+std::pair<io::SafetensorsFile, io::SafetensorsFile> Trainer::checkpoint_files(const std::string& rng) {
   io::SafetensorsFile model, trainer;
   model.tensors = model_->state_dict();
   model.metadata = {{"format", "pt"}, {"tessera.config", to_toml(config_)}};
@@ -350,10 +356,41 @@ std::string Trainer::save_checkpoint() {
                       {"tessera.global_batch_size", std::to_string(global_batch_size())},
                       {"tessera.samples_in_epoch", std::to_string(batch_in_epoch_ * global_batch_size())},
                       {"tessera.world_size", std::to_string(world_size())},
-                      {"tessera.rng", default_generator().state()},
+                      {"tessera.rng", rng},
                       {"tessera.config", to_toml(config_)}};
+  return {std::move(model), std::move(trainer)};
+}
+
+std::string Trainer::save_checkpoint() {
+  if (rank() != 0) return "";  // the replicas are equal; rank 0 writes for all
+  if (ps_) {
+    // The servers' shards first: the worker's checkpoint, written last, is what makes step N
+    // resumable. Sparse tables live on the servers only, so pull them in for a complete model file.
+    ps_->save(ps_shard_dir(), step_);
+    ps_->pull_sparse_tables();
+  }
+  std::lock_guard lock(state_mu_);  // not at the same time as a survivor's save
+  auto [model, trainer] = checkpoint_files(default_generator().state());
   return io::save_checkpoint((fs::path(config_.train.output_dir) / "checkpoints").string(), step_, model, trainer,
                              config_.train.keep_checkpoints);
+}
+
+std::string Trainer::save_survivor_checkpoint() {
+  std::lock_guard lock(state_mu_);
+  const fs::path dir = fs::path(config_.train.output_dir) / "checkpoints";
+  // Every survivor holds the same replica; the first to claim a step writes it. A claim is a file
+  // created exclusively, so two survivors (on one file system) never write one step twice.
+  fs::create_directories(dir / ".survivor-claims");
+  const std::string claim = (dir / ".survivor-claims" / ("step-" + std::to_string(step_))).string();
+  const int fd = ::open(claim.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+  if (fd < 0) return "";
+  ::close(fd);
+  const std::string latest = io::latest_checkpoint(dir.string());
+  if (!latest.empty() && io::load_checkpoint(latest).trainer.metadata.count("tessera.step") &&
+      std::stoll(io::load_checkpoint(latest).trainer.metadata.at("tessera.step")) >= step_)
+    return "";  // a scheduled checkpoint of this step (or a later one) is there already
+  auto [model, trainer] = checkpoint_files(rng_at_step_);
+  return io::save_checkpoint(dir.string(), step_, model, trainer, config_.train.keep_checkpoints);
 }
 
 void Trainer::resume(const std::string& path_in) {

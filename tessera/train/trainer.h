@@ -19,12 +19,14 @@
 // evaluates, writes metrics and checkpoints, and has the servers checkpoint their shards first.
 #pragma once
 #include <atomic>
+#include <mutex>
 #include <memory>
 #include <optional>
 
 #include "tessera/data/char_dataset.h"
 #include "tessera/data/data_loader.h"
 #include "tessera/dist/process_group.h"
+#include "tessera/io/safetensors.h"
 #include "tessera/nn/module.h"
 #include "tessera/optim/lr_scheduler.h"
 #include "tessera/optim/optimizer.h"
@@ -33,6 +35,7 @@
 #include "tessera/train/builders.h"
 #include "tessera/train/config.h"
 #include "tessera/train/elastic_report.h"
+#include "tessera/train/survivor_save.h"
 #include "tessera/train/progress.h"
 
 namespace tessera::train {
@@ -89,6 +92,11 @@ class Trainer {
   void build_data();
   void apply_fault_injection();
   std::string ps_shard_dir() const;
+  // The two files of a checkpoint at step_, with `rng` as the generator state.
+  std::pair<io::SafetensorsFile, io::SafetensorsFile> checkpoint_files(const std::string& rng);
+  // Under the elastic agent, after a peer died: this replica's state at its last whole step, unless
+  // another survivor already saves that step (returns "").
+  std::string save_survivor_checkpoint();
   Tensor loss_of(const data::Batch& batch, Tensor* logits_out, bool training);
   // True on every rank if it is true on any (one tiny all-reduce; no communication alone).
   bool any_rank(bool flag);
@@ -108,6 +116,12 @@ class Trainer {
   std::shared_ptr<optim::LRScheduler> schedule_;
   int64_t step_ = 0, epoch_ = 0, batch_in_epoch_ = 0;
   std::unique_ptr<ElasticReport> elastic_;  // rank 0 under the elastic agent, else null
+  // Held while the optimizer step and the position counters change, so a survivor's save
+  // (survivor_save.h) sees whole steps only; rng_at_step_ is the generator's state at step_.
+  std::mutex state_mu_;
+  std::string rng_at_step_;
+  // Last, so destroyed first: its thread may read every member above.
+  std::unique_ptr<SurvivorSave> survivor_;
   static std::atomic<bool> stop_requested_;
 };
 

@@ -102,8 +102,14 @@ TEST(ElasticRun, AKilledWorkerRestartsTheJobSmallerAndItFinishes) {
   ASSERT_TRUE(std::regex_search(o.log, match, std::regex("resumed training at step (\\d+), ([0-9.]+) s after.*steps "
                                                          "lost: (\\d+)")))
       << o.log;
-  EXPECT_EQ(std::stoll(match[1]), 20);  // the checkpoint before step 23
-  EXPECT_LE(std::stoll(match[3]), 5);   // at most checkpoint_every
+  // The survivors saved step 23, the last step every replica finished, from memory
+  // (train/survivor_save.h): nothing is lost, where the last scheduled checkpoint was step 20.
+  // (A survivor still inside step 23's all-reduce when its peer died holds step 22; the newest
+  // saved step wins, so at most that one step is lost.)
+  EXPECT_GE(std::stoll(match[1]), 22);
+  EXPECT_LE(std::stoll(match[3]), 1);
+  EXPECT_TRUE(std::regex_search(o.log, std::regex("rank \\d: a peer is gone; saved the state in memory as .*step-0000002[23]")))
+      << o.log;
   EXPECT_EQ(final_step(dir), 80);
 }
 
@@ -129,7 +135,7 @@ TEST(ElasticRun, AStoppedWorkerIsReportedByRankAndOpThenTheJobGoesOnWithoutIt) {
   ASSERT_EQ(o.status, 0) << o.log;
   EXPECT_TRUE(std::regex_search(o.log, std::regex("stall: rank 1 \\(pid \\d+\\) sent no heartbeat for [0-9.]+ s "
                                                   "\\(process state T \\(stopped\\)\\).*rank\\(s\\) 0 2 wait for it "
-                                                  "in allreduce #\\d+")))
+                                                  "in allreduce #\\d+ \\([a-z]+, [a-z0-9]+ x \\d+\\)")))
       << o.log;
   EXPECT_NE(o.log.find("generation 1: 1 agent(s), 2 worker(s)"), std::string::npos) << o.log;
   EXPECT_EQ(final_step(dir), 80);
@@ -272,7 +278,7 @@ TEST(ElasticRun, EtcdRendezvousSurvivesAKilledWorker) {
   print_recoveries(o.log);
   ASSERT_EQ(o.status, 0) << o.log << read_text(dir + "/etcd.log");
   EXPECT_NE(o.log.find("generation 1: 1 agent(s), 2 worker(s)"), std::string::npos) << o.log;
-  EXPECT_NE(o.log.find("resumed training at step 15"), std::string::npos) << o.log;
+  EXPECT_TRUE(std::regex_search(o.log, std::regex("resumed training at step 1[67],"))) << o.log;  // saved from memory
   EXPECT_EQ(final_step(dir), 80);
 }
 
