@@ -149,6 +149,7 @@ class EtcdRendezvous : public RendezvousStore {
 
  private:
   static constexpr const char* kPrefix = "/tessera/";
+  static constexpr size_t kMaxReplyBytes = size_t{16} << 20;
 
   static std::string value_of(const json& kv) { return base64_decode(kv.value("value", std::string())); }
 
@@ -177,6 +178,10 @@ class EtcdRendezvous : public RendezvousStore {
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (n <= 0) break;
       response.append(buffer, static_cast<size_t>(n));
+      // Rendezvous keys are small; a reply this large is not etcd's answer to us.
+      if (response.size() > kMaxReplyBytes)
+        throw IoError(concat("[etcd] ", path, ": the reply exceeds ", kMaxReplyBytes >> 20, " MiB; is ", host_, ":", port_,
+                             " an etcd server?"));
     }
     size_t head_end = response.find("\r\n\r\n");
     if (response.compare(0, 5, "HTTP/") != 0 || head_end == std::string::npos)
@@ -188,7 +193,11 @@ class EtcdRendezvous : public RendezvousStore {
     if (lower.find("transfer-encoding: chunked") != std::string::npos) text = dechunk(text);
     const int status = std::atoi(head.c_str() + head.find(' ') + 1);
     if (status != 200) throw IoError(concat("[etcd] ", path, " answered ", status, ": ", text));
-    return json::parse(text);
+    try {
+      return json::parse(text);
+    } catch (const json::exception& e) {
+      throw IoError(concat("[etcd] ", path, ": the reply is not JSON (", e.what(), ")"));
+    }
   }
 
   std::string host_;
