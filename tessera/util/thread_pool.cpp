@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -12,7 +13,8 @@ extern "C" void openblas_set_num_threads(int num_threads);
 namespace tessera {
 
 namespace {
-int pool_size = 0;
+// Atomic: ranks run as threads in tests each apply their config's thread count.
+std::atomic<int> pool_size{0};
 }
 
 void set_num_threads(int n) {
@@ -22,7 +24,10 @@ void set_num_threads(int n) {
   openblas_set_num_threads(n);
 }
 
-int num_threads() { return pool_size > 0 ? pool_size : omp_get_max_threads(); }
+int num_threads() {
+  const int n = pool_size.load();
+  return n > 0 ? n : omp_get_max_threads();
+}
 
 int init_threads_from_env() {
   if (const char* env = std::getenv("TESSERA_NUM_THREADS")) {

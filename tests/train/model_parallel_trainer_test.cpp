@@ -155,6 +155,35 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(std::string("sgd"), std::string("adamw"))),
     [](const auto& info) { return std::string(std::get<0>(info.param).name) + std::get<1>(info.param); });
 
+// Stages cut by measured time instead of parameter counts: every rank must cut alike (the costs are
+// averaged over the ranks), and any cut trains the same model.
+TEST(ModelParallelTrainer, StagesBalancedByMeasuredTimeTrainTheSameModel) {
+  const std::string dir = fresh_dir("time");
+  const std::string corpus = write_corpus(dir);
+  TrainConfig single_config = gpt_config(corpus, dir + "/single", "sgd");
+  nn::StateDict single;
+  {
+    Trainer trainer(single_config);
+    trainer.fit();
+    single = trainer.model().state_dict();
+  }
+  TrainConfig mp = gpt_config(corpus, dir + "/mp", "sgd");
+  mp.parallel.pp = 2;
+  mp.parallel.balance = "time";
+  std::vector<std::vector<int64_t>> bounds(2);
+  nn::StateDict parallel;
+  testing::run_on_threads(2, testing::threaded(2), [&](dist::ProcessGroup& group) {
+    ModelParallelTrainer trainer(mp, testing::borrow(group));
+    bounds[group.rank()] = trainer.stage_bounds();
+    trainer.fit();
+    nn::StateDict full = trainer.full_state_dict();
+    if (group.rank() == 0) parallel = full;
+  });
+  EXPECT_EQ(bounds[0], bounds[1]);
+  ASSERT_EQ(bounds[0].size(), 3u);
+  EXPECT_LT(worst_relative_error(parallel, single), 1e-4);
+}
+
 TEST(ModelParallelTrainer, BadLayoutsAreRejectedClearly) {
   const std::string dir = fresh_dir("bad");
   TrainConfig c = gpt_config(write_corpus(dir), dir + "/out", "sgd");
