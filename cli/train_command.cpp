@@ -34,6 +34,28 @@ int launch_workers(int nproc, int servers, const std::string& config_path, const
   if (!result.message.empty()) std::fprintf(stderr, "tessera train: %s\n", result.message.c_str());
   return result.exit_code;
 }
+// Trains with Ctrl-C / SIGTERM meaning "finish the step, checkpoint, exit 130", then prints the
+// final evaluation and checkpoint from rank 0. For the data-parallel and the model-parallel trainer.
+template <typename T>
+int fit_and_report(T& trainer, const train::TrainConfig& config) {
+  const bool lead = trainer.rank() == 0;
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  train::FitResult r = trainer.fit();
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (r.last_eval && lead) {
+    if (trainer.vocabulary())
+      std::printf("final validation loss %.4f\n", r.last_eval->loss);
+    else
+      std::printf("final test accuracy %.2f%% (loss %.4f) on %lld samples\n", 100.0 * r.last_eval->accuracy,
+                  r.last_eval->loss, static_cast<long long>(r.last_eval->samples));
+  }
+  if (lead) std::printf("checkpoint: %s\n", r.last_checkpoint.c_str());
+  const bool interrupted = r.stopped_early && !(config.train.max_steps > 0 && r.steps >= config.train.max_steps);
+  return interrupted ? 130 : 0;
+}
+
 dist::ProcessGroupPtr init_group(const train::TrainConfig& config) {
   dist::InitOptions init;
   init.backend = config.distributed.backend;
@@ -52,23 +74,8 @@ int train_model_parallel(const train::TrainConfig& config, bool resume) {
                      std::to_string(config.parallel.tp) + " need at least " + std::to_string(needed) +
                      " processes: add --nproc " + std::to_string(needed));
   train::ModelParallelTrainer trainer(config, init_group(config));
-  const bool lead = trainer.rank() == 0;
-  if (lead) std::fprintf(stderr, "%s\n", trainer.mesh().describe().c_str());
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
-  train::FitResult r = trainer.fit();
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
-  if (r.last_eval && lead) {
-    if (trainer.vocabulary())
-      std::printf("final validation loss %.4f\n", r.last_eval->loss);
-    else
-      std::printf("final test accuracy %.2f%% (loss %.4f) on %lld samples\n", 100.0 * r.last_eval->accuracy,
-                  r.last_eval->loss, static_cast<long long>(r.last_eval->samples));
-  }
-  if (lead) std::printf("checkpoint: %s\n", r.last_checkpoint.c_str());
-  const bool interrupted = r.stopped_early && !(config.train.max_steps > 0 && r.steps >= config.train.max_steps);
-  return interrupted ? 130 : 0;
+  if (trainer.rank() == 0) std::fprintf(stderr, "%s\n", trainer.mesh().describe().c_str());
+  return fit_and_report(trainer, config);
 }
 }  // namespace
 
@@ -123,22 +130,7 @@ Command add_train_command(CLI::App& app) {
       trainer.resume(from);
       if (lead) std::fprintf(stderr, "resumed at step %lld\n", static_cast<long long>(trainer.global_step()));
     }
-    // Ctrl-C / SIGTERM: finish the current step, write a checkpoint, exit 130.
-    std::signal(SIGINT, on_stop_signal);
-    std::signal(SIGTERM, on_stop_signal);
-    train::FitResult r = trainer.fit();
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
-    if (r.last_eval && lead) {
-      if (trainer.vocabulary())
-        std::printf("final validation loss %.4f\n", r.last_eval->loss);
-      else
-        std::printf("final test accuracy %.2f%% (loss %.4f) on %lld samples\n", 100.0 * r.last_eval->accuracy,
-                    r.last_eval->loss, static_cast<long long>(r.last_eval->samples));
-    }
-    if (lead) std::printf("checkpoint: %s\n", r.last_checkpoint.c_str());
-    bool interrupted = r.stopped_early && !(config.train.max_steps > 0 && r.steps >= config.train.max_steps);
-    return interrupted ? 130 : 0;
+    return fit_and_report(trainer, config);
   }};
 }
 

@@ -67,6 +67,17 @@ std::string latest_checkpoint(const std::string& checkpoints_dir) {
   return (fs::path(checkpoints_dir) / name).string();
 }
 
+int64_t latest_checkpoint_step(const std::string& checkpoints_dir) {
+  const std::string latest = latest_checkpoint(checkpoints_dir);
+  if (latest.empty()) return -1;
+  const std::string name = fs::path(latest).filename().string();
+  try {
+    if (name.rfind("step-", 0) == 0) return std::stoll(name.substr(5));
+  } catch (const std::exception&) {
+  }
+  throw IoError("[checkpoint] " + checkpoints_dir + "/latest names '" + name + "', not a step-<N> directory");
+}
+
 CheckpointFiles load_checkpoint(const std::string& path_in) {
   fs::path path(path_in);
   if (!fs::exists(path)) throw IoError("[load_checkpoint] " + path_in + " does not exist");

@@ -26,5 +26,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, co
 CheckpointFiles load_checkpoint(const std::string& path);
 // The step directory `latest` points to under a run's checkpoints directory, or "" when there is none.
 std::string latest_checkpoint(const std::string& checkpoints_dir);
+// The step of that checkpoint (from its step-<N> name, without reading it), or -1 when there is none.
+int64_t latest_checkpoint_step(const std::string& checkpoints_dir);
 
 }  // namespace tessera::io

@@ -57,6 +57,9 @@ LayerChain CharTransformer::layer_chain() const {
   return chain;
 }
 
+namespace {
+
+// One id from softmax(logits / temperature), kept to the top_k most likely when top_k > 0.
 int64_t sample_next_token(std::vector<float> scaled, float temperature, int64_t top_k, Generator& gen) {
   TESSERA_CHECK(!scaled.empty(), "[generate] no logits to sample from");
   for (float& v : scaled) v /= temperature;
@@ -78,20 +81,29 @@ int64_t sample_next_token(std::vector<float> scaled, float temperature, int64_t 
   return static_cast<int64_t>(scaled.size()) - 1;
 }
 
+}  // namespace
+
 std::vector<int64_t> CharTransformer::generate(std::vector<int64_t> ids, int64_t count, float temperature,
                                                int64_t top_k, Generator& gen) {
+  return generate_tokens(*this, [this](const Tensor& window) { return forward(window); }, config.context,
+                         std::move(ids), count, temperature, top_k, gen);
+}
+
+std::vector<int64_t> generate_tokens(Module& model, const std::function<Tensor(const Tensor&)>& logits_of,
+                                     int64_t context, std::vector<int64_t> ids, int64_t count, float temperature,
+                                     int64_t top_k, Generator& gen) {
   TESSERA_CHECK(!ids.empty(), "[generate] needs a non-empty prompt");
   TESSERA_CHECK(temperature > 0, "[generate] temperature must be positive, got ", temperature);
   NoGradGuard no_grad;
-  const bool was_training = is_training();
-  eval();
+  const bool was_training = model.is_training();
+  model.eval();
   for (int64_t step = 0; step < count; ++step) {
-    int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - config.context);
+    int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - context);
     std::vector<int64_t> window(ids.begin() + start, ids.end());
-    Tensor logits = forward(from_vector(window, {1, static_cast<int64_t>(window.size())}));
+    Tensor logits = logits_of(from_vector(window, {1, static_cast<int64_t>(window.size())}));
     ids.push_back(sample_next_token(slice(logits, 1, -1, logits.shape()[1]).to_vector<float>(), temperature, top_k, gen));
   }
-  train(was_training);
+  model.train(was_training);
   return ids;
 }
 

@@ -1,6 +1,8 @@
 // A GPT-style character-level language model: token and position embeddings, pre-norm Transformer
 // blocks, a final LayerNorm and a linear head. Parameter names follow GPT-2's (wte, wpe, h.N, ln_f).
 #pragma once
+#include <functional>
+
 #include "tessera/nn/transformer.h"
 
 namespace tessera::nn {
@@ -55,8 +57,12 @@ class CharTransformer : public Module {
   std::shared_ptr<GptHead> head_;
 };
 
-// Samples one token id from the logits of the last position: softmax(logits / temperature), kept to
-// the top_k most likely when top_k > 0. Shared by every model that generates text.
-int64_t sample_next_token(std::vector<float> logits, float temperature, int64_t top_k, Generator& gen);
+// Autoregressive sampling, shared by every model that generates text: `count` times, feeds the last
+// `context` ids to `logits_of` ((1, T) int64 -> (1, T, vocab)), samples the next id from
+// softmax(last logits / temperature), kept to the top_k most likely when top_k > 0, and appends it.
+// Runs `model` in eval mode without gradients, and restores its mode.
+std::vector<int64_t> generate_tokens(Module& model, const std::function<Tensor(const Tensor&)>& logits_of,
+                                     int64_t context, std::vector<int64_t> prompt, int64_t count, float temperature,
+                                     int64_t top_k, Generator& gen);
 
 }  // namespace tessera::nn

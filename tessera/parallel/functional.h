@@ -14,4 +14,9 @@ namespace tessera::parallel {
 // group's other collectives; `group` must outlive the backward.
 Tensor all_reduce_sum(const Tensor& x, dist::ProcessGroup& group);
 
+// Σ_ranks x as a new tensor, outside autograd (x is not modified, and may be a gradient the engine
+// also hands to other nodes): the forward and backward of the differentiable collectives here and
+// in parallel/tensor/mappings.h.
+Tensor summed_over_ranks(const Tensor& x, dist::ProcessGroup& group);
+
 }  // namespace tessera::parallel

@@ -142,32 +142,29 @@ Tensor ModelParallelTrainer::loss_of(const Tensor& output, const Tensor& targets
 double ModelParallelTrainer::average_gradients_and_loss(double loss) {
   const int dp = mesh_->shape().dp;
   if (dp == 1) return loss;
-  // One flat buffer: every gradient of this rank, then the replica's loss.
+  // One flat buffer, kept across steps: every gradient of this rank, then the replica's loss.
   std::vector<Tensor> params = stage_->parameters();
   int64_t total = 1;
   for (auto& p : params) total += p.numel();
-  Tensor flat = Tensor::empty({total});
-  float* f = flat.data<float>();
+  if (!grad_flat_.defined() || grad_flat_.numel() != total) grad_flat_ = Tensor::empty({total});
+  float* f = grad_flat_.data<float>();
   int64_t at = 0;
   for (auto& p : params) {
     Tensor g = p.grad();
-    if (g.defined()) {
-      Tensor c = contiguous(g);
-      std::copy_n(c.data<float>(), c.numel(), f + at);
-    } else {
-      std::fill_n(f + at, p.numel(), 0.0f);
-    }
+    if (!g.defined()) p.set_grad(g = zeros(p.shape()));  // an unused parameter still takes part
+    Tensor c = contiguous(g);
+    std::copy_n(c.data<float>(), c.numel(), f + at);
     at += p.numel();
   }
   f[at] = static_cast<float>(loss);
-  mesh_->dp_group()->allreduce(flat, dist::ReduceOp::Sum)->wait();
+  mesh_->dp_group()->allreduce(grad_flat_, dist::ReduceOp::Sum)->wait();
   const float scale = 1.0f / static_cast<float>(dp);
   at = 0;
   for (auto& p : params) {
-    Tensor g = Tensor::empty(p.shape());
+    Tensor g = p.grad();
+    if (!g.is_contiguous()) p.set_grad(g = contiguous(g));
     float* d = g.data<float>();
     for (int64_t i = 0; i < p.numel(); ++i) d[i] = f[at + i] * scale;
-    p.set_grad(g);
     at += p.numel();
   }
   return f[at] * scale;
@@ -268,20 +265,9 @@ FitResult ModelParallelTrainer::fit() {
     const double train_loss = loss_count ? loss_sum / loss_count : std::numeric_limits<double>::quiet_NaN();
     result.last_checkpoint = save_checkpoint();
     if (lead) {
-      nlohmann::json record{{"type", "epoch"}, {"epoch", epoch_}, {"step", step_}, {"train_loss", train_loss},
-                            {"eval_loss", eval.loss}, {"epoch_seconds", epoch_seconds}};
-      char summary[256];
-      if (vocab_) {
-        record["eval_perplexity"] = std::exp(eval.loss);
-        std::snprintf(summary, sizeof summary, "epoch %lld: train loss %.4f, validation loss %.4f (perplexity %.2f), %.1fs",
-                      static_cast<long long>(epoch_), train_loss, eval.loss, std::exp(eval.loss), epoch_seconds);
-      } else {
-        record["eval_accuracy"] = eval.accuracy;
-        std::snprintf(summary, sizeof summary, "epoch %lld: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1fs",
-                      static_cast<long long>(epoch_), train_loss, eval.loss, 100.0 * eval.accuracy, epoch_seconds);
-      }
-      metrics->write(record);
-      progress.end_epoch(summary);
+      EpochReport report = epoch_report(epoch_, step_, train_loss, eval.loss, eval.accuracy, epoch_seconds, vocab_ != nullptr);
+      metrics->write(report.record);
+      progress.end_epoch(report.summary);
     }
   }
   result.steps = step_;

@@ -86,6 +86,7 @@ class ModelParallelTrainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<optim::LRScheduler> schedule_;
   parallel::pipeline::StepStats last_step_;
+  Tensor grad_flat_;  // average_gradients_and_loss's all-reduce buffer
   int64_t step_ = 0, epoch_ = 0, batch_in_epoch_ = 0;
 };
 

@@ -1,5 +1,7 @@
 #include "tessera/train/progress.h"
 
+#include <cmath>
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -61,6 +63,25 @@ void Progress::step(int64_t batch, int64_t global_step, double loss, double lr, 
 void Progress::end_epoch(const std::string& summary) {
   if (interactive_) std::fprintf(stderr, "\n");
   std::fprintf(stderr, "%s\n", summary.c_str());
+}
+
+EpochReport epoch_report(int64_t epoch, int64_t step, double train_loss, double eval_loss, double eval_accuracy,
+                         double epoch_seconds, bool language_model) {
+  EpochReport r;
+  r.record = {{"type", "epoch"}, {"epoch", epoch}, {"step", step}, {"train_loss", train_loss},
+              {"eval_loss", eval_loss}, {"epoch_seconds", epoch_seconds}};
+  char summary[256];
+  if (language_model) {
+    r.record["eval_perplexity"] = std::exp(eval_loss);
+    std::snprintf(summary, sizeof summary, "epoch %lld: train loss %.4f, validation loss %.4f (perplexity %.2f), %.1fs",
+                  static_cast<long long>(epoch), train_loss, eval_loss, std::exp(eval_loss), epoch_seconds);
+  } else {
+    r.record["eval_accuracy"] = eval_accuracy;
+    std::snprintf(summary, sizeof summary, "epoch %lld: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1fs",
+                  static_cast<long long>(epoch), train_loss, eval_loss, 100.0 * eval_accuracy, epoch_seconds);
+  }
+  r.summary = summary;
+  return r;
 }
 
 }  // namespace tessera::train

@@ -21,6 +21,15 @@ class MetricsLog {
   std::string path_;
 };
 
+// The end of an epoch as both trainers report it: the metrics.jsonl record and the log line
+// (validation loss and perplexity for the language model, test loss and accuracy otherwise).
+struct EpochReport {
+  nlohmann::json record;
+  std::string summary;
+};
+EpochReport epoch_report(int64_t epoch, int64_t step, double train_loss, double eval_loss, double eval_accuracy,
+                         double epoch_seconds, bool language_model);
+
 class Progress {
  public:
   // interactive: draw a bar (a terminal); otherwise print a line every `log_every` steps.

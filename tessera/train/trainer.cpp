@@ -166,7 +166,7 @@ FitResult Trainer::fit() {
   if (ddp_ && !survivor_) {  // replicas only: a data-parallel worker's memory holds the whole state
     {
       std::lock_guard lock(state_mu_);
-      rng_at_step_ = default_generator().state();
+      rng_at_step_ = default_generator();
     }
     survivor_ = SurvivorSave::from_environment(rank(), [this] { return save_survivor_checkpoint(); });
   }
@@ -191,7 +191,7 @@ FitResult Trainer::fit() {
         else optimizer_->step();
         ++step_;
         ++batch_in_epoch_;
-        if (survivor_) rng_at_step_ = default_generator().state();
+        if (survivor_) rng_at_step_ = default_generator();  // a copy of the engine, not its text
       }
       if (elastic_) elastic_->stepped(step_);
       apply_fault_injection();
@@ -240,22 +240,11 @@ FitResult Trainer::fit() {
     ++epoch_;
     batch_in_epoch_ = 0;
     double train_loss = loss_count ? loss_sum / loss_count : std::numeric_limits<double>::quiet_NaN();
-    nlohmann::json record{{"type", "epoch"}, {"epoch", epoch_}, {"step", step_}, {"train_loss", train_loss},
-                          {"eval_loss", eval.loss}, {"epoch_seconds", epoch_seconds}};
-    char summary[256];
-    if (vocab_) {
-      record["eval_perplexity"] = std::exp(eval.loss);
-      std::snprintf(summary, sizeof summary, "epoch %lld: train loss %.4f, validation loss %.4f (perplexity %.2f), %.1fs",
-                    static_cast<long long>(epoch_), train_loss, eval.loss, std::exp(eval.loss), epoch_seconds);
-    } else {
-      record["eval_accuracy"] = eval.accuracy;
-      std::snprintf(summary, sizeof summary, "epoch %lld: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1fs",
-                    static_cast<long long>(epoch_), train_loss, eval.loss, 100.0 * eval.accuracy, epoch_seconds);
-    }
+    EpochReport report = epoch_report(epoch_, step_, train_loss, eval.loss, eval.accuracy, epoch_seconds, vocab_ != nullptr);
     result.last_checkpoint = save_checkpoint();
     if (lead) {
-      metrics->write(record);
-      progress.end_epoch(summary);
+      metrics->write(report.record);
+      progress.end_epoch(report.summary);
     }
   }
   result.steps = step_;
@@ -385,11 +374,9 @@ std::string Trainer::save_survivor_checkpoint() {
   const int fd = ::open(claim.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
   if (fd < 0) return "";
   ::close(fd);
-  const std::string latest = io::latest_checkpoint(dir.string());
-  if (!latest.empty() && io::load_checkpoint(latest).trainer.metadata.count("tessera.step") &&
-      std::stoll(io::load_checkpoint(latest).trainer.metadata.at("tessera.step")) >= step_)
+  if (io::latest_checkpoint_step(dir.string()) >= step_)
     return "";  // a scheduled checkpoint of this step (or a later one) is there already
-  auto [model, trainer] = checkpoint_files(rng_at_step_);
+  auto [model, trainer] = checkpoint_files(rng_at_step_.state());
   return io::save_checkpoint(dir.string(), step_, model, trainer, config_.train.keep_checkpoints);
 }
 

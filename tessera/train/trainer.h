@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 
+#include "tessera/core/rng.h"
 #include "tessera/data/char_dataset.h"
 #include "tessera/data/data_loader.h"
 #include "tessera/dist/process_group.h"
@@ -119,7 +120,7 @@ class Trainer {
   // Held while the optimizer step and the position counters change, so a survivor's save
   // (survivor_save.h) sees whole steps only; rng_at_step_ is the generator's state at step_.
   std::mutex state_mu_;
-  std::string rng_at_step_;
+  Generator rng_at_step_;
   // Last, so destroyed first: its thread may read every member above.
   std::unique_ptr<SurvivorSave> survivor_;
   static std::atomic<bool> stop_requested_;

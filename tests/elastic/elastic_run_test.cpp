@@ -18,25 +18,12 @@
 
 #include "tessera/dist/launcher/free_port.h"
 #include "tessera/io/checkpoint.h"
+#include "testing/temp_dir.h"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string fresh_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("tessera_elastic_run_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 // 2 epochs of 40 global batches of 12, checkpoints every 5 steps.
 std::string write_config(const std::string& dir, int64_t samples = 480) {
@@ -65,20 +52,21 @@ struct Outcome {
   std::string log;
 };
 
+// Runs `script` with bash, bounded: a job that hangs is killed after 10 minutes (status 124) and
+// fails the test's assertions rather than hanging it.
 Outcome run_shell(const std::string& script, const std::string& log) {
   Outcome o;
-  int status = std::system(("(" + script + ") > " + log + " 2>&1").c_str());
+  const std::string file = log + ".sh";
+  std::ofstream(file) << script << "\n";
+  int status = std::system(("timeout -k 10 600 bash " + file + " > " + log + " 2>&1").c_str());
   o.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  o.log = read_text(log);
+  o.log = tessera::testing::read_text(log);
   return o;
 }
 
 std::string endpoint() { return "127.0.0.1:" + std::to_string(dist::launcher::pick_free_port("127.0.0.1")); }
 
-int64_t final_step(const std::string& dir) {
-  std::string latest = io::latest_checkpoint(dir + "/run/checkpoints");
-  return latest.empty() ? -1 : std::stoll(latest.substr(latest.rfind('-') + 1));
-}
+int64_t final_step(const std::string& dir) { return io::latest_checkpoint_step(dir + "/run/checkpoints"); }
 
 void print_recoveries(const std::string& log) {
   std::istringstream in(log);
@@ -89,7 +77,7 @@ void print_recoveries(const std::string& log) {
 }
 
 TEST(ElasticRun, AKilledWorkerRestartsTheJobSmallerAndItFinishes) {
-  std::string dir = fresh_dir("kill");
+  std::string dir = tessera::testing::fresh_dir("elastic_run", "kill");
   write_config(dir);
   Outcome o = run_shell(agent(dir, "1:1", 4, "store", endpoint(), "--max-restarts 2",
                               "--set distributed.debug_kill_rank=2 --set distributed.debug_kill_step=23"),
@@ -114,7 +102,7 @@ TEST(ElasticRun, AKilledWorkerRestartsTheJobSmallerAndItFinishes) {
 }
 
 TEST(ElasticRun, ExhaustedRestartsFailTheJobNamingTheFailure) {
-  std::string dir = fresh_dir("exhaust");
+  std::string dir = tessera::testing::fresh_dir("elastic_run", "exhaust");
   write_config(dir);
   Outcome o = run_shell(agent(dir, "1", 2, "store", endpoint(), "--max-restarts 0",
                               "--set distributed.debug_kill_rank=1 --set distributed.debug_kill_step=7"),
@@ -126,7 +114,7 @@ TEST(ElasticRun, ExhaustedRestartsFailTheJobNamingTheFailure) {
 }
 
 TEST(ElasticRun, AStoppedWorkerIsReportedByRankAndOpThenTheJobGoesOnWithoutIt) {
-  std::string dir = fresh_dir("stop");
+  std::string dir = tessera::testing::fresh_dir("elastic_run", "stop");
   write_config(dir);
   Outcome o = run_shell(agent(dir, "1:1", 3, "store", endpoint(), "--max-restarts 1",
                               "--set distributed.debug_stop_rank=1 --set distributed.debug_stop_step=12"),
@@ -142,7 +130,7 @@ TEST(ElasticRun, AStoppedWorkerIsReportedByRankAndOpThenTheJobGoesOnWithoutIt) {
 }
 
 TEST(ElasticRun, AStoppedWorkerWithNoRestartsLeftFailsTheJobInsteadOfHanging) {
-  std::string dir = fresh_dir("stop_fail");
+  std::string dir = tessera::testing::fresh_dir("elastic_run", "stop_fail");
   write_config(dir);
   auto start = std::chrono::steady_clock::now();
   Outcome o = run_shell(agent(dir, "1", 2, "store", endpoint(), "--max-restarts 0",
@@ -157,12 +145,14 @@ TEST(ElasticRun, AStoppedWorkerWithNoRestartsLeftFailsTheJobInsteadOfHanging) {
 // Two agents of one worker each start the job (2:3); a third, started once training is under way,
 // makes it grow to three workers.
 TEST(ElasticRun, AnAgentAddedMidRunGrowsTheJob) {
-  std::string dir = fresh_dir("grow");
+  std::string dir = tessera::testing::fresh_dir("elastic_run", "grow");
   write_config(dir, 960);
   const std::string ep = endpoint();
   const std::string slow = "--set distributed.debug_slow_rank=0 --set distributed.debug_slow_ms=40";
-  // The third agent waits (polling the metrics file the job writes) until step 10 is done.
-  std::string wait_for_step = "until grep -q '\"step\":10,' " + dir + "/run/metrics.jsonl 2>/dev/null; do sleep 0.05; done";
+  // The third agent waits (polling the metrics file the job writes) until step 10 is done, at most
+  // 120 s: a job that never gets there fails the assertions below instead of hanging the test.
+  std::string wait_for_step = "for i in $(seq 2400); do grep -q '\"step\":10,' " + dir +
+                              "/run/metrics.jsonl 2>/dev/null && break; sleep 0.05; done";
   std::string script = agent(dir, "2:3", 1, "store", ep, "--last-call 0.5", slow) + " > " + dir + "/a.log 2>&1 & a=$!; " +
                        agent(dir, "2:3", 1, "store", ep, "--last-call 0.5", slow) + " > " + dir + "/b.log 2>&1 & b=$!; " +
                        wait_for_step + "; " + agent(dir, "2:3", 1, "store", ep, "--last-call 0.5", slow) + " > " +
@@ -170,7 +160,7 @@ TEST(ElasticRun, AnAgentAddedMidRunGrowsTheJob) {
   setenv("TESSERA_JOB_TOKEN", "0123456789abcdef0123456789abcdef", 1);
   Outcome o = run_shell(script, dir + "/script.log");
   unsetenv("TESSERA_JOB_TOKEN");
-  std::string logs = read_text(dir + "/a.log") + read_text(dir + "/b.log") + read_text(dir + "/c.log");
+  std::string logs = tessera::testing::read_text(dir + "/a.log") + tessera::testing::read_text(dir + "/b.log") + tessera::testing::read_text(dir + "/c.log");
   print_recoveries(logs);
   EXPECT_NE(o.log.find("rc 0 0 0"), std::string::npos) << o.log << logs;
   EXPECT_NE(logs.find("agent(s) waiting to join"), std::string::npos) << logs;
@@ -182,7 +172,7 @@ TEST(ElasticRun, AnAgentAddedMidRunGrowsTheJob) {
 // the first, which hosts the store, sees its worker fail or the agent's heartbeat stop, and the job
 // finishes on one agent.
 TEST(ElasticRun, AKilledAgentLeavesTheJobToTheOthers) {
-  std::string dir = fresh_dir("lost");
+  std::string dir = tessera::testing::fresh_dir("elastic_run", "lost");
   write_config(dir, 960);
   const std::string ep = endpoint();
   const std::string slow = "--set distributed.debug_slow_rank=0 --set distributed.debug_slow_ms=20";
@@ -197,7 +187,7 @@ TEST(ElasticRun, AKilledAgentLeavesTheJobToTheOthers) {
   setenv("TESSERA_JOB_TOKEN", "0123456789abcdef0123456789abcdef", 1);
   Outcome o = run_shell(script, dir + "/script.log");
   unsetenv("TESSERA_JOB_TOKEN");
-  std::string log = read_text(dir + "/a.log");
+  std::string log = tessera::testing::read_text(dir + "/a.log");
   print_recoveries(log);
   EXPECT_NE(o.log.find("rc 0"), std::string::npos) << o.log << log;
   size_t two = log.find("2 agent(s), 2 worker(s)");
@@ -207,7 +197,7 @@ TEST(ElasticRun, AKilledAgentLeavesTheJobToTheOthers) {
 }
 
 TEST(ElasticRun, AConsistentlyLateRankIsNamedAsAStraggler) {
-  std::string dir = fresh_dir("straggler");
+  std::string dir = tessera::testing::fresh_dir("elastic_run", "straggler");
   write_config(dir, 960);
   Outcome o = run_shell(agent(dir, "1", 3, "store", endpoint(), "--straggler-window 0.4",
                               "--set distributed.debug_slow_rank=1 --set distributed.debug_slow_ms=25"),
@@ -231,7 +221,7 @@ TEST(ElasticRunLongTier, KilledWorkerOnFashionMnistKeepsTheAccuracy) {
     return match.empty() ? 0.0 : std::stod(match[1]);
   };
   for (int seed = 1; seed <= 5; ++seed) {
-    std::string dir = fresh_dir("fmnist" + std::to_string(seed));
+    std::string dir = tessera::testing::fresh_dir("elastic_run", "fmnist" + std::to_string(seed));
     std::ofstream(dir + "/config.toml") << "[model]\nname = \"mlp\"\nhidden = [128]\n"
                                         << "[optimizer]\nname = \"sgd\"\nmomentum = 0.9\nlr = 0.05\n"
                                         << "[train]\nepochs = 1\nglobal_batch_size = 120\ncheckpoint_every = 20\n"
@@ -260,7 +250,7 @@ TEST(ElasticRunLongTier, KilledWorkerOnFashionMnistKeepsTheAccuracy) {
 TEST(ElasticRun, EtcdRendezvousSurvivesAKilledWorker) {
   if (::access("/usr/bin/etcd", X_OK) != 0)
     GTEST_SKIP() << "etcd is not installed (/usr/bin/etcd); scripts/setup.sh installs Debian's etcd-server";
-  std::string dir = fresh_dir("etcd");
+  std::string dir = tessera::testing::fresh_dir("elastic_run", "etcd");
   write_config(dir);
   const int client = dist::launcher::pick_free_port("127.0.0.1"), peer = dist::launcher::pick_free_port("127.0.0.1");
   const std::string client_url = "http://127.0.0.1:" + std::to_string(client);
@@ -276,7 +266,7 @@ TEST(ElasticRun, EtcdRendezvousSurvivesAKilledWorker) {
   Outcome o = run_shell(script, dir + "/agent.log");
   unsetenv("TESSERA_JOB_TOKEN");
   print_recoveries(o.log);
-  ASSERT_EQ(o.status, 0) << o.log << read_text(dir + "/etcd.log");
+  ASSERT_EQ(o.status, 0) << o.log << tessera::testing::read_text(dir + "/etcd.log");
   EXPECT_NE(o.log.find("generation 1: 1 agent(s), 2 worker(s)"), std::string::npos) << o.log;
   EXPECT_TRUE(std::regex_search(o.log, std::regex("resumed training at step 1[67],"))) << o.log;  // saved from memory
   EXPECT_EQ(final_step(dir), 80);

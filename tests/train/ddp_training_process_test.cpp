@@ -11,18 +11,13 @@
 
 #include "tessera/io/checkpoint.h"
 #include "tessera/nn/module.h"
+#include "testing/temp_dir.h"
+#include "testing/state_compare.h"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string fresh_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("tessera_ddp_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 // 20 steps of an MLP on synthetic data; the per-rank batch is `batch`.
 std::string write_config(const std::string& dir, const std::string& optimizer) {
@@ -51,44 +46,32 @@ nn::StateDict train(const std::string& config, const std::string& out, int nproc
   return io::load_checkpoint(out + "/checkpoints").model.tensors;
 }
 
-double max_difference(const nn::StateDict& a, const nn::StateDict& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    auto x = a[i].second.to_vector<float>(), y = b[i].second.to_vector<float>();
-    EXPECT_EQ(x.size(), y.size());
-    for (size_t k = 0; k < x.size() && k < y.size(); ++k) worst = std::max(worst, std::fabs(double(x[k]) - y[k]));
-  }
-  return worst;
-}
-
 class DdpTraining : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DdpTraining, NProcessesEqualOneProcessOnTheGlobalBatch) {
   const std::string optimizer = GetParam();
-  std::string dir = fresh_dir(optimizer);
+  std::string dir = tessera::testing::fresh_dir("ddp", optimizer);
   std::string config = write_config(dir, optimizer);
   const int global_batch = 32;
   nn::StateDict single = train(config, dir + "/single", 1, global_batch);
   for (int nproc : {2, 4}) {
     nn::StateDict ddp = train(config, dir + "/ddp" + std::to_string(nproc), nproc, global_batch / nproc);
-    EXPECT_LT(max_difference(single, ddp), 1e-5) << nproc << " processes";
+    EXPECT_LT(tessera::testing::max_state_difference(single, ddp), 1e-5) << nproc << " processes";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, DdpTraining, ::testing::Values("sgd", "adam"));
 
 TEST(DdpTraining, GlooBackendAndSmallBucketsGiveTheSameResult) {
-  std::string dir = fresh_dir("gloo");
+  std::string dir = tessera::testing::fresh_dir("ddp", "gloo");
   std::string config = write_config(dir, "sgd");
   nn::StateDict single = train(config, dir + "/single", 1, 16);
   nn::StateDict ddp = train(config, dir + "/gloo", 2, 8, "--set distributed.backend=gloo --set distributed.bucket_cap_mb=0.001");
-  EXPECT_LT(max_difference(single, ddp), 1e-5);
+  EXPECT_LT(tessera::testing::max_state_difference(single, ddp), 1e-5);
 }
 
 TEST(DdpTraining, AFailingWorkerFailsTheJobNamingItsRank) {
-  std::string dir = fresh_dir("fail");
+  std::string dir = tessera::testing::fresh_dir("ddp", "fail");
   std::string config = write_config(dir, "sgd");
   // A data directory that does not exist: every rank fails before training; the launcher names one.
   std::string out = dir + "/bad";

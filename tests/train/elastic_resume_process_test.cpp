@@ -14,18 +14,13 @@
 
 #include "tessera/io/checkpoint.h"
 #include "tessera/nn/module.h"
+#include "testing/temp_dir.h"
+#include "testing/state_compare.h"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string fresh_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("tessera_elastic_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 // 2 epochs of 20 global batches of 12 (divisible by 1 to 4 workers) with SGD, a step schedule and
 // momentum, so a lost schedule position, data position or optimizer state would show.
@@ -54,21 +49,9 @@ TrainRun run_train(const std::string& config, const std::string& out, int nproc,
   return r;
 }
 
-double max_difference(const nn::StateDict& a, const nn::StateDict& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    auto x = a[i].second.to_vector<float>(), y = b[i].second.to_vector<float>();
-    EXPECT_EQ(x.size(), y.size());
-    for (size_t k = 0; k < x.size() && k < y.size(); ++k) worst = std::max(worst, std::fabs(double(x[k]) - y[k]));
-  }
-  return worst;
-}
-
 // Saves with `from` workers after 13 steps (mid-epoch), resumes with `to`, trains to the end.
 void check_resume(int from, int to) {
-  static const std::string dir = fresh_dir("resume");
+  static const std::string dir = tessera::testing::fresh_dir("elastic", "resume");
   static const std::string config = write_config(dir);
   static const nn::StateDict reference = [] {
     TrainRun r = run_train(config, dir + "/reference", 1, "");
@@ -83,8 +66,8 @@ void check_resume(int from, int to) {
   ASSERT_EQ(second.status, 0) << second.log;
   EXPECT_NE(second.log.find("resumed at step 13"), std::string::npos) << second.log;
   nn::StateDict resumed = io::load_checkpoint(out + "/checkpoints").model.tensors;
-  EXPECT_GT(max_difference(saved, resumed), 1e-4) << "the resumed run did not train";
-  EXPECT_LT(max_difference(reference, resumed), 1e-5) << from << " -> " << to << " workers\n" << second.log;
+  EXPECT_GT(tessera::testing::max_state_difference(saved, resumed), 1e-4) << "the resumed run did not train";
+  EXPECT_LT(tessera::testing::max_state_difference(reference, resumed), 1e-5) << from << " -> " << to << " workers\n" << second.log;
 }
 
 class ElasticResume : public ::testing::TestWithParam<std::tuple<int, int>> {};
@@ -110,7 +93,7 @@ INSTANTIATE_TEST_SUITE_P(Pairs, ElasticResumeMorePairs,
                                            std::make_tuple(4, 2), std::make_tuple(4, 3), std::make_tuple(4, 4)));
 
 TEST(ElasticBatch, AGlobalBatchTheWorldDoesNotDivideIsRefusedClearly) {
-  std::string dir = fresh_dir("indivisible");
+  std::string dir = tessera::testing::fresh_dir("elastic", "indivisible");
   std::string config = write_config(dir);
   TrainRun r = run_train(config, dir + "/run", 3, "--set train.global_batch_size=16");
   EXPECT_NE(r.status, 0);

@@ -11,18 +11,13 @@
 
 #include "tessera/io/checkpoint.h"
 #include "tessera/nn/module.h"
+#include "testing/temp_dir.h"
+#include "testing/state_compare.h"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string fresh_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("tessera_mpproc_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 std::string write_config(const std::string& dir) {
   std::string corpus = dir + "/corpus.txt";
@@ -54,27 +49,14 @@ nn::StateDict train(const std::string& config, const std::string& out, int nproc
   return io::load_checkpoint(out + "/checkpoints").model.tensors;
 }
 
-double worst_relative_error(const nn::StateDict& a, const nn::StateDict& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    auto x = a[i].second.to_vector<float>(), y = b[i].second.to_vector<float>();
-    double diff = 0, norm = 0;
-    for (size_t k = 0; k < x.size() && k < y.size(); ++k) diff += (x[k] - y[k]) * (x[k] - y[k]), norm += y[k] * y[k];
-    worst = std::max(worst, std::sqrt(diff) / std::max(std::sqrt(norm), 1e-12));
-  }
-  return worst;
-}
-
 TEST(ModelParallelProcesses, PipelineAndTensorParallelJobsEqualOneProcess) {
-  const std::string dir = fresh_dir("layouts");
+  const std::string dir = tessera::testing::fresh_dir("mpproc", "layouts");
   const std::string config = write_config(dir);
   nn::StateDict single = train(config, dir + "/single", 1, 8, "");
   nn::StateDict dp_pp = train(config, dir + "/dp2pp2", 4, 4, "--set parallel.pp=2");
-  EXPECT_LT(worst_relative_error(dp_pp, single), 1e-4);
+  EXPECT_LT(tessera::testing::worst_relative_error(dp_pp, single), 1e-4);
   nn::StateDict tp = train(config, dir + "/tp2", 2, 8, "--set parallel.tp=2 --set parallel.schedule=gpipe");
-  EXPECT_LT(worst_relative_error(tp, single), 1e-4);
+  EXPECT_LT(tessera::testing::worst_relative_error(tp, single), 1e-4);
   std::string text = run(std::string(TESSERA_BINARY) + " generate " + dir + "/dp2pp2 --tokens 20 --prompt to",
                          dir + "/generate.log");
   EXPECT_EQ(text.rfind("to", 0), 0u) << text;
@@ -82,7 +64,7 @@ TEST(ModelParallelProcesses, PipelineAndTensorParallelJobsEqualOneProcess) {
 }
 
 TEST(ModelParallelProcesses, TooFewProcessesAndResumeAreRefusedClearly) {
-  const std::string dir = fresh_dir("refused");
+  const std::string dir = tessera::testing::fresh_dir("mpproc", "refused");
   const std::string config = write_config(dir);
   std::string cmd = std::string(TESSERA_BINARY) + " train " + config + " --set parallel.pp=2 --set train.output_dir=" +
                     dir + "/out > " + dir + "/log 2>&1";

@@ -14,18 +14,13 @@
 #include "tessera/train/model_parallel_trainer.h"
 #include "tessera/train/trainer.h"
 #include "testing/expect.h"
+#include "testing/temp_dir.h"
+#include "testing/state_compare.h"
 
 namespace tessera::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string fresh_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("tessera_mp_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 // A small text corpus (about 6 KB) with enough structure for the losses to move.
 std::string write_corpus(const std::string& dir) {
@@ -78,26 +73,6 @@ std::vector<double> step_losses(const std::string& dir) {
   return out;
 }
 
-// max over tensors of ||a - b|| / ||b||; `which` gets the tensor's name.
-double worst_relative_error(const nn::StateDict& a, const nn::StateDict& b, std::string* which = nullptr) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    auto x = a[i].second.to_vector<float>(), y = b[i].second.to_vector<float>();
-    EXPECT_EQ(x.size(), y.size()) << a[i].first;
-    double diff = 0, norm = 0;
-    for (size_t k = 0; k < x.size() && k < y.size(); ++k) {
-      diff += (double(x[k]) - y[k]) * (double(x[k]) - y[k]);
-      norm += double(y[k]) * y[k];
-    }
-    const double e = std::sqrt(diff) / std::max(std::sqrt(norm), 1e-12);
-    if (e > worst && which) *which = a[i].first;
-    worst = std::max(worst, e);
-  }
-  return worst;
-}
-
 struct Layout {
   const char* name;
   int dp, pp, tp;
@@ -109,7 +84,7 @@ class ModelParallelLayouts : public ::testing::TestWithParam<std::tuple<Layout, 
 
 TEST_P(ModelParallelLayouts, TenStepsEqualOneProcess) {
   const auto [layout, optimizer] = GetParam();
-  const std::string dir = fresh_dir(std::string(layout.name) + optimizer);
+  const std::string dir = tessera::testing::fresh_dir("mp", std::string(layout.name) + optimizer);
   const std::string corpus = write_corpus(dir);
   TrainConfig single_config = gpt_config(corpus, dir + "/single", optimizer);
   nn::StateDict single;
@@ -136,14 +111,14 @@ TEST_P(ModelParallelLayouts, TenStepsEqualOneProcess) {
     if (group.rank() == 0) parallel = full;
   });
   std::string worst;
-  EXPECT_LT(worst_relative_error(parallel, single, &worst), 1e-4) << worst;
+  EXPECT_LT(tessera::testing::worst_relative_error(parallel, single, &worst), 1e-4) << worst;
   auto want = step_losses(dir + "/single"), got = step_losses(dir + "/mp");
   ASSERT_EQ(want.size(), 10u);
   ASSERT_EQ(got.size(), 10u);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * std::fabs(want[i])) << "step " << i + 1;
   // The checkpoint the job wrote is the whole model under its single-process names.
   auto ckpt = io::load_checkpoint(dir + "/mp/checkpoints");
-  EXPECT_LT(worst_relative_error(ckpt.model.tensors, single), 1e-4);
+  EXPECT_LT(tessera::testing::worst_relative_error(ckpt.model.tensors, single), 1e-4);
   EXPECT_TRUE(ckpt.model.metadata.count("tessera.vocabulary"));
 }
 
@@ -158,7 +133,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Stages cut by measured time instead of parameter counts: every rank must cut alike (the costs are
 // averaged over the ranks), and any cut trains the same model.
 TEST(ModelParallelTrainer, StagesBalancedByMeasuredTimeTrainTheSameModel) {
-  const std::string dir = fresh_dir("time");
+  const std::string dir = tessera::testing::fresh_dir("mp", "time");
   const std::string corpus = write_corpus(dir);
   TrainConfig single_config = gpt_config(corpus, dir + "/single", "sgd");
   nn::StateDict single;
@@ -181,11 +156,11 @@ TEST(ModelParallelTrainer, StagesBalancedByMeasuredTimeTrainTheSameModel) {
   });
   EXPECT_EQ(bounds[0], bounds[1]);
   ASSERT_EQ(bounds[0].size(), 3u);
-  EXPECT_LT(worst_relative_error(parallel, single), 1e-4);
+  EXPECT_LT(tessera::testing::worst_relative_error(parallel, single), 1e-4);
 }
 
 TEST(ModelParallelTrainer, BadLayoutsAreRejectedClearly) {
-  const std::string dir = fresh_dir("bad");
+  const std::string dir = tessera::testing::fresh_dir("mp", "bad");
   TrainConfig c = gpt_config(write_corpus(dir), dir + "/out", "sgd");
   c.parallel.pp = 3;
   testing::run_on_threads(2, testing::threaded(2), [&](dist::ProcessGroup& group) {

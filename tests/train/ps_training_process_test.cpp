@@ -18,18 +18,13 @@
 
 #include "tessera/io/checkpoint.h"
 #include "tessera/nn/module.h"
+#include "testing/temp_dir.h"
+#include "testing/state_compare.h"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string fresh_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("tessera_ps_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 std::string write_config(const std::string& dir, const std::string& mode, const std::string& optimizer = "sgd") {
   std::string path = dir + "/config.toml";
@@ -62,16 +57,6 @@ JobRun train(const std::string& config, const std::string& out, int nproc, int b
              out + ".log");
 }
 
-double max_difference(const nn::StateDict& a, const nn::StateDict& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    auto x = a[i].second.to_vector<float>(), y = b[i].second.to_vector<float>();
-    for (size_t k = 0; k < x.size() && k < y.size(); ++k) worst = std::max(worst, std::fabs(double(x[k]) - y[k]));
-  }
-  return worst;
-}
-
 nlohmann::json server_report(const std::string& out, int server) {
   std::ifstream in(out + "/ps/server-" + std::to_string(server) + ".json");
   EXPECT_TRUE(in.good()) << "no report of server " << server << " under " << out;
@@ -82,13 +67,13 @@ class PsTraining : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PsTraining, SynchronousEqualsOneProcessOnTheGlobalBatch) {
   const std::string optimizer = GetParam();
-  std::string dir = fresh_dir("sync_" + optimizer);
+  std::string dir = tessera::testing::fresh_dir("ps", "sync_" + optimizer);
   std::string config = write_config(dir, "sync", optimizer);
   JobRun single = train(config, dir + "/single", 1, 32, "--set distributed.strategy=ddp");
   ASSERT_EQ(single.status, 0) << single.log;
   JobRun ps = train(config, dir + "/ps", 2, 16);
   ASSERT_EQ(ps.status, 0) << ps.log;
-  EXPECT_LT(max_difference(io::load_checkpoint(dir + "/single/checkpoints").model.tensors,
+  EXPECT_LT(tessera::testing::max_state_difference(io::load_checkpoint(dir + "/single/checkpoints").model.tensors,
                            io::load_checkpoint(dir + "/ps/checkpoints").model.tensors),
             1e-5);
   for (int s = 0; s < 2; ++s) EXPECT_EQ(server_report(dir + "/ps", s)["updates"], 20);
@@ -97,7 +82,7 @@ TEST_P(PsTraining, SynchronousEqualsOneProcessOnTheGlobalBatch) {
 INSTANTIATE_TEST_SUITE_P(Optimizers, PsTraining, ::testing::Values("sgd", "adam"));
 
 TEST(PsTrainingResume, StoppedAtStep10AndResumedFromTheShardsEqualsAnUninterruptedRun) {
-  std::string dir = fresh_dir("resume");
+  std::string dir = tessera::testing::fresh_dir("ps", "resume");
   std::string config = write_config(dir, "sync", "adam");
   JobRun whole = train(config, dir + "/whole", 2, 16);
   ASSERT_EQ(whole.status, 0) << whole.log;
@@ -107,13 +92,13 @@ TEST(PsTrainingResume, StoppedAtStep10AndResumedFromTheShardsEqualsAnUninterrupt
   JobRun second = train(config, dir + "/split", 2, 16, "--resume");
   ASSERT_EQ(second.status, 0) << second.log;
   EXPECT_NE(second.log.find("restored step 10"), std::string::npos) << second.log;
-  EXPECT_EQ(max_difference(io::load_checkpoint(dir + "/whole/checkpoints").model.tensors,
+  EXPECT_EQ(tessera::testing::max_state_difference(io::load_checkpoint(dir + "/whole/checkpoints").model.tensors,
                            io::load_checkpoint(dir + "/split/checkpoints").model.tensors),
             0.0);
 }
 
 TEST(PsTrainingStaleness, ASlowedWorkerHoldsTheOthersWithinTheBound) {
-  std::string dir = fresh_dir("ssp");
+  std::string dir = tessera::testing::fresh_dir("ps", "ssp");
   std::string config = write_config(dir, "ssp");
   JobRun r = train(config, dir + "/out", 3, 16,
                 "--set distributed.staleness=2 --set distributed.debug_slow_rank=2 --set distributed.debug_slow_ms=30");
@@ -127,7 +112,7 @@ TEST(PsTrainingStaleness, ASlowedWorkerHoldsTheOthersWithinTheBound) {
 }
 
 TEST(PsTrainingFaults, AWorkerKilledDuringAsynchronousTrainingDoesNotStopTheJob) {
-  std::string dir = fresh_dir("kill");
+  std::string dir = tessera::testing::fresh_dir("ps", "kill");
   std::string config = write_config(dir, "async");
   JobRun r = train(config, dir + "/out", 3, 16,
                 "--set train.epochs=2 --set train.max_steps=40 --set distributed.debug_kill_rank=1 --set distributed.debug_kill_step=5");
@@ -143,7 +128,7 @@ TEST(PsTrainingFaults, AWorkerKilledDuringAsynchronousTrainingDoesNotStopTheJob)
 }
 
 TEST(PsTrainingFaults, AWorkerKilledDuringSynchronousTrainingFailsTheJobNamingIt) {
-  std::string dir = fresh_dir("kill_sync");
+  std::string dir = tessera::testing::fresh_dir("ps", "kill_sync");
   std::string config = write_config(dir, "sync");
   JobRun r = train(config, dir + "/out", 2, 16, "--set distributed.debug_kill_rank=1 --set distributed.debug_kill_step=5");
   EXPECT_NE(r.status, 0) << r.log;
@@ -155,7 +140,7 @@ class PsAccuracyLongTier : public ::testing::TestWithParam<int> {};
 
 TEST_P(PsAccuracyLongTier, AsynchronousMlpReaches87PercentIn3Epochs) {
   const int workers = GetParam();
-  std::string dir = fresh_dir("accuracy_" + std::to_string(workers));
+  std::string dir = tessera::testing::fresh_dir("ps", "accuracy_" + std::to_string(workers));
   JobRun r = run("train " + std::string(TESSERA_SOURCE_DIR) + "/examples/mlp_ps.toml --nproc " + std::to_string(workers) +
                   " --set train.output_dir=" + dir + "/out --set distributed.ps_mode=async",
               dir + "/out.log");

@@ -53,18 +53,29 @@ std::map<std::string, std::string> contract_environment() {
 
 }  // namespace
 
-std::map<std::string, std::string> to_variables(const WorkerEnv& env) {
+namespace {
+
+// What workers and servers share: where the job's store is, its token, the node and the threads.
+template <typename Env>
+std::map<std::string, std::string> common_variables(const Env& env) {
   std::map<std::string, std::string> v{
-      {"RANK", std::to_string(env.rank)},
-      {"WORLD_SIZE", std::to_string(env.world_size)},
-      {"LOCAL_RANK", std::to_string(env.local_rank)},
-      {"LOCAL_WORLD_SIZE", std::to_string(env.local_world_size)},
       {"NODE_RANK", std::to_string(env.node_rank)},
       {"MASTER_ADDR", env.master_addr},
       {"MASTER_PORT", std::to_string(env.master_port)},
       {"TESSERA_JOB_TOKEN", env.job_token},
   };
   if (env.num_threads > 0) v["TESSERA_NUM_THREADS"] = std::to_string(env.num_threads);
+  return v;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> to_variables(const WorkerEnv& env) {
+  std::map<std::string, std::string> v = common_variables(env);
+  v["RANK"] = std::to_string(env.rank);
+  v["WORLD_SIZE"] = std::to_string(env.world_size);
+  v["LOCAL_RANK"] = std::to_string(env.local_rank);
+  v["LOCAL_WORLD_SIZE"] = std::to_string(env.local_world_size);
   return v;
 }
 
@@ -88,17 +99,11 @@ WorkerEnv worker_env_from_variables(const std::map<std::string, std::string>& va
 WorkerEnv worker_env_from_environment() { return worker_env_from_variables(contract_environment()); }
 
 std::map<std::string, std::string> to_variables(const ServerEnv& env) {
-  std::map<std::string, std::string> v{
-      {"TESSERA_ROLE", "server"},
-      {"TESSERA_SERVER_RANK", std::to_string(env.server_rank)},
-      {"TESSERA_NUM_SERVERS", std::to_string(env.num_servers)},
-      {"TESSERA_NUM_WORKERS", std::to_string(env.num_workers)},
-      {"NODE_RANK", std::to_string(env.node_rank)},
-      {"MASTER_ADDR", env.master_addr},
-      {"MASTER_PORT", std::to_string(env.master_port)},
-      {"TESSERA_JOB_TOKEN", env.job_token},
-  };
-  if (env.num_threads > 0) v["TESSERA_NUM_THREADS"] = std::to_string(env.num_threads);
+  std::map<std::string, std::string> v = common_variables(env);
+  v["TESSERA_ROLE"] = "server";
+  v["TESSERA_SERVER_RANK"] = std::to_string(env.server_rank);
+  v["TESSERA_NUM_SERVERS"] = std::to_string(env.num_servers);
+  v["TESSERA_NUM_WORKERS"] = std::to_string(env.num_workers);
   return v;
 }
 

@@ -17,9 +17,10 @@ int tag_of(int64_t tag) {
   return static_cast<int>(tag);
 }
 
-// Waits for `work`; a failure keeps its type and gains `what` in front.
-template <typename Clock = std::chrono::steady_clock>
+// Waits for `work` (bounded by its group's timeout), adding the time to `waited`; a failure keeps
+// its type and gains `what` in front.
 void wait_with_context(const dist::WorkPtr& work, const std::string& what, double& waited) {
+  using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
   try {
     work->wait();
@@ -62,7 +63,7 @@ void StageLink::post_send(const Tensor& x, int peer, int64_t header_tag, int64_t
 }
 
 Tensor StageLink::receive(int peer, int64_t header_tag, int64_t payload_tag, const std::string& what) {
-  const std::string context = concat_context(what, peer);
+  const std::string context = receive_context(what, peer);
   Tensor header = Tensor::empty({kHeaderSize}, DType::Int64);
   wait_with_context(group_->recv(header, peer, tag_of(header_tag)), context, wait_seconds_);
   const int64_t* h = header.data<int64_t>();
@@ -78,7 +79,7 @@ Tensor StageLink::receive(int peer, int64_t header_tag, int64_t payload_tag, con
   return x;
 }
 
-std::string StageLink::concat_context(const std::string& what, int peer) const {
+std::string StageLink::receive_context(const std::string& what, int peer) const {
   return "[pipeline] stage " + std::to_string(group_->rank()) + " receiving " + what + " from stage " +
          std::to_string(peer);
 }
@@ -93,11 +94,11 @@ void StageLink::post_gradient(const Tensor& grad, int peer, int64_t microbatch) 
   bytes_sent_ += static_cast<int64_t>(g.numel() * dtype_size(g.dtype()));
 }
 
-Tensor StageLink::receive_gradient(int peer, int64_t microbatch, const Shape& shape) {
+Tensor StageLink::recv_gradient(int peer, int64_t microbatch, const Shape& shape) {
   Tensor g = Tensor::empty(shape, DType::Float32);
   if (g.numel() > 0)
     wait_with_context(group_->recv(g, peer, tag_of(3 * microbatch + 2)),
-                      concat_context("the gradient of micro-batch " + std::to_string(microbatch), peer),
+                      receive_context("the gradient of micro-batch " + std::to_string(microbatch), peer),
                       wait_seconds_);
   bytes_received_ += static_cast<int64_t>(g.numel() * sizeof(float));
   return g;
@@ -110,7 +111,7 @@ Tensor StageLink::send_activation(const Tensor& x, int peer, int64_t microbatch)
   Tensor token = zeros({1});
   Shape shape = x.shape();
   return autograd::record(token, "PipelineSendBackward", {x}, [this, peer, microbatch, shape](const Tensor&) {
-    return std::vector<Tensor>{receive_gradient(peer, microbatch, shape)};
+    return std::vector<Tensor>{recv_gradient(peer, microbatch, shape)};
   }, autograd::Saves::Nothing);
 }
 

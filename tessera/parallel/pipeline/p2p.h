@@ -36,7 +36,7 @@ class StageLink {
 
   // The gradient a stage sends back for micro-batch `microbatch` (shape of the activation sent), for a
   // first stage whose output needs no gradient and so has no token to receive it through.
-  Tensor recv_gradient(int peer, int64_t microbatch, const Shape& shape) { return receive_gradient(peer, microbatch, shape); }
+  Tensor recv_gradient(int peer, int64_t microbatch, const Shape& shape);
 
   // Plain tensors (float32 or int64) with their header, no autograd: checkpoint gathering.
   void send_tensor(const Tensor& x, int peer, int64_t tag);
@@ -54,8 +54,8 @@ class StageLink {
   void post_send(const Tensor& x, int peer, int64_t header_tag, int64_t payload_tag);
   Tensor receive(int peer, int64_t header_tag, int64_t payload_tag, const std::string& what);
   void post_gradient(const Tensor& grad, int peer, int64_t microbatch);
-  Tensor receive_gradient(int peer, int64_t microbatch, const Shape& shape);
-  std::string concat_context(const std::string& what, int peer) const;
+  // "[pipeline] stage 1 receiving <what> from stage 0", the front of every receive's error.
+  std::string receive_context(const std::string& what, int peer) const;
 
   dist::ProcessGroupPtr group_;
   std::vector<dist::WorkPtr> pending_sends_;

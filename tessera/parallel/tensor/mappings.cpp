@@ -2,6 +2,7 @@
 
 #include "tessera/autograd/node.h"
 #include "tessera/ops/ops.h"
+#include "tessera/parallel/functional.h"
 
 namespace tessera::parallel::tensor {
 namespace {
@@ -80,22 +81,13 @@ Tensor copy_to_tensor_parallel_region(const Tensor& x, const dist::ProcessGroupP
     y = x.detach();  // the identity; the record below gives it its own node
   }
   return autograd::record(y, "CopyToTensorParallelRegionBackward", {x}, [group](const Tensor& grad) {
-    NoGradGuard no_grad;
-    Tensor summed = clone(grad);  // the engine may hand the same gradient to other nodes
-    group->allreduce(summed, dist::ReduceOp::Sum)->wait();
-    return std::vector<Tensor>{summed};
+    return std::vector<Tensor>{summed_over_ranks(grad, *group)};
   }, autograd::Saves::Nothing);
 }
 
 Tensor reduce_from_tensor_parallel_region(const Tensor& x, const dist::ProcessGroupPtr& group) {
   check_input(x, group, "reduce_from_tensor_parallel_region");
-  Tensor y;
-  {
-    NoGradGuard no_grad;
-    y = clone(x);
-  }
-  group->allreduce(y, dist::ReduceOp::Sum)->wait();
-  return autograd::record(y, "ReduceFromTensorParallelRegionBackward", {x}, [](const Tensor& grad) {
+  return autograd::record(summed_over_ranks(x, *group), "ReduceFromTensorParallelRegionBackward", {x}, [](const Tensor& grad) {
     return std::vector<Tensor>{grad};
   }, autograd::Saves::Nothing);
 }

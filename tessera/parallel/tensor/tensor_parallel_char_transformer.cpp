@@ -79,20 +79,8 @@ Tensor TensorParallelCharTransformer::full_logits(const Tensor& ids) {
 
 std::vector<int64_t> TensorParallelCharTransformer::generate(std::vector<int64_t> ids, int64_t count,
                                                              float temperature, int64_t top_k, Generator& gen) {
-  TESSERA_CHECK(!ids.empty(), "[generate] needs a non-empty prompt");
-  TESSERA_CHECK(temperature > 0, "[generate] temperature must be positive, got ", temperature);
-  NoGradGuard no_grad;
-  const bool was_training = is_training();
-  eval();
-  for (int64_t step = 0; step < count; ++step) {
-    int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - config.context);
-    std::vector<int64_t> window(ids.begin() + start, ids.end());
-    Tensor logits = full_logits(from_vector(window, {1, static_cast<int64_t>(window.size())}));
-    ids.push_back(nn::sample_next_token(slice(logits, 1, -1, logits.shape()[1]).to_vector<float>(), temperature,
-                                        top_k, gen));
-  }
-  train(was_training);
-  return ids;
+  return nn::generate_tokens(*this, [this](const Tensor& window) { return full_logits(window); }, config.context,
+                             std::move(ids), count, temperature, top_k, gen);
 }
 
 nn::LayerChain TensorParallelCharTransformer::layer_chain() const {
