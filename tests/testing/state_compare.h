@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "tessera/nn/module.h"
@@ -42,6 +43,29 @@ inline double worst_relative_error(const nn::StateDict& a, const nn::StateDict& 
     worst = std::max(worst, e);
   }
   return worst;
+}
+
+// How many tensors differ in any bit (names, shapes and dtypes must match); for runs that must be
+// bitwise reproducible.
+inline int count_bitwise_differences(const nn::StateDict& a, const nn::StateDict& b) {
+  EXPECT_EQ(a.size(), b.size());
+  int differ = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const Tensor& x = a[i].second;
+    const Tensor& y = b[i].second;
+    EXPECT_EQ(a[i].first, b[i].first);
+    if (x.shape() != y.shape() || x.dtype() != y.dtype()) {
+      ADD_FAILURE() << a[i].first << ": shapes or dtypes differ";
+      ++differ;
+      continue;
+    }
+    const bool same = x.dtype() == DType::Int64 ? x.to_vector<int64_t>() == y.to_vector<int64_t>() : [&] {
+      auto u = x.to_vector<float>(), v = y.to_vector<float>();
+      return std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
+    }();
+    if (!same) ++differ;
+  }
+  return differ;
 }
 
 }  // namespace tessera::testing
