@@ -1,10 +1,10 @@
 // `tessera bench model-parallel`: the pipeline bubble against theory, peak memory per rank, and
-// tokens/s for each layout of the model-parallel trainer (tessera/train/model_parallel_trainer.h).
+// tokens/s for each layout of the model-parallel trainer (tessera/train/mesh_strategy.h).
 //
 // Method: every measurement is a fresh job under the launcher, one thread per process, training a
 // GPT-style transformer (--embed, --layers, --heads, context --context; the fortunes vocabulary)
 // with AdamW on a fixed random batch of --batch sequences per replica: `warmup` untimed steps, then
-// `steps` timed ones, through ModelParallelTrainer::train_step (the code path of `tessera train`).
+// `steps` timed ones, through Trainer::train_step (the code path of `tessera train`).
 //   bubble: per stage, 1 - compute/wall of each step, where compute is the step's wall time minus
 //     the time blocked receiving from or sending to a neighbour (pipeline_stage.h); the mean over
 //     stages and timed steps, against (P-1)/(M+P-1).
@@ -30,7 +30,8 @@
 #include "tessera/dist/store/store_from_env.h"
 #include "tessera/ops/ops.h"
 #include "tessera/parallel/pipeline/schedule.h"
-#include "tessera/train/model_parallel_trainer.h"
+#include "tessera/train/mesh_strategy.h"
+#include "tessera/train/trainer.h"
 
 namespace tessera::bench {
 
@@ -52,6 +53,7 @@ train::TrainConfig config_of(const ModelParallelBenchOptions& o) {
   c.train.batch_size = o.batch;
   c.train.threads = 1;
   c.train.output_dir = "/tmp/tessera_bench_model_parallel";
+  c.distributed.strategy = "mesh";  // also for the layouts with pp = tp = 1
   c.parallel.dp = o.dp;
   c.parallel.pp = o.pp;
   c.parallel.tp = o.tp;
@@ -70,26 +72,28 @@ int run_worker(const ModelParallelBenchOptions& o) {
   dist::InitOptions init;
   init.timeout = kTimeout;
   auto world = dist::init_process_group(init);
-  train::ModelParallelTrainer trainer(config_of(o), world);
+  train::Trainer trainer(config_of(o), world);
+  const auto& mesh = dynamic_cast<const train::MeshStrategy&>(trainer.strategy());
   cpu_allocator::reset_peak_allocated_bytes();
-  Generator gen(1234 + trainer.mesh().coordinates().dp);  // replicas read different batches
+  Generator gen(1234 + mesh.mesh().coordinates().dp);  // replicas read different batches
   const int64_t vocab = static_cast<int64_t>(trainer.vocabulary()->size());
   Tensor inputs = randint(0, vocab, {o.batch, o.context}, gen), targets = randint(0, vocab, {o.batch, o.context}, gen);
-  for (int i = 0; i < o.warmup; ++i) trainer.train_step(inputs, targets);
+  const data::Batch batch{inputs, targets};
+  for (int i = 0; i < o.warmup; ++i) trainer.train_step(batch);
   double bubble = 0, seconds = 0;
   int64_t peak_activations = 0;
   for (int i = 0; i < o.steps; ++i) {
     auto t0 = Clock::now();
-    trainer.train_step(inputs, targets);
+    trainer.train_step(batch);
     seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-    bubble += trainer.last_step().bubble_fraction();
-    peak_activations = std::max(peak_activations, trainer.last_step().peak_activations);
+    bubble += mesh.last_step().bubble_fraction();
+    peak_activations = std::max(peak_activations, mesh.last_step().peak_activations);
   }
   // Every rank posts its figures; rank 0 prints the job's line.
   auto store = dist::store_from_env(kTimeout);
   const int rank = world->rank(), size = world->size();
   nlohmann::json mine{{"rank", rank},
-                      {"stage", trainer.stage().stage()},
+                      {"stage", mesh.stage().stage()},
                       {"bubble", bubble / o.steps},
                       {"seconds", seconds},
                       {"peak_tensor_bytes", cpu_allocator::peak_allocated_bytes()},
@@ -99,7 +103,7 @@ int run_worker(const ModelParallelBenchOptions& o) {
   if (rank == 0) {
     nlohmann::json ranks = nlohmann::json::array();
     double slowest = 0, bubble_sum = 0;
-    std::vector<bool> stage_seen(trainer.mesh().shape().pp, false);
+    std::vector<bool> stage_seen(mesh.mesh().shape().pp, false);
     int stages_counted = 0;
     for (int r = 0; r < size; ++r) {
       auto j = nlohmann::json::parse(store->get_string("bench/mp/" + std::to_string(r)));
@@ -108,7 +112,7 @@ int run_worker(const ModelParallelBenchOptions& o) {
       if (!stage_seen[s]) stage_seen[s] = true, bubble_sum += j["bubble"].get<double>(), ++stages_counted;
       ranks.push_back(j);
     }
-    const double tokens = static_cast<double>(o.batch * o.context) * trainer.mesh().shape().dp * o.steps;
+    const double tokens = static_cast<double>(o.batch * o.context) * mesh.mesh().shape().dp * o.steps;
     std::printf("%s\n", nlohmann::json{{"tokens_per_s", tokens / slowest},
                                        {"bubble", bubble_sum / stages_counted},
                                        {"ranks", ranks}}.dump().c_str());

@@ -27,6 +27,9 @@ Command add_eval_command(CLI::App& app) {
     io::CheckpointFiles files = io::load_checkpoint(*path);
     train::TrainConfig config = config_from(files);
     for (const auto& o : *overrides) train::apply_override(config, o);
+    // One process evaluates the whole model, whatever layout trained it.
+    config.distributed.strategy = "ddp";
+    config.parallel = train::ParallelConfig{};
     train::Trainer trainer(config);
     trainer.model().load_state_dict(files.model.tensors, true);
     train::EvalResult r = trainer.evaluate();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <system_error>
 
 #include "tessera/core/error.h"
@@ -22,12 +23,17 @@ std::string step_name(int64_t step) {
   return buf;
 }
 
-void remove_old(const fs::path& dir, int64_t keep) {
+constexpr const char* kRunFile = "run";
+
+// Removes all but the newest `keep` step directories that run `run_id` wrote.
+void remove_old(const fs::path& dir, int64_t keep, const std::string& run_id) {
   std::vector<fs::path> steps;
   std::error_code ec;
   for (auto& entry : fs::directory_iterator(dir, ec)) {
     std::string n = entry.path().filename().string();
-    if (entry.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) steps.push_back(entry.path());
+    if (entry.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos &&
+        checkpoint_run_id(entry.path().string()) == run_id)
+      steps.push_back(entry.path());
   }
   std::sort(steps.begin(), steps.end());
   for (size_t i = 0; i + keep < steps.size(); ++i) fs::remove_all(steps[i], ec);
@@ -35,26 +41,50 @@ void remove_old(const fs::path& dir, int64_t keep) {
 
 }  // namespace
 
+std::string checkpoint_run_id(const std::string& step_dir) {
+  const fs::path file = fs::path(step_dir) / kRunFile;
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return "";
+  std::string id = read_file(file.string());
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id;
+}
+
+std::string new_run_id() {
+  std::random_device entropy;
+  const uint64_t v = (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, const SafetensorsFile& model,
-                            const SafetensorsFile& trainer, int64_t keep) {
+                            const SafetensorsFile& trainer, int64_t keep, const std::string& run_id) {
+  TESSERA_CHECK(!run_id.empty() && run_id.find('\n') == std::string::npos, "[save_checkpoint] needs a run id");
   fs::path dir(checkpoints_dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError("[save_checkpoint] cannot create " + dir.string() + ": " + ec.message());
   fs::path final_dir = dir / step_name(step);
+  if (fs::exists(final_dir, ec) && checkpoint_run_id(final_dir.string()) != run_id)
+    throw IoError("[save_checkpoint] " + final_dir.string() + " belongs to another run (" +
+                  (checkpoint_run_id(final_dir.string()).empty() ? std::string("no run id")
+                                                                 : "run " + checkpoint_run_id(final_dir.string())) +
+                  "); this run (" + run_id + ") does not replace it. Set train.output_dir to a directory of its own");
   fs::path tmp_dir = dir / (step_name(step) + ".tmp." + std::to_string(::getpid()));
   fs::remove_all(tmp_dir, ec);
   fs::create_directories(tmp_dir, ec);
   if (ec) throw IoError("[save_checkpoint] cannot create " + tmp_dir.string() + ": " + ec.message());
   save_safetensors((tmp_dir / "model.safetensors").string(), model.tensors, model.metadata);
   save_safetensors((tmp_dir / "trainer.safetensors").string(), trainer.tensors, trainer.metadata);
+  write_file_atomic((tmp_dir / kRunFile).string(), run_id + "\n");
   fsync_directory(tmp_dir.string());
-  fs::remove_all(final_dir, ec);  // a re-save of the same step replaces it
+  fs::remove_all(final_dir, ec);  // a re-save of the same step by the same run replaces it
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) throw IoError("[save_checkpoint] cannot rename " + tmp_dir.string() + " to " + final_dir.string() + ": " + ec.message());
   fsync_directory(dir.string());
   write_file_atomic((dir / "latest").string(), final_dir.filename().string() + "\n");
-  remove_old(dir, std::max<int64_t>(keep, 1));
+  remove_old(dir, std::max<int64_t>(keep, 1), run_id);
   return final_dir.string();
 }
 

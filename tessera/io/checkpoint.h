@@ -4,6 +4,11 @@
 // state. A checkpoint is written into a temporary directory and renamed into place, and
 // <run>/checkpoints/latest is replaced atomically afterwards, so a crash leaves either the old or the
 // new checkpoint, never a torn one. Every file carries a checksum of its data.
+//
+// Each step directory also holds `run`, the id of the run that wrote it (a training run keeps one id
+// from its fresh start through every resume). Retention deletes only the saving run's own older
+// checkpoints, so a directory shared with another run (or a checkpoint a user copied in) never loses
+// what this run did not write.
 #pragma once
 #include <string>
 
@@ -17,10 +22,15 @@ struct CheckpointFiles {
   std::string path;  // the step directory it was read from
 };
 
-// Writes step `step` under `checkpoints_dir`, points `latest` at it and keeps the newest `keep`.
-// Returns the step directory.
+// Writes step `step` of run `run_id` under `checkpoints_dir`, points `latest` at it and keeps that
+// run's newest `keep`. A step directory of the same name written by another run is an IoError, never
+// replaced. Returns the step directory.
 std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, const SafetensorsFile& model,
-                            const SafetensorsFile& trainer, int64_t keep);
+                            const SafetensorsFile& trainer, int64_t keep, const std::string& run_id);
+// The id of the run that wrote a step directory ("" for one written before runs had ids).
+std::string checkpoint_run_id(const std::string& step_dir);
+// A new run id: 16 hex digits from the system's entropy source.
+std::string new_run_id();
 // `path` may be a step directory, a run's checkpoints directory or run directory (follows `latest`),
 // or a model.safetensors file. IoError naming the path when nothing loadable is there.
 CheckpointFiles load_checkpoint(const std::string& path);

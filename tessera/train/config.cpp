@@ -47,6 +47,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"train.threads", &c.train.threads}, {"train.output_dir", &c.train.output_dir},
       {"train.log_every", &c.train.log_every}, {"train.checkpoint_every", &c.train.checkpoint_every},
       {"train.keep_checkpoints", &c.train.keep_checkpoints}, {"train.max_steps", &c.train.max_steps},
+      {"train.overwrite", &c.train.overwrite},
       {"distributed.strategy", &c.distributed.strategy}, {"distributed.servers", &c.distributed.servers},
       {"distributed.ps_mode", &c.distributed.ps_mode}, {"distributed.staleness", &c.distributed.staleness},
       {"distributed.ps_host", &c.distributed.ps_host},
@@ -268,7 +269,7 @@ void validate(const TrainConfig& c) {
   non_negative("train.max_steps", c.train.max_steps);
   TESSERA_CHECK(!c.train.output_dir.empty(), "[config] train.output_dir must not be empty");
   one_of("distributed.backend", c.distributed.backend, {"auto", "gloo", "shm", "mpi"});
-  one_of("distributed.strategy", c.distributed.strategy, {"ddp", "ps"});
+  one_of("distributed.strategy", c.distributed.strategy, {"ddp", "ps", "mesh"});
   one_of("distributed.ps_mode", c.distributed.ps_mode, {"sync", "async", "ssp"});
   positive("distributed.servers", c.distributed.servers);
   non_negative("distributed.staleness", c.distributed.staleness);
@@ -288,9 +289,9 @@ void validate(const TrainConfig& c) {
   positive("parallel.microbatches", static_cast<double>(c.parallel.microbatches));
   one_of("parallel.schedule", c.parallel.schedule, {"gpipe", "1f1b"});
   one_of("parallel.balance", c.parallel.balance, {"parameters", "time"});
-  if (uses_model_parallelism(c)) {
-    TESSERA_CHECK(c.distributed.strategy == "ddp", "[config] parallel.pp / parallel.tp need distributed.strategy = "
-                  "'ddp' (data parallelism across pipelines), not '", c.distributed.strategy, "'");
+  if (uses_model_parallelism(c) || c.distributed.strategy == "mesh") {
+    TESSERA_CHECK(c.distributed.strategy != "ps", "[config] parallel.pp / parallel.tp need distributed.strategy = "
+                  "'mesh' or 'ddp' (data parallelism across pipelines), not 'ps'");
     TESSERA_CHECK(c.parallel.tp == 1 || c.model.name == "transformer", "[config] parallel.tp = ", c.parallel.tp,
                   " needs model.name = 'transformer' (tensor-parallel layers exist for the Transformer only)");
     TESSERA_CHECK(c.parallel.tp == 1 || c.model.heads % c.parallel.tp == 0, "[config] model.heads ", c.model.heads,

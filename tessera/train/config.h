@@ -59,13 +59,19 @@ struct RunConfig {
   int64_t checkpoint_every = 0;   // steps between checkpoints; 0: at the end of each epoch only
   int64_t keep_checkpoints = 2;   // older ones are deleted
   int64_t max_steps = 0;          // stop (with a checkpoint) after this many steps in total; 0: no limit
+  // A fresh run (no --resume) in an output_dir that holds another run's checkpoints is refused,
+  // unless this is set: then that run's checkpoints and metrics are moved aside, to
+  // <output_dir>/previous-<its run id>/, never deleted.
+  bool overwrite = false;
 };
 
 // How the job trains when it has several ranks (tessera train --nproc N, tessera run, mpirun):
 // synchronous data parallelism (DDP), or parameter servers (strategy "ps"). train.batch_size is per
 // rank (per worker), as in PyTorch's DDP.
 struct DistributedConfig {
-  std::string strategy = "ddp";        // ddp | ps
+  // ddp | ps | mesh (train/strategy.h); pp · tp > 1 means mesh. A ddp job of one process trains
+  // locally.
+  std::string strategy = "ddp";
   std::string backend = "auto";        // auto | gloo | shm | mpi
   double timeout_s = 300;              // rendezvous and every collective
   double bucket_cap_mb = 25;           // DDP gradient buckets

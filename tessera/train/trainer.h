@@ -1,26 +1,29 @@
-// One training run, readable top to bottom: build the data, the model, the optimizer and the
-// schedule from a TrainConfig; then per step: batch -> forward -> loss -> backward -> (clip) -> step
-// -> schedule; evaluate each epoch; checkpoint on schedule, at each epoch's end and when stopped.
-// Everything a resumed run needs is in the checkpoint, so interrupted-and-resumed training ends with
-// parameters bitwise equal to an uninterrupted run.
+// One training run, readable top to bottom, whatever the strategy (train/strategy.h): build the
+// data, the model, the optimizer and the schedule from a TrainConfig; then per step
 //
-// Given a process group of several ranks the run is data parallel (DDP): each rank reads its
-// DistributedSampler share (train.batch_size per rank; together the ranks' step s covers the
-// single-process batch s of size world·batch_size), gradients are averaged in backward, evaluation
-// is sharded and summed, every rank agrees each step on whether to stop (so a forwarded Ctrl-C stops
-// them all after the same step), and rank 0 alone writes metrics, progress and checkpoints. With
-// train.global_batch_size = G each of W ranks reads G / W a step instead, and checkpoints record the
-// position in samples of the epoch's global order, so a run saved with N ranks resumes with M
-// (the elastic agent's restarts; docs/distributed.md "Elastic training").
+//   batch -> strategy.forward_backward -> (clip) -> strategy.optimizer_step -> schedule -> metrics
+//         -> (checkpoint)
 //
-// Given parameter-server client options instead (distributed.strategy = "ps"), this process is one
-// worker of a parameter-server job (tessera/parallel/ps): it reads its DistributedSampler share,
-// pushes gradients and pulls values each step, and the servers run the optimizer. Worker 0 alone
-// evaluates, writes metrics and checkpoints, and has the servers checkpoint their shards first.
+// evaluate each epoch; checkpoint on schedule, at each epoch's end and when stopped. Everything a
+// resumed run needs is in the checkpoint, so interrupted-and-resumed training ends with parameters
+// bitwise equal to an uninterrupted run (every strategy but the mesh, whose optimizer state stays
+// sharded).
+//
+// The data: each replica (a DDP rank, a parameter-server worker, a mesh's data-parallel replica)
+// reads its DistributedSampler share of every global batch. The global batch is
+// train.global_batch_size, else train.batch_size × replicas; with global_batch_size set,
+// checkpoints record the position in samples of the epoch's global order, so a run saved with N
+// replicas resumes with M (the elastic agent's restarts; docs/distributed.md "Elastic training").
+// Rank 0 alone writes metrics, progress and checkpoints; every rank agrees each step on whether to
+// stop, so a forwarded Ctrl-C stops them all after the same step.
+//
+// Checkpoints belong to a run: a run keeps one id from its fresh start through every resume, and
+// retention deletes only its own (io/checkpoint.h). A fresh run in a directory that holds another
+// run's checkpoints is refused unless train.overwrite moves them aside.
 #pragma once
 #include <atomic>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "tessera/core/rng.h"
@@ -31,13 +34,12 @@
 #include "tessera/nn/module.h"
 #include "tessera/optim/lr_scheduler.h"
 #include "tessera/optim/optimizer.h"
-#include "tessera/parallel/ddp/distributed_data_parallel.h"
-#include "tessera/parallel/ps/worker.h"
 #include "tessera/train/builders.h"
 #include "tessera/train/config.h"
 #include "tessera/train/elastic_report.h"
-#include "tessera/train/survivor_save.h"
 #include "tessera/train/progress.h"
+#include "tessera/train/strategy.h"
+#include "tessera/train/survivor_save.h"
 
 namespace tessera::train {
 
@@ -54,10 +56,10 @@ struct FitResult {
   std::string last_checkpoint;
 };
 
-
 class Trainer {
  public:
-  // `group`: the job's ranks (null or a group of one: single-process training).
+  // `group`: the job's ranks (null or a group of one: single-process training). The strategy is
+  // chosen from the config (make_strategy): ddp, or mesh for pipeline / tensor parallelism.
   explicit Trainer(TrainConfig config, dist::ProcessGroupPtr group = nullptr);
   // One worker of a parameter-server job: `ps.rank` of `num_workers`, served by `ps.servers`.
   Trainer(TrainConfig config, parallel::ps::ClientOptions ps, int num_workers);
@@ -66,53 +68,59 @@ class Trainer {
   // takes it; "" means the latest checkpoint of this run's output_dir (an IoError if there is none).
   void resume(const std::string& path = "");
   FitResult fit();
-  EvalResult evaluate();
-  // Saves a checkpoint of the current state now; returns its directory.
+  // One optimizer step on one batch (this replica's share): forward, backward, clipping, optimizer,
+  // schedule. Returns the loss the strategy reports. What fit runs each step; benchmarks call it.
+  double train_step(const data::Batch& batch);
+  EvalResult evaluate();  // collective
+  // Saves a checkpoint of the current state now; returns its directory (on rank 0; "" elsewhere).
+  // Collective.
   std::string save_checkpoint();
+  // The whole model's parameters and buffers under their single-process names, on rank 0 (empty
+  // elsewhere). Collective.
+  nn::StateDict full_state_dict() { return strategy_->model_state(); }
   // Set from a signal handler: the run stops after the current step, with a checkpoint.
   static void request_stop();
   static bool stop_requested() { return stop_requested_; }
 
-  nn::Module& model() { return *model_; }
+  // The whole model (not for the mesh, whose ranks hold their part only: see full_state_dict).
+  nn::Module& model();
+  Strategy& strategy() { return *strategy_; }
   const TrainConfig& config() const { return config_; }
   int64_t global_step() const { return step_; }
-  int rank() const { return rank_; }
-  int world_size() const { return world_size_; }
-  // Samples per step over all ranks (train.global_batch_size, else batch_size × world size), and this
-  // rank's share of them.
+  int rank() const { return strategy_->rank(); }
+  int world_size() const { return strategy_->world_size(); }
+  // Samples per step over all replicas, and one replica's share of them.
   int64_t global_batch_size() const;
-  int64_t per_rank_batch_size() const;
-  // The DDP wrapper when world_size() > 1, else null.
-  const parallel::ddp::DistributedDataParallel* ddp() const { return ddp_.get(); }
+  int64_t per_replica_batch_size() const;
   const data::Vocabulary* vocabulary() const { return vocab_.get(); }
-  // The parameter-server worker when the job is one, else null.
-  const parallel::ps::PsWorker* ps_worker() const { return ps_.get(); }
+  const std::string& run_id() const { return run_id_; }
 
  private:
-  void build();  // what both constructors do once rank and world size are known
+  void build();  // what both constructors do once the strategy is chosen
   void build_data();
   void apply_fault_injection();
-  std::string ps_shard_dir() const;
+  // A fresh run: agrees on a run id and refuses (or with train.overwrite, moves aside) another
+  // run's checkpoints in output_dir.
+  void claim_output_dir();
+  void agree_on_run_id();  // collective
+  std::string checkpoints_dir() const;
   // The two files of a checkpoint at step_, with `rng` as the generator state.
-  std::pair<io::SafetensorsFile, io::SafetensorsFile> checkpoint_files(const std::string& rng);
+  std::pair<io::SafetensorsFile, io::SafetensorsFile> checkpoint_files(nn::StateDict model_state, const std::string& rng);
   // Under the elastic agent, after a peer died: this replica's state at its last whole step, unless
   // another survivor already saves that step (returns "").
   std::string save_survivor_checkpoint();
-  Tensor loss_of(const data::Batch& batch, Tensor* logits_out, bool training);
-  // True on every rank if it is true on any (one tiny all-reduce; no communication alone).
-  bool any_rank(bool flag);
 
   TrainConfig config_;
+  // Held for the run's whole life even when the strategy needs no collectives (a world of one):
+  // its watchdog publishes the heartbeats an elastic agent watches.
   dist::ProcessGroupPtr group_;
-  int rank_ = 0, world_size_ = 1;
-  std::unique_ptr<parallel::ddp::DistributedDataParallel> ddp_;
-  std::optional<parallel::ps::ClientOptions> ps_options_;
-  std::unique_ptr<parallel::ps::PsWorker> ps_;
-  bool ps_started_ = false, resumed_ = false;
+  std::unique_ptr<Strategy> strategy_;
+  bool resumed_ = false;
+  std::string run_id_;
   std::shared_ptr<data::Dataset> train_set_, eval_set_;
   std::shared_ptr<data::Vocabulary> vocab_;
   std::unique_ptr<data::DataLoader> loader_;
-  std::shared_ptr<nn::Module> model_;
+  std::shared_ptr<nn::Module> model_;  // null for the mesh (its ranks keep their part only)
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<optim::LRScheduler> schedule_;
   int64_t step_ = 0, epoch_ = 0, batch_in_epoch_ = 0;

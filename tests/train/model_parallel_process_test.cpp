@@ -77,7 +77,7 @@ TEST(ModelParallelProcesses, TooFewProcessesAndResumeAreRefusedClearly) {
   EXPECT_NE(std::system(cmd.c_str()), 0);
   std::ifstream in2(dir + "/log2");
   text.assign((std::istreambuf_iterator<char>(in2)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("--resume is not supported with parallel.pp"), std::string::npos) << text;
+  EXPECT_NE(text.find("--resume is not supported with the mesh strategy"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 #include "parallel/threaded_group.h"
 #include "tessera/io/atomic_file.h"
 #include "tessera/io/checkpoint.h"
-#include "tessera/train/model_parallel_trainer.h"
+#include "tessera/train/mesh_strategy.h"
 #include "tessera/train/trainer.h"
 #include "testing/expect.h"
 #include "testing/temp_dir.h"
@@ -104,7 +104,7 @@ TEST_P(ModelParallelLayouts, TenStepsEqualOneProcess) {
   nn::StateDict parallel;
   std::mutex mu;
   testing::run_on_threads(world, testing::threaded(world), [&](dist::ProcessGroup& group) {
-    ModelParallelTrainer trainer(mp, testing::borrow(group));
+    Trainer trainer(mp, testing::borrow(group));
     trainer.fit();
     nn::StateDict full = trainer.full_state_dict();
     std::lock_guard lock(mu);
@@ -126,7 +126,8 @@ INSTANTIATE_TEST_SUITE_P(
     Gpt, ModelParallelLayouts,
     ::testing::Combine(::testing::Values(Layout{"PP2GPipe", 1, 2, 1, "gpipe", 4}, Layout{"PP2OneFOneB", 1, 2, 1, "1f1b", 4},
                                          Layout{"TP2", 1, 1, 2, "1f1b", 1}, Layout{"DP2PP2", 2, 2, 1, "1f1b", 2},
-                                         Layout{"DP2TP2", 2, 1, 2, "1f1b", 1}, Layout{"PP2TP2", 1, 2, 2, "gpipe", 2}),
+                                         Layout{"DP2TP2", 2, 1, 2, "1f1b", 1}, Layout{"PP2TP2", 1, 2, 2, "gpipe", 2},
+                                         Layout{"DP2PP2TP2", 2, 2, 2, "1f1b", 2}),
                        ::testing::Values(std::string("sgd"), std::string("adamw"))),
     [](const auto& info) { return std::string(std::get<0>(info.param).name) + std::get<1>(info.param); });
 
@@ -148,8 +149,8 @@ TEST(ModelParallelTrainer, StagesBalancedByMeasuredTimeTrainTheSameModel) {
   std::vector<std::vector<int64_t>> bounds(2);
   nn::StateDict parallel;
   testing::run_on_threads(2, testing::threaded(2), [&](dist::ProcessGroup& group) {
-    ModelParallelTrainer trainer(mp, testing::borrow(group));
-    bounds[group.rank()] = trainer.stage_bounds();
+    Trainer trainer(mp, testing::borrow(group));
+    bounds[group.rank()] = dynamic_cast<MeshStrategy&>(trainer.strategy()).stage_bounds();
     trainer.fit();
     nn::StateDict full = trainer.full_state_dict();
     if (group.rank() == 0) parallel = full;
@@ -164,7 +165,7 @@ TEST(ModelParallelTrainer, BadLayoutsAreRejectedClearly) {
   TrainConfig c = gpt_config(write_corpus(dir), dir + "/out", "sgd");
   c.parallel.pp = 3;
   testing::run_on_threads(2, testing::threaded(2), [&](dist::ProcessGroup& group) {
-    testing::expect_error<ValueError>([&] { ModelParallelTrainer t(c, testing::borrow(group)); }, {"2 ranks", "pp 3"});
+    testing::expect_error<ValueError>([&] { Trainer t(c, testing::borrow(group)); }, {"2 ranks", "pp 3"});
   });
   c.parallel.pp = 2;
   c.train.batch_size = 6;

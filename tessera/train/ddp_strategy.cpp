@@ -1,0 +1,36 @@
+#include "tessera/train/ddp_strategy.h"
+
+#include "tessera/parallel/sync_batch_norm.h"
+
+namespace tessera::train {
+
+DdpStrategy::DdpStrategy(const TrainConfig& config, dist::ProcessGroupPtr group)
+    : config_(config), group_(std::move(group)) {
+  TESSERA_CHECK(group_, "[ddp] needs the job's process group");
+}
+
+std::vector<Tensor> DdpStrategy::prepare(std::shared_ptr<nn::Module> model) {
+  const auto& d = config_.distributed;
+  if (d.sync_batchnorm) model = parallel::convert_sync_batchnorm(model, group_);
+  parallel::ddp::DdpOptions o;
+  o.bucket_cap_bytes = static_cast<size_t>(d.bucket_cap_mb * (1 << 20));
+  o.comm_hook = d.comm_hook;
+  o.comm_hook_options.powersgd_rank = static_cast<int>(d.powersgd_rank);
+  o.comm_hook_options.powersgd_start_iter = d.powersgd_start_iter;
+  o.comm_hook_options.topk_ratio = d.topk_ratio;
+  o.find_unused_parameters = d.find_unused_parameters;
+  ddp_ = std::make_unique<parallel::ddp::DistributedDataParallel>(model, group_, o);
+  return LocalStrategy::prepare(std::move(model));
+}
+
+int64_t DdpStrategy::max_over_job(int64_t value) { return train::max_over_job(*group_, value); }
+
+void DdpStrategy::add_step_metrics(nlohmann::json& record) const {
+  // The per-step trace of gradient communication (reducer.h).
+  const auto& trace = ddp_->reducer().last_iteration();
+  record["comm_ms"] = 1e3 * trace.comm_seconds;
+  record["exposed_comm_ms"] = 1e3 * trace.exposed_seconds;
+  record["comm_bytes_total"] = ddp_->reducer().hook().bytes_communicated();
+}
+
+}  // namespace tessera::train

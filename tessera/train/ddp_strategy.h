@@ -1,0 +1,35 @@
+// DdpStrategy: synchronous data parallelism. Each rank holds a replica (parallel/ddp), reads its
+// share of every global batch, and backward returns with the gradients averaged over the group, so
+// the optimizer step is the single-process one. Evaluation is sharded over the ranks and summed.
+#pragma once
+#include "tessera/parallel/ddp/distributed_data_parallel.h"
+#include "tessera/train/local_strategy.h"
+
+namespace tessera::train {
+
+class DdpStrategy : public LocalStrategy {
+ public:
+  DdpStrategy(const TrainConfig& config, dist::ProcessGroupPtr group);
+  std::string name() const override { return "ddp"; }
+  int rank() const override { return group_->rank(); }
+  int world_size() const override { return group_->size(); }
+  DataShare data_share() const override { return {rank(), world_size()}; }
+
+  // Checks every rank built the same model, then broadcasts rank 0's values.
+  std::vector<Tensor> prepare(std::shared_ptr<nn::Module> model) override;
+  int64_t max_over_job(int64_t value) override;
+  void sum_over_job(EvalSums& sums) override { sum_eval_over(*group_, sums); }
+  void add_step_metrics(nlohmann::json& record) const override;
+
+  const parallel::ddp::DistributedDataParallel& ddp() const { return *ddp_; }
+
+ protected:
+  Tensor training_forward(const Tensor& inputs) override { return ddp_->forward(inputs); }
+
+ private:
+  TrainConfig config_;
+  dist::ProcessGroupPtr group_;
+  std::unique_ptr<parallel::ddp::DistributedDataParallel> ddp_;
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,57 @@
+#include "tessera/train/local_strategy.h"
+
+#include "tessera/ops/ops.h"
+
+namespace tessera::train {
+
+Tensor default_loss(const Tensor& output, const Tensor& targets) {
+  if (output.dim() == 3) {  // language model: (B, T, V) against (B, T)
+    const int64_t v = output.shape()[2];
+    return cross_entropy(reshape(output, {-1, v}), reshape(targets, {-1}));
+  }
+  return cross_entropy(output, targets);
+}
+
+std::vector<Tensor> LocalStrategy::prepare(std::shared_ptr<nn::Module> model) {
+  model_ = std::move(model);
+  return model_->parameters();
+}
+
+double LocalStrategy::forward_backward(const data::Batch& batch) {
+  Tensor loss = default_loss(training_forward(batch.inputs), batch.targets);
+  loss.backward();
+  return loss.item<float>();
+}
+
+void LocalStrategy::clip_gradients(double max_norm) {
+  // After DDP's all-reduce every replica holds the same gradients: the local norm is the global one.
+  optim::clip_grad_norm(model_->parameters(), max_norm);
+}
+
+std::optional<EvalContribution> LocalStrategy::evaluate_batch(const data::Batch& batch) {
+  Tensor output = (*model_)(batch.inputs);
+  EvalContribution c{default_loss(output, batch.targets), {}};
+  if (output.dim() == 2) c.output = output;
+  return c;
+}
+
+int64_t max_over_job(dist::ProcessGroup& group, int64_t value) {
+  Tensor t = Tensor::empty({1}, DType::Int64);
+  t.data<int64_t>()[0] = value;
+  group.allreduce(t, dist::ReduceOp::Max)->wait();
+  return t.data<int64_t>()[0];
+}
+
+void sum_eval_over(dist::ProcessGroup& group, EvalSums& sums) {
+  Tensor counts = Tensor::empty({3}, DType::Int64), loss = Tensor::empty({1});
+  int64_t* c = counts.data<int64_t>();
+  c[0] = sums.correct, c[1] = sums.samples, c[2] = sums.weight;
+  loss.data<float>()[0] = static_cast<float>(sums.loss_sum);
+  auto w1 = group.allreduce(counts, dist::ReduceOp::Sum), w2 = group.allreduce(loss, dist::ReduceOp::Sum);
+  w1->wait();
+  w2->wait();
+  sums.correct = c[0], sums.samples = c[1], sums.weight = c[2];
+  sums.loss_sum = loss.data<float>()[0];
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,37 @@
+// LocalStrategy: one process holds the whole model and reads every batch whole. The base of
+// DdpStrategy, which adds the replicas' communication.
+#pragma once
+#include "tessera/train/strategy.h"
+
+namespace tessera::train {
+
+class LocalStrategy : public Strategy {
+ public:
+  std::string name() const override { return "local"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  DataShare data_share() const override { return {0, 1}; }
+
+  std::vector<Tensor> prepare(std::shared_ptr<nn::Module> model) override;
+  void set_training(bool training) override { model_->train(training); }
+  double forward_backward(const data::Batch& batch) override;
+  void clip_gradients(double max_norm) override;
+  int64_t max_over_job(int64_t value) override { return value; }
+  std::optional<EvalContribution> evaluate_batch(const data::Batch& batch) override;
+  void sum_over_job(EvalSums&) override {}
+  nn::StateDict model_state() override { return model_->state_dict(); }
+  void load_model_state(const nn::StateDict& state) override { model_->load_state_dict(state, true); }
+  bool holds_whole_state() const override { return true; }
+
+ protected:
+  // The model's output in training mode (DDP's forward hooks its reducer in).
+  virtual Tensor training_forward(const Tensor& inputs) { return (*model_)(inputs); }
+  std::shared_ptr<nn::Module> model_;
+};
+
+// The largest of every rank's `value` in `group`.
+int64_t max_over_job(dist::ProcessGroup& group, int64_t value);
+// Adds `sums` over `group` (counts as int64, the loss as float32: 7 digits are plenty for a report).
+void sum_eval_over(dist::ProcessGroup& group, EvalSums& sums);
+
+}  // namespace tessera::train

@@ -1,0 +1,246 @@
+#include "tessera/train/mesh_strategy.h"
+
+#include <cmath>
+#include <map>
+
+#include "tessera/data/data_loader.h"
+#include "tessera/data/sampler.h"
+#include "tessera/nn/char_transformer.h"
+#include "tessera/nn/layers.h"
+#include "tessera/ops/ops.h"
+#include "tessera/parallel/pipeline/partition.h"
+#include "tessera/parallel/tensor/tensor_parallel_chain.h"
+#include "tessera/train/local_strategy.h"
+
+namespace tessera::train {
+
+namespace {
+
+nn::LayerChain chain_of(nn::Module& model) {
+  if (auto* t = dynamic_cast<nn::CharTransformer*>(&model)) return t->layer_chain();
+  if (auto* s = dynamic_cast<nn::Sequential*>(&model)) return s->layer_chain();
+  throw ValueError("[model parallel] model " + model.name() + " is not a chain of layers; pipeline parallelism "
+                   "needs a Sequential or the transformer");
+}
+
+}  // namespace
+
+MeshStrategy::MeshStrategy(const TrainConfig& config, dist::ProcessGroupPtr world,
+                           std::shared_ptr<data::Dataset> train_set)
+    : config_(config), world_(std::move(world)), train_set_(std::move(train_set)) {
+  TESSERA_CHECK(world_, "[model parallel] needs the job's process group");
+  const auto& p = config_.parallel;
+  mesh_ = std::make_unique<parallel::DeviceMesh>(
+      world_, parallel::MeshShape{static_cast<int>(p.dp), static_cast<int>(p.pp), static_cast<int>(p.tp)});
+}
+
+MeshStrategy::~MeshStrategy() = default;
+
+std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
+  const auto& p = config_.parallel;
+  nn::LayerChain full_chain = chain_of(*full);
+  for (size_t i = 0; i < full_chain.size(); ++i)
+    for (auto& [name, t] : full_chain[i].module->state_dict())
+      full_layout_.push_back({full_chain[i].prefix + name, t.shape(), t.dtype(), static_cast<int64_t>(i)});
+  std::map<std::string, int64_t> full_numel;
+  for (const auto& f : full_layout_) full_numel[f.name] = shape_numel(f.shape);
+
+  // Tensor parallelism replaces each layer by its shard; the chain keeps its length and prefixes.
+  nn::LayerChain chain = full_chain;
+  if (p.tp > 1) {
+    auto* transformer = dynamic_cast<nn::CharTransformer*>(full.get());
+    TESSERA_CHECK(transformer, "[model parallel] parallel.tp needs the transformer");
+    parallel::tensor::TensorParallelChain tp_chain = parallel::tensor::tensor_parallel_chain(*transformer, mesh_->tp_group());
+    chain = tp_chain.layers;
+    gather_layer_ = tp_chain.gather_layer;
+    tp_loss_ = tp_chain.loss;
+  }
+  TESSERA_ASSERT(chain.size() == full_chain.size(), "the tensor-parallel chain has as many layers as the model");
+
+  // Cut into stages; every rank must agree, so measured costs are averaged over the world.
+  std::vector<double> costs = parallel::pipeline::parameter_costs(full_chain);
+  if (p.balance == "time" && p.pp > 1) {
+    std::optional<data::Batch> sample;
+    {
+      data::DataLoaderOptions o;
+      o.batch_size = config_.train.batch_size / p.microbatches;
+      data::DataLoader probe(train_set_, std::make_shared<data::RangeSampler>(0, train_set_->size()), o);
+      probe.start_epoch(0);
+      sample = probe.next();
+    }
+    costs = parallel::pipeline::measured_costs(chain, sample->inputs);
+    Tensor t = from_vector(std::vector<float>(costs.begin(), costs.end()), {static_cast<int64_t>(costs.size())});
+    world_->allreduce(t, dist::ReduceOp::Sum)->wait();
+    for (size_t i = 0; i < costs.size(); ++i) costs[i] = t.data<float>()[i] / world_->size();
+  }
+  bounds_ = parallel::pipeline::balance_stages(costs, static_cast<int>(p.pp));
+  const int s = mesh_->coordinates().pp;
+  nn::LayerChain mine(chain.begin() + bounds_[s], chain.begin() + bounds_[s + 1]);
+  stage_ = std::make_unique<parallel::pipeline::PipelineStage>(
+      mine, mesh_->pp_group(),
+      parallel::pipeline::PipelineOptions{parallel::pipeline::parse_schedule(p.schedule), p.microbatches},
+      [this](const Tensor& out, const Tensor& targets) { return loss_of(out, targets); });
+  // A parameter is a shard when it holds fewer elements than the whole tensor of its name.
+  for (const auto& [name, t] : stage_->state_dict()) {
+    auto it = full_numel.find(name);
+    TESSERA_ASSERT(it != full_numel.end(), "stage tensor ", name, " has a name of the whole model");
+    if (t.requires_grad()) sharded_.push_back(t.numel() < it->second);
+  }
+  // The rest of the model (other stages' layers) is dropped with `full` by the caller.
+  return stage_->parameters();
+}
+
+Tensor MeshStrategy::loss_of(const Tensor& output, const Tensor& targets) const {
+  if (config_.parallel.tp > 1) {  // logits sharded over the vocabulary
+    const int64_t v = output.shape().back();
+    return tp_loss_(reshape(output, {-1, v}), reshape(targets, {-1}));
+  }
+  return default_loss(output, targets);
+}
+
+double MeshStrategy::forward_backward(const data::Batch& batch) {
+  last_step_ = stage_->train_step(batch.inputs, batch.targets);
+  return average_gradients_and_loss(last_step_.loss);
+}
+
+double MeshStrategy::average_gradients_and_loss(double loss) {
+  const int dp = mesh_->shape().dp;
+  if (dp == 1) return loss;
+  // One flat buffer, kept across steps: every gradient of this rank, then the replica's loss.
+  std::vector<Tensor> params = stage_->parameters();
+  int64_t total = 1;
+  for (auto& p : params) total += p.numel();
+  if (!grad_flat_.defined() || grad_flat_.numel() != total) grad_flat_ = Tensor::empty({total});
+  float* f = grad_flat_.data<float>();
+  int64_t at = 0;
+  for (auto& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) p.set_grad(g = zeros(p.shape()));  // an unused parameter still takes part
+    Tensor c = contiguous(g);
+    std::copy_n(c.data<float>(), c.numel(), f + at);
+    at += p.numel();
+  }
+  f[at] = static_cast<float>(loss);
+  mesh_->dp_group()->allreduce(grad_flat_, dist::ReduceOp::Sum)->wait();
+  const float scale = 1.0f / static_cast<float>(dp);
+  at = 0;
+  for (auto& p : params) {
+    Tensor g = p.grad();
+    if (!g.is_contiguous()) p.set_grad(g = contiguous(g));
+    float* d = g.data<float>();
+    for (int64_t i = 0; i < p.numel(); ++i) d[i] = f[at + i] * scale;
+    at += p.numel();
+  }
+  return f[at] * scale;
+}
+
+void MeshStrategy::clip_gradients(double max_norm) {
+  // The global norm: shards add up over the tensor-parallel ranks; a replicated tensor counts once
+  // (on tensor-parallel rank 0); stages add up over the pipeline.
+  std::vector<Tensor> params = stage_->parameters();
+  double sq = 0.0;
+  const bool tp_lead = mesh_->coordinates().tp == 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor g = params[i].grad();
+    if (!g.defined() || (!sharded_[i] && !tp_lead)) continue;
+    Tensor c = contiguous(g);
+    const float* d = c.data<float>();
+    for (int64_t j = 0; j < c.numel(); ++j) sq += static_cast<double>(d[j]) * d[j];
+  }
+  Tensor t = from_vector(std::vector<float>{static_cast<float>(sq)}, {1});
+  if (mesh_->shape().tp > 1) mesh_->tp_group()->allreduce(t, dist::ReduceOp::Sum)->wait();
+  if (mesh_->shape().pp > 1) mesh_->pp_group()->allreduce(t, dist::ReduceOp::Sum)->wait();
+  const double norm = std::sqrt(static_cast<double>(t.data<float>()[0]));
+  if (norm <= max_norm) return;
+  const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // torch's clip_grad_norm_ epsilon
+  NoGradGuard no_grad;
+  for (auto& p : params)
+    if (p.grad().defined()) p.set_grad(mul(p.grad(), scale));
+}
+
+int64_t MeshStrategy::max_over_job(int64_t value) { return train::max_over_job(*world_, value); }
+
+std::optional<EvalContribution> MeshStrategy::evaluate_batch(const data::Batch& batch) {
+  // Only the last stage sees outputs, and its tensor-parallel ranks all compute the loss (a
+  // collective with tensor parallelism): the one at tp 0 reports.
+  Tensor out = stage_->forward(batch.inputs);
+  if (!stage_->is_last()) return std::nullopt;
+  Tensor loss = loss_of(out, batch.targets);
+  if (mesh_->coordinates().tp != 0) return std::nullopt;
+  EvalContribution c{loss, {}};
+  if (out.dim() == 2) c.output = out;
+  return c;
+}
+
+void MeshStrategy::sum_over_job(EvalSums& sums) {
+  Tensor t = from_vector(std::vector<float>{static_cast<float>(sums.loss_sum), static_cast<float>(sums.correct),
+                                            static_cast<float>(sums.weight), static_cast<float>(sums.samples)},
+                         {4});
+  world_->allreduce(t, dist::ReduceOp::Sum)->wait();
+  const float* s = t.data<float>();
+  sums.loss_sum = s[0];
+  sums.correct = static_cast<int64_t>(s[1]);
+  sums.weight = static_cast<int64_t>(s[2]);
+  sums.samples = static_cast<int64_t>(s[3]);
+}
+
+nn::StateDict MeshStrategy::stage_full_state() {
+  if (!gather_layer_) return stage_->state_dict();
+  nn::StateDict out;
+  for (const auto& layer : stage_->layers())
+    for (auto& [name, t] : gather_layer_(layer)) out.emplace_back(layer.prefix + name, t);
+  return out;
+}
+
+nn::StateDict MeshStrategy::model_state() {
+  const auto& at = mesh_->coordinates();
+  if (at.dp != 0) return {};  // the replicas are equal; replica 0 reports
+  nn::StateDict mine = stage_full_state();  // collective over the tensor-parallel group
+  if (at.tp != 0) return {};
+  // Stage leaders send their tensors, in the whole model's order, to world rank 0.
+  parallel::pipeline::StageLink link(world_);
+  if (at.pp != 0) {
+    int64_t tag = 0;
+    for (auto& [name, t] : mine) link.send_tensor(t, 0, tag++);
+    link.wait_sends();
+    return {};
+  }
+  std::map<std::string, Tensor> have(mine.begin(), mine.end());
+  nn::StateDict out;
+  std::vector<int64_t> next_tag(mesh_->shape().pp, 0);
+  for (const FullTensor& f : full_layout_) {
+    int owner = 0;
+    while (f.layer >= bounds_[owner + 1]) ++owner;
+    if (owner == 0) {
+      auto it = have.find(f.name);
+      TESSERA_ASSERT(it != have.end(), "stage 0 holds ", f.name);
+      out.emplace_back(f.name, it->second);
+      continue;
+    }
+    const int peer = parallel::mesh_rank(mesh_->shape(), {0, owner, 0});
+    Tensor t = link.recv_tensor(peer, next_tag[owner]++, "parameter " + f.name + " of stage " + std::to_string(owner));
+    TESSERA_CHECK(t.shape() == f.shape && t.dtype() == f.dtype, "[model parallel] stage ", owner, " sent ", f.name,
+                  " as ", shape_str(t.shape()), ", expected ", shape_str(f.shape));
+    out.emplace_back(f.name, t);
+  }
+  return out;
+}
+
+void MeshStrategy::load_model_state(const nn::StateDict&) {
+  throw NotSupportedError("[train] --resume is not supported with parallel.pp / parallel.tp yet: the optimizer "
+                          "state stays sharded on the ranks and is not checkpointed");
+}
+
+void MeshStrategy::add_step_metrics(nlohmann::json& record) const {
+  record["bubble_fraction"] = last_step_.bubble_fraction();
+  record["peak_activations"] = last_step_.peak_activations;
+}
+
+std::string MeshStrategy::describe() const {
+  return "[model parallel] dp " + std::to_string(mesh_->shape().dp) + " × pp " + std::to_string(mesh_->shape().pp) +
+         " × tp " + std::to_string(mesh_->shape().tp) + ", " + config_.parallel.schedule + " schedule, " +
+         std::to_string(config_.parallel.microbatches) + " micro-batches; stages: " +
+         parallel::pipeline::describe_stages(bounds_);
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,47 @@
+// PsStrategy: one worker of a parameter-server job (parallel/ps). It reads its share of every
+// global batch, computes gradients on its copy of the model, and the optimizer step pushes them and
+// pulls the next values: the servers run the optimizer, the worker's schedule sets the lr each push
+// carries. Worker 0 initialises the servers (or has them restore a checkpoint's shards), evaluates
+// for the job, and has the servers write their shards before it writes a checkpoint.
+#pragma once
+#include "tessera/parallel/ps/worker.h"
+#include "tessera/train/local_strategy.h"
+
+namespace tessera::train {
+
+class PsStrategy : public LocalStrategy {
+ public:
+  PsStrategy(parallel::ps::ClientOptions options, int num_workers);
+  std::string name() const override { return "ps"; }
+  int rank() const override { return options_.rank; }
+  int world_size() const override { return num_workers_; }
+  DataShare data_share() const override { return {rank(), world_size()}; }
+  // Worker 0 evaluates all of it (the workers hold no replica to shard over); the others none.
+  DataShare eval_share() const override { return {0, 1}; }
+  bool takes_part_in_evaluation() const override { return rank() == 0; }
+
+  std::vector<Tensor> prepare(std::shared_ptr<nn::Module> model) override;
+  void optimizer_step(optim::Optimizer& optimizer) override { worker_->step(optimizer.lr()); }
+  int64_t max_over_job(int64_t value) override { return value; }  // workers stop on their own
+  std::optional<EvalContribution> evaluate_batch(const data::Batch& batch) override;
+  void before_evaluation() override;
+  nn::StateDict model_state() override;
+  bool holds_whole_state() const override { return false; }
+
+  void on_fit_start(int64_t step, bool resumed, const std::string& output_dir) override;
+  void on_fit_end() override { worker_->finish(); }
+  void before_checkpoint(const std::string& output_dir, int64_t step) override;
+  void add_step_metrics(nlohmann::json& record) const override;
+
+  const parallel::ps::PsWorker& worker() const { return *worker_; }
+
+ private:
+  static std::string shard_dir(const std::string& output_dir);
+
+  parallel::ps::ClientOptions options_;
+  int num_workers_;
+  std::unique_ptr<parallel::ps::PsWorker> worker_;
+  bool started_ = false;
+};
+
+}  // namespace tessera::train

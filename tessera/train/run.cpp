@@ -1,0 +1,80 @@
+#include "tessera/train/run.h"
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "tessera/dist/init.h"
+#include "tessera/dist/launcher/env.h"
+#include "tessera/io/checkpoint.h"
+#include "tessera/train/ps_job.h"
+
+namespace tessera::train {
+
+namespace {
+
+extern "C" void on_stop_signal(int) { Trainer::request_stop(); }
+
+dist::ProcessGroupPtr init_group(const TrainConfig& config) {
+  dist::InitOptions init;
+  init.backend = config.distributed.backend;
+  init.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
+  return dist::init_process_group(init);
+}
+
+std::unique_ptr<Trainer> make_trainer(const TrainConfig& config) {
+  if (config.distributed.strategy == "ps") {
+    const auto role = dist::launcher::ps_role_from_environment();
+    return std::make_unique<Trainer>(config, ps_client_options_from_env(config), role.num_workers);
+  }
+  if (uses_model_parallelism(config) && !dist::launched_as_job()) {
+    const int64_t needed = config.parallel.pp * config.parallel.tp * std::max<int64_t>(1, config.parallel.dp);
+    throw ValueError("[train] parallel.pp = " + std::to_string(config.parallel.pp) + " and parallel.tp = " +
+                     std::to_string(config.parallel.tp) + " need at least " + std::to_string(needed) +
+                     " processes: add --nproc " + std::to_string(needed));
+  }
+  return std::make_unique<Trainer>(config, dist::launched_as_job() ? init_group(config) : nullptr);
+}
+
+}  // namespace
+
+RunOutcome run(const TrainConfig& config, const RunOptions& options) {
+  RunOutcome outcome;
+  const auto role = dist::launcher::ps_role_from_environment();
+  if (role.role == dist::launcher::PsRoleEnv::Role::kServer) {
+    run_parameter_server(config, role);
+    outcome.server = true;
+    return outcome;
+  }
+  std::unique_ptr<Trainer> trainer = make_trainer(config);
+  const bool lead = trainer->rank() == 0;
+  const bool fresh = options.resume.empty() ||
+                     (options.resume == "auto" &&
+                      io::latest_checkpoint((std::filesystem::path(config.train.output_dir) / "checkpoints").string()).empty());
+  if (!fresh) {
+    trainer->resume(options.resume == "latest" || options.resume == "auto" ? "" : options.resume);
+    if (lead) std::fprintf(stderr, "resumed at step %lld\n", static_cast<long long>(trainer->global_step()));
+  }
+  if (options.stop_on_signals) {
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+  }
+  outcome.fit = trainer->fit();
+  if (options.stop_on_signals) {
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+  }
+  const FitResult& r = outcome.fit;
+  if (r.last_eval && lead) {
+    if (trainer->vocabulary())
+      std::printf("final validation loss %.4f\n", r.last_eval->loss);
+    else
+      std::printf("final test accuracy %.2f%% (loss %.4f) on %lld samples\n", 100.0 * r.last_eval->accuracy,
+                  r.last_eval->loss, static_cast<long long>(r.last_eval->samples));
+  }
+  if (lead) std::printf("checkpoint: %s\n", r.last_checkpoint.c_str());
+  outcome.interrupted = r.stopped_early && !(config.train.max_steps > 0 && r.steps >= config.train.max_steps);
+  return outcome;
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,128 @@
+// Strategy: how one training job is spread over processes. The one training loop (trainer.cpp) is
+// written once against these hooks and never asks which strategy it runs:
+//
+//   batch (this replica's share of the global batch: data_share)
+//     -> forward_backward(batch)          model, loss, backward; gradients synchronised
+//     -> clip_gradients(max_norm)         by the norm over everything the strategy splits
+//     -> optimizer_step(optimizer)        or the servers' step
+//     -> any_rank(stop)                   every rank agrees on stopping after the same step
+//   evaluation: evaluate_batch(batch) on each rank's eval_share, sums added by sum_over_job
+//   checkpoint: model_state() (the whole model, on the writing rank), before_checkpoint / resume
+//
+// The strategies (one file each, chosen once from the config by make_strategy):
+//   local  one process
+//   ddp    replicas, gradients all-reduced in buckets during backward (parallel/ddp)
+//   ps     parameter-server worker: push gradients, pull values; the servers run the optimizer
+//   mesh   DP x PP x TP: pipeline stages, tensor-parallel shards, data-parallel replicas
+// A new strategy (ZeRO) is one more file: a class implementing these hooks and a line in
+// make_strategy.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/data/dataset.h"
+#include "tessera/dist/process_group.h"
+#include "tessera/nn/module.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/parallel/ps/client.h"
+#include "tessera/train/config.h"
+
+namespace tessera::train {
+
+// Which share of the data a process reads: replica `index` of `count` replicas. Processes of one
+// replica (the stages and shards of a model-parallel replica) read the same batches.
+struct DataShare {
+  int index = 0, count = 1;
+};
+
+// A batch's contribution to the evaluation, where this rank reports it.
+struct EvalContribution {
+  Tensor loss;    // the batch's mean loss (scalar)
+  Tensor output;  // logits (N, classes) for a classifier; undefined where there is no accuracy
+};
+
+// The sums an evaluation adds up over the job.
+struct EvalSums {
+  double loss_sum = 0.0;         // mean loss × weight, summed
+  int64_t correct = 0, samples = 0, weight = 0;  // weight: tokens for the LM, samples otherwise
+};
+
+// Turns a model's output and the batch's targets into the loss (cross-entropy over classes or tokens).
+Tensor default_loss(const Tensor& output, const Tensor& targets);
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+
+  // The job: rank 0 reports, writes metrics and checkpoints.
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual DataShare data_share() const = 0;
+
+  // Takes the whole model, as every rank built it from the same seed, and makes it this process's
+  // part (wrapped for DDP, cut into a stage and shards for the mesh). Returns the parameters this
+  // process's optimizer updates. Collective.
+  virtual std::vector<Tensor> prepare(std::shared_ptr<nn::Module> model) = 0;
+  virtual void set_training(bool training) = 0;
+
+  // forward -> loss -> backward of one batch, leaving synchronised gradients. Returns the loss to
+  // report (this rank's for DDP, the replicas' mean for the mesh).
+  virtual double forward_backward(const data::Batch& batch) = 0;
+  // Scales the gradients so their global norm is at most max_norm.
+  virtual void clip_gradients(double max_norm) = 0;
+  virtual void optimizer_step(optim::Optimizer& optimizer) { optimizer.step(); }
+  // The largest of every rank's `value` (one tiny all-reduce where there are peers; a parameter-server
+  // worker's own value: the workers never wait for each other).
+  virtual int64_t max_over_job(int64_t value) = 0;
+  // True on every rank if `flag` is on any.
+  bool any_rank(bool flag) { return max_over_job(flag ? 1 : 0) != 0; }
+
+  // Evaluation: the share of the evaluation set this rank reads (replica index of count), its part
+  // of a batch (nullopt where this rank does not report), and the sums added over the job.
+  virtual DataShare eval_share() const { return data_share(); }
+  virtual bool takes_part_in_evaluation() const { return true; }
+  virtual std::optional<EvalContribution> evaluate_batch(const data::Batch& batch) = 0;
+  virtual void sum_over_job(EvalSums& sums) = 0;
+  // Before evaluating (asynchronous parameter servers: pull the newest values).
+  virtual void before_evaluation() {}
+
+  // The whole model under its single-process names on rank 0 (empty elsewhere). Collective.
+  virtual nn::StateDict model_state() = 0;
+  // Whether the optimizer's state is whole on rank 0, so a checkpoint can carry it and --resume can
+  // continue (the mesh keeps it sharded over the ranks).
+  virtual bool resumable() const { return true; }
+  // Loads a whole model's state (a resume). Collective where the strategy shards it.
+  virtual void load_model_state(const nn::StateDict& state) = 0;
+  // Whether every rank holds the whole training state (the survivors of an elastic job can save it).
+  virtual bool holds_whole_state() const { return false; }
+
+  // Around fit: the parameter-server workers start (or restore) the servers and finish them.
+  virtual void on_fit_start(int64_t /*step*/, bool /*resumed*/, const std::string& /*output_dir*/) {}
+  virtual void on_fit_end() {}
+  // Before rank 0 writes the checkpoint of `step` (the servers write their shards first).
+  virtual void before_checkpoint(const std::string& /*output_dir*/, int64_t /*step*/) {}
+  // The strategy's figures for this step's metrics record.
+  virtual void add_step_metrics(nlohmann::json& /*record*/) const {}
+  // The one-line description the lead rank logs at the start ("" for none).
+  virtual std::string describe() const { return ""; }
+};
+
+// Everything a strategy may need to be built: the job's process group (null for one process) or,
+// for a parameter-server worker, its client options and the number of workers.
+struct StrategyEnvironment {
+  dist::ProcessGroupPtr group;
+  std::shared_ptr<data::Dataset> train_set;  // the mesh measures its layers' time on a batch of it
+  std::optional<parallel::ps::ClientOptions> ps;
+  int ps_workers = 0;
+};
+
+// The strategy the config and environment ask for: ps when there are client options; mesh when
+// distributed.strategy = "mesh" or parallel.pp · parallel.tp > 1; ddp with a group of several
+// ranks; local otherwise.
+std::unique_ptr<Strategy> make_strategy(const TrainConfig& config, StrategyEnvironment env);
+
+}  // namespace tessera::train
