@@ -335,8 +335,12 @@ class Agent {
       if (now >= next_beat_) {
         next_beat_ = now + o_.heartbeat_interval;
         rdzv_->beat(m);
-        if (check_agents(m)) return true;
-        check_workers(m);
+        // Once the generation has ended, node 0 may already have closed its worker store: beat
+        // only (the others' stop waits on it), and check nobody.
+        if (rdzv_->generation() == m.generation) {
+          if (check_agents(m)) return true;
+          check_workers(m);
+        }
       }
       if (rdzv_->generation() != m.generation) {
         // Survivors of a failure cannot finish their step without the dead peer: SIGTERM would only
@@ -399,16 +403,30 @@ class Agent {
     return false;
   }
 
+  // The workers' heartbeats, from node 0's worker store; nullopt when that store cannot be read.
+  // Not fatal here: node 0 closes it when its generation ends, which can race this read on another
+  // node (the grow race), and a node 0 that died is found by its agent's missing heartbeat.
+  std::optional<std::map<int, Beat>> read_worker_beats(int world) {
+    std::map<int, Beat> beats;
+    try {
+      for (int r = 0; r < world; ++r) {
+        std::string key = concat("pg0/heartbeat/", r);
+        if (!worker_store_->check({key})) continue;
+        if (auto b = parse_beat(worker_store_->get_string(key))) beats[r] = *b;
+      }
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+    return beats;
+  }
+
   // A local worker whose heartbeat stopped is reported with what the others wait in, then killed.
   void check_workers(const Membership& m) {
     const Clock::time_point now = Clock::now();
     const int world = m.world_size(), first = m.first_rank();
-    std::map<int, Beat> beats;
-    for (int r = 0; r < world; ++r) {
-      std::string key = concat("pg0/heartbeat/", r);
-      if (!worker_store_->check({key})) continue;
-      if (auto b = parse_beat(worker_store_->get_string(key))) beats[r] = *b;
-    }
+    std::optional<std::map<int, Beat>> read = read_worker_beats(world);
+    if (!read) return;
+    std::map<int, Beat>& beats = *read;
     for (auto& [r, b] : beats) {
       auto [it, fresh] = worker_beats_.try_emplace(r, std::make_pair(b.count, now));
       if (fresh || it->second.first != b.count) it->second = {b.count, now};
@@ -460,8 +478,14 @@ class Agent {
   void check_recovery(const Membership& m) {
     if (m.generation == 0 || reported_.count(m.generation)) return;
     std::optional<GenerationEnd> end = rdzv_->end_of(m.generation - 1);
-    if (!end || !worker_store_->check({"elastic/resumed"}) || last_step_ < 0) return;
-    const int64_t resumed = std::stoll(worker_store_->get_string("elastic/resumed"));
+    if (!end || last_step_ < 0) return;
+    int64_t resumed = 0;
+    try {  // this node's own worker store; read like poll_step reads it
+      if (!worker_store_->check({"elastic/resumed"})) return;
+      resumed = std::stoll(worker_store_->get_string("elastic/resumed"));
+    } catch (const std::exception&) {
+      return;
+    }
     if (last_step_ <= resumed) return;
     reported_.insert(m.generation);
     Recovery rec;
@@ -494,14 +518,10 @@ class Agent {
   void check_stragglers(const Membership& m) {
     const int world = m.world_size();
     if (world < 2) return;
+    std::optional<std::map<int, Beat>> beats = read_worker_beats(world);
+    if (!beats || static_cast<int>(beats->size()) < world) return;
     std::vector<std::map<int64_t, int64_t>> arrivals(static_cast<size_t>(world));
-    for (int r = 0; r < world; ++r) {
-      std::string key = concat("pg0/heartbeat/", r);
-      if (!worker_store_->check({key})) return;
-      auto b = parse_beat(worker_store_->get_string(key));
-      if (!b) return;
-      arrivals[static_cast<size_t>(r)] = std::move(b->arrivals);
-    }
+    for (auto& [r, b] : *beats) arrivals[static_cast<size_t>(r)] = std::move(b.arrivals);
     std::vector<int> last_count(static_cast<size_t>(world), 0);
     std::vector<double> lag_ms(static_cast<size_t>(world), 0.0);
     int collectives = 0;

@@ -232,6 +232,46 @@ TEST(ElasticRun, AnAgentAddedMidRunGrowsTheJob) {
   EXPECT_EQ(final_step(dir), 160);
 }
 
+// The job grows and shrinks four times in a row (1 -> 2 -> 3 agents, then 3 -> 2 -> 1 as agents are
+// killed), each change made once the previous one has resumed training. A grow used to race: the
+// node that hosts a generation's worker store closes it as that generation ends, while another node
+// still reads its workers' heartbeats from it, and the read error failed the whole job.
+TEST(ElasticRun, GrowingAndShrinkingSeveralTimesInARowFinishes) {
+  std::string dir = tessera::testing::fresh_dir("elastic_run", "resizes");
+  write_config(dir, 1920);
+  const std::string ep = endpoint();
+  const std::string slow = "--set distributed.debug_slow_rank=0 --set distributed.debug_slow_ms=20";
+  // Each wait polls files for a line, at most 120 s; a job that never gets there fails the
+  // assertions below instead of hanging the test. Node ranks are dealt anew in each generation,
+  // so the recovery line (logged by node 0) may be in any agent's log.
+  auto wait_for = [&](const std::string& pattern, const std::string& files) {
+    return "for i in $(seq 2400); do (cd " + dir + " && cat " + files + ") 2>/dev/null | grep -q '" + pattern +
+           "' && break; sleep 0.05; done; ";
+  };
+  const std::string agent_logs = "a.log b.log c.log";
+  auto start = [&](const std::string& name) {
+    return agent(dir, "1:3", 1, "store", ep, "--last-call 0.5", slow) + " > " + dir + "/" + name + ".log 2>&1 & " +
+           name + "=$!; ";
+  };
+  std::string script = start("a") + wait_for("\"step\":5,", "run/metrics.jsonl") + start("b") +
+                       wait_for("recovery: generation 1 ", agent_logs) + start("c") +
+                       wait_for("recovery: generation 2 ", agent_logs) + "kill -9 $c; " +
+                       wait_for("recovery: generation 3 ", agent_logs) + "kill -9 $b; " +
+                       "wait $a; echo \"rc $?\"";
+  setenv("TESSERA_JOB_TOKEN", "0123456789abcdef0123456789abcdef", 1);
+  Outcome o = run_shell(script, dir + "/script.log");
+  unsetenv("TESSERA_JOB_TOKEN");
+  std::string log;
+  for (const char* name : {"/a.log", "/b.log", "/c.log"}) log += tessera::testing::read_text(dir + name);
+  print_recoveries(log);
+  EXPECT_NE(o.log.find("rc 0"), std::string::npos) << o.log << log;
+  for (const char* generation : {"generation 0: 1 agent(s), 1 worker(s)", "generation 1: 2 agent(s), 2 worker(s)",
+                                 "generation 2: 3 agent(s), 3 worker(s)", "generation 3: 2 agent(s), 2 worker(s)",
+                                 "generation 4: 1 agent(s), 1 worker(s)"})
+    EXPECT_NE(log.find(generation), std::string::npos) << generation << "\n" << log;
+  EXPECT_EQ(final_step(dir), 320);
+}
+
 // A machine gone: the second agent is killed with SIGKILL (its worker follows it, PR_SET_PDEATHSIG);
 // the first, which hosts the store, sees its worker fail or the agent's heartbeat stop, and the job
 // finishes on one agent.
