@@ -1,5 +1,7 @@
 #include "tessera/dist/init.h"
 
+#include "tessera/dist/heartbeat.h"
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -33,7 +35,7 @@ bool launched_as_job() {
 
 ProcessGroupPtr init_process_group(const InitOptions& options) {
   TESSERA_CHECK(options.timeout > Milliseconds(0), "[init_process_group] timeout must be positive");
-  std::string prefix = tessera::detail::concat("pg", groups_initialised++);
+  std::string prefix = group_store_prefix(groups_initialised++);
   BackendContext context;
   context.timeout = options.timeout;
   std::shared_ptr<Store> root;

@@ -1,5 +1,7 @@
 #include "tessera/dist/process_group.h"
 
+#include "tessera/dist/heartbeat.h"
+
 #include <algorithm>
 #include <numeric>
 #include <set>
@@ -226,15 +228,18 @@ void ProcessGroup::run_watchdog() {
     if (!first) watchdog_cv_.wait_for(lock, wake, [&] { return stopping_; });
     if (stopping_) return;
     if (beating) {
-      std::string value = concat(++beats, " ", busy_ns_.load() / 1000, " ", in_flight_ ? 1 : 0, " ",
-                                 in_flight_ ? in_flight_sequence_ : next_sequence_.load(), " ",
-                                 in_flight_ ? in_flight_op_ : std::string("idle"), "\n",
-                                 // The whole call (op, sequence number, dtype and size) for stall reports.
-                                 in_flight_ ? in_flight_description_ : std::string(), "\n");
-      for (const auto& [sequence, us] : arrivals_) value += concat(sequence, ":", us, " ");
+      Heartbeat beat;
+      beat.count = static_cast<int64_t>(++beats);
+      beat.busy_us = static_cast<int64_t>(busy_ns_.load() / 1000);
+      beat.in_flight = in_flight_;
+      beat.sequence = static_cast<int64_t>(in_flight_ ? in_flight_sequence_ : next_sequence_.load());
+      beat.op = in_flight_ ? in_flight_op_ : std::string("idle");
+      beat.call = in_flight_ ? in_flight_description_ : std::string();  // op, sequence, dtype, size
+      for (const auto& [sequence, us] : arrivals_) beat.arrivals[static_cast<int64_t>(sequence)] = us;
+      const std::string value = format_heartbeat(beat);
       lock.unlock();
       try {
-        store_->set(concat("heartbeat/", rank_), value);
+        store_->set(heartbeat_key(rank_), value);
       } catch (const std::exception&) {
         // Best-effort: a dead store is the agent's to notice.
       }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "tessera/core/error.h"
+#include "tessera/dist/heartbeat.h"
 #include "tessera/dist/launcher/env.h"
 #include "tessera/dist/launcher/job_token.h"
 #include "tessera/dist/launcher/rendezvous.h"
@@ -74,42 +75,6 @@ int usable_cores() {
   cpu_set_t set;
   if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-// A worker's heartbeat (dist/process_group.h): "<count> <busy_us> <in_flight> <seq> <op>", then the
-// call in flight, then "<seq>:<unix us> ..." of its latest collectives.
-struct Beat {
-  int64_t count = 0, busy_us = 0;
-  bool in_flight = false;
-  int64_t sequence = 0;
-  std::string op;
-  std::string call;  // in flight: "allreduce #30 (sum, float32 x 203530)", the op with its size
-  std::map<int64_t, int64_t> arrivals;  // sequence -> when this rank issued it (Unix us)
-};
-
-std::optional<Beat> parse_beat(const std::string& text) {
-  std::istringstream in(text);
-  std::string fields, arrivals;
-  Beat b;
-  std::getline(in, fields);
-  std::getline(in, b.call);
-  std::getline(in, arrivals);
-  std::istringstream f(fields);
-  int flight = 0;
-  if (!(f >> b.count >> b.busy_us >> flight >> b.sequence >> b.op)) return std::nullopt;
-  b.in_flight = flight != 0;
-  if (b.call.empty()) b.call = concat(b.op, " #", b.sequence);
-  std::istringstream a(arrivals);
-  for (std::string item; a >> item;) {
-    const size_t colon = item.find(':');
-    if (colon == std::string::npos) return std::nullopt;
-    try {
-      b.arrivals[std::stoll(item.substr(0, colon))] = std::stoll(item.substr(colon + 1));
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
-  }
-  return b;
 }
 
 // What happened to one generation.
@@ -406,13 +371,13 @@ class Agent {
   // The workers' heartbeats, from node 0's worker store; nullopt when that store cannot be read.
   // Not fatal here: node 0 closes it when its generation ends, which can race this read on another
   // node (the grow race), and a node 0 that died is found by its agent's missing heartbeat.
-  std::optional<std::map<int, Beat>> read_worker_beats(int world) {
-    std::map<int, Beat> beats;
+  std::optional<std::map<int, dist::Heartbeat>> read_worker_beats(int world) {
+    std::map<int, dist::Heartbeat> beats;
     try {
       for (int r = 0; r < world; ++r) {
-        std::string key = concat("pg0/heartbeat/", r);
+        const std::string key = dist::worker_heartbeat_key(r);
         if (!worker_store_->check({key})) continue;
-        if (auto b = parse_beat(worker_store_->get_string(key))) beats[r] = *b;
+        if (auto b = dist::parse_heartbeat(worker_store_->get_string(key))) beats[r] = *b;
       }
     } catch (const Error&) {
       return std::nullopt;
@@ -424,9 +389,9 @@ class Agent {
   void check_workers(const Membership& m) {
     const Clock::time_point now = Clock::now();
     const int world = m.world_size(), first = m.first_rank();
-    std::optional<std::map<int, Beat>> read = read_worker_beats(world);
+    std::optional<std::map<int, dist::Heartbeat>> read = read_worker_beats(world);
     if (!read) return;
-    std::map<int, Beat>& beats = *read;
+    std::map<int, dist::Heartbeat>& beats = *read;
     for (auto& [r, b] : beats) {
       auto [it, fresh] = worker_beats_.try_emplace(r, std::make_pair(b.count, now));
       if (fresh || it->second.first != b.count) it->second = {b.count, now};
@@ -446,7 +411,7 @@ class Agent {
       if (!beats.count(r)) {
         report += "none since the process group started";
       } else {
-        const Beat& mine = beats[r];
+        const dist::Heartbeat& mine = beats[r];
         report += mine.in_flight ? concat("in ", mine.call)
                                  : concat("before collective #", mine.sequence);
       }
@@ -518,7 +483,7 @@ class Agent {
   void check_stragglers(const Membership& m) {
     const int world = m.world_size();
     if (world < 2) return;
-    std::optional<std::map<int, Beat>> beats = read_worker_beats(world);
+    std::optional<std::map<int, dist::Heartbeat>> beats = read_worker_beats(world);
     if (!beats || static_cast<int>(beats->size()) < world) return;
     std::vector<std::map<int64_t, int64_t>> arrivals(static_cast<size_t>(world));
     for (auto& [r, b] : *beats) arrivals[static_cast<size_t>(r)] = std::move(b.arrivals);

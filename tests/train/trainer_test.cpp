@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 
 #include "tessera/io/atomic_file.h"
 #include "tessera/io/checkpoint.h"
@@ -96,6 +97,63 @@ TEST(Trainer, CheckpointsAreCompleteAndOldOnesPruned) {
   EXPECT_EQ(files.trainer.metadata.at("tessera.step"), "16");
   EXPECT_EQ(files.model.metadata.at("format"), "pt");
   EXPECT_TRUE(fs::exists(fs::path(dir) / "metrics.jsonl"));
+}
+
+// The lost checkpoint a new user met: run A left steps 44 and 48 in the directory; run B, shorter,
+// saved steps 4, 8, 12, 16 with keep 2, and the retention (by step number, over every run) deleted
+// B's own final step, leaving `latest` pointing at nothing. Retention now counts only the run's own
+// steps, and a fresh run refuses a directory with another run's checkpoints unless told.
+TEST(Trainer, AnotherRunsCheckpointsAreNeverDeletedNorSilentlyReused) {
+  std::string dir = fresh_dir("two_runs");
+  TrainConfig a = synthetic_config(dir);
+  a.train.checkpoint_every = 4;
+  a.train.keep_checkpoints = 2;
+  Trainer(a).fit();  // run A: steps 44 and 48 kept
+  const std::string a_latest = io::latest_checkpoint(dir + "/checkpoints");
+  ASSERT_EQ(io::latest_checkpoint_step(dir + "/checkpoints"), 48);
+  const std::string a_run = io::checkpoint_run_id(a_latest);
+  ASSERT_FALSE(a_run.empty());
+
+  // A fresh run B in the same directory is refused, with what to do.
+  TrainConfig b = a;
+  b.train.epochs = 1;  // steps 4..16
+  try {
+    Trainer(b).fit();
+    FAIL() << "a fresh run into a directory holding another run's checkpoints was not refused";
+  } catch (const ValueError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("holds another run's checkpoints"), std::string::npos) << what;
+    EXPECT_NE(what.find("--resume"), std::string::npos) << what;
+    EXPECT_NE(what.find("--overwrite"), std::string::npos) << what;
+    EXPECT_NE(what.find("train.output_dir"), std::string::npos) << what;
+  }
+  EXPECT_EQ(io::latest_checkpoint(dir + "/checkpoints"), a_latest);  // untouched
+
+  // Retention at the checkpoint level: run B's steps next to run A's. B keeps its own last two,
+  // and A's higher-numbered steps stay where they are.
+  io::SafetensorsFile model, trainer_state;
+  model.metadata["format"] = "pt";
+  trainer_state.metadata["tessera.step"] = "0";
+  for (int64_t step : {4, 8, 12, 16}) io::save_checkpoint(dir + "/checkpoints", step, model, trainer_state, 2, "run-b");
+  std::set<std::string> names;
+  for (auto& e : fs::directory_iterator(fs::path(dir) / "checkpoints")) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"latest", "step-00000012", "step-00000016", "step-00000044", "step-00000048"}));
+  EXPECT_EQ(io::latest_checkpoint_step(dir + "/checkpoints"), 16);
+  EXPECT_EQ(io::checkpoint_run_id(io::latest_checkpoint(dir + "/checkpoints")), "run-b");
+  // Another run's step directory of the same number is never replaced.
+  EXPECT_THROW(io::save_checkpoint(dir + "/checkpoints", 44, model, trainer_state, 2, "run-b"), IoError);
+  EXPECT_EQ(io::checkpoint_run_id(dir + "/checkpoints/step-00000044"), a_run);
+
+  // --overwrite moves the previous runs aside (never deletes them) and trains afresh.
+  b.train.overwrite = true;
+  Trainer fresh(b);
+  FitResult r = fresh.fit();
+  EXPECT_EQ(r.steps, 16);
+  EXPECT_EQ(io::latest_checkpoint_step(dir + "/checkpoints"), 16);
+  EXPECT_EQ(io::checkpoint_run_id(io::latest_checkpoint(dir + "/checkpoints")), fresh.run_id());
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "previous-run-b" / "checkpoints" / "step-00000016"));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "previous-run-b" / "checkpoints" / "step-00000048"));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "previous-run-b" / "metrics.jsonl"));
 }
 
 TEST(Trainer, MismatchedCheckpointIsRejectedClearly) {
