@@ -29,6 +29,7 @@
 #include "tessera/parallel/ddp/distributed_data_parallel.h"
 #include "tessera/parallel/ps/server.h"
 #include "tessera/parallel/ps/worker.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::bench {
 
@@ -64,7 +65,7 @@ int run_server(const PsBenchOptions& o, const dist::launcher::PsRoleEnv& role) {
   s.mode = parallel::ps::parse_mode(o.mode);
   s.staleness = o.staleness;
   s.optimizer = sgd_momentum();
-  s.token = std::getenv("TESSERA_JOB_TOKEN");
+  if (const char* token = env_setting("TESSERA_JOB_TOKEN")) s.token = token;
   s.timeout = kTimeout;
   s.log = [](const std::string&) {};
   parallel::ps::ParameterServer server(s);

@@ -15,5 +15,6 @@ Command add_eval_command(CLI::App& app);
 Command add_generate_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
+Command add_env_command(CLI::App& app);
 
 }  // namespace tessera::cli

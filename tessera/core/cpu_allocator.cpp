@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/util/settings.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define TESSERA_ALLOCATOR_CACHE 0  // let AddressSanitizer see every use after free
@@ -25,7 +26,7 @@ constexpr size_t kPage = 4096;
 
 size_t cache_limit_bytes() {
   static const size_t limit = [] {
-    const char* env = std::getenv("TESSERA_CPU_CACHE_MB");
+    const char* env = env_setting("TESSERA_CPU_CACHE_MB");
     if (!env) return size_t{2048} << 20;
     char* end = nullptr;
     unsigned long long mb = std::strtoull(env, &end, 10);

@@ -13,13 +13,14 @@
 #include "tessera/dist/store/hash_store.h"
 #include "tessera/dist/store/prefix_store.h"
 #include "tessera/dist/store/store_from_env.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::dist {
 
 namespace {
 
 bool debug_from_environment() {
-  const char* v = std::getenv("TESSERA_DIST_DEBUG");
+  const char* v = env_setting("TESSERA_DIST_DEBUG");
   return v != nullptr && std::strcmp(v, "0") != 0 && *v != '\0';
 }
 
@@ -61,7 +62,7 @@ ProcessGroupPtr init_process_group(const InitOptions& options) {
   ProcessGroupOptions group_options;
   group_options.timeout = options.timeout;
   group_options.debug = options.debug.value_or(debug_from_environment());
-  if (const char* beat = std::getenv("TESSERA_HEARTBEAT_MS"); beat != nullptr && std::atoi(beat) > 0)
+  if (const char* beat = env_setting(launcher::kHeartbeatMsVariable); beat != nullptr && std::atoi(beat) > 0)
     group_options.heartbeat = Milliseconds(std::atoi(beat));
   return std::make_shared<ProcessGroup>(std::move(communicator), context.store, group_options);
 }

@@ -25,6 +25,7 @@
 #include "tessera/dist/launcher/worker_process.h"
 #include "tessera/dist/store/tcp_store.h"
 #include "tessera/elastic/rendezvous.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::elastic {
 
@@ -91,7 +92,7 @@ class Agent {
                   o_.backend, "'");
     token_ = o_.job_token;
     if (token_.empty())
-      if (const char* env = std::getenv("TESSERA_JOB_TOKEN"); env != nullptr) token_ = env;
+      if (const char* env = env_setting("TESSERA_JOB_TOKEN"); env != nullptr) token_ = env;
     if (token_.empty()) {
       TESSERA_CHECK(o_.max_nodes == 1, "[run] an elastic job of several agents needs the same TESSERA_JOB_TOKEN on "
                                        "every machine; e.g. `export TESSERA_JOB_TOKEN=$(od -An -tx1 -N16 "
@@ -100,7 +101,7 @@ class Agent {
     }
     threads_ = o_.threads_per_worker;
     if (threads_ <= 0) {
-      if (const char* env = std::getenv("TESSERA_NUM_THREADS"); env != nullptr && std::atoi(env) > 0)
+      if (const char* env = env_setting("TESSERA_NUM_THREADS"); env != nullptr && std::atoi(env) > 0)
         threads_ = std::atoi(env);
       else
         threads_ = std::max(1, usable_cores() / o_.nproc_per_node);
@@ -210,9 +211,9 @@ class Agent {
       env.job_token = token_;
       env.num_threads = threads_;
       auto vars = dist::launcher::to_variables(env);
-      vars["TESSERA_ELASTIC_GENERATION"] = std::to_string(g);
-      vars["TESSERA_RESTART_COUNT"] = std::to_string(result_.restarts);
-      vars["TESSERA_HEARTBEAT_MS"] = std::to_string(o_.heartbeat_interval.count());
+      vars[dist::launcher::kElasticGenerationVariable] = std::to_string(g);
+      vars[dist::launcher::kRestartCountVariable] = std::to_string(result_.restarts);
+      vars[dist::launcher::kHeartbeatMsVariable] = std::to_string(o_.heartbeat_interval.count());
       specs.push_back({false, env.rank, vars});
     }
     dist::launcher::LaunchOptions job;
@@ -432,8 +433,8 @@ class Agent {
 
   void poll_step() {
     try {
-      if (worker_store_ && worker_store_->check({"elastic/step"}))
-        last_step_ = std::stoll(worker_store_->get_string("elastic/step"));
+      if (worker_store_ && worker_store_->check({dist::launcher::kElasticStepKey}))
+        last_step_ = std::stoll(worker_store_->get_string(dist::launcher::kElasticStepKey));
     } catch (const std::exception&) {
     }
   }
@@ -446,8 +447,8 @@ class Agent {
     if (!end || last_step_ < 0) return;
     int64_t resumed = 0;
     try {  // this node's own worker store; read like poll_step reads it
-      if (!worker_store_->check({"elastic/resumed"})) return;
-      resumed = std::stoll(worker_store_->get_string("elastic/resumed"));
+      if (!worker_store_->check({dist::launcher::kElasticResumedKey})) return;
+      resumed = std::stoll(worker_store_->get_string(dist::launcher::kElasticResumedKey));
     } catch (const std::exception&) {
       return;
     }

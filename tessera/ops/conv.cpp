@@ -14,6 +14,7 @@
 #include "tessera/backend/cpu/onednn_conv.h"
 #include "tessera/ops/detail.h"
 #include "tessera/util/thread_pool.h"
+#include "tessera/util/settings.h"
 
 namespace tessera {
 
@@ -94,7 +95,7 @@ Tensor conv2d_onednn(const Tensor& x_in, const Tensor& w_in, const Tensor& bias,
 
 std::atomic<ConvAlgorithm>& algorithm_setting() {
   static std::atomic<ConvAlgorithm> setting = [] {
-    const char* env = std::getenv("TESSERA_CONV");
+    const char* env = env_setting("TESSERA_CONV");
     if (!env || std::string(env) == "onednn") return ConvAlgorithm::OneDnn;
     TESSERA_CHECK(std::string(env) == "im2col", "[TESSERA_CONV] expected 'onednn' or 'im2col', got '", env, "'");
     return ConvAlgorithm::Im2col;

@@ -4,25 +4,27 @@
 #include <string>
 
 #include "tessera/dist/store/store_from_env.h"
+#include "tessera/dist/launcher/env.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::train {
 
 std::unique_ptr<ElasticReport> ElasticReport::from_environment(int rank) {
-  if (rank != 0 || std::getenv("TESSERA_ELASTIC_GENERATION") == nullptr) return nullptr;
+  if (rank != 0 || env_setting(dist::launcher::kElasticGenerationVariable) == nullptr) return nullptr;
   return std::unique_ptr<ElasticReport>(new ElasticReport(dist::store_from_env(dist::Milliseconds(30000))));
 }
 
 // A report is never worth failing training over: a store gone away means the agent is restarting us.
 void ElasticReport::started(int64_t step) {
   try {
-    store_->set("elastic/resumed", std::to_string(step));
+    store_->set(dist::launcher::kElasticResumedKey, std::to_string(step));
   } catch (const std::exception&) {
   }
 }
 
 void ElasticReport::stepped(int64_t step) {
   try {
-    store_->set("elastic/step", std::to_string(step));
+    store_->set(dist::launcher::kElasticStepKey, std::to_string(step));
   } catch (const std::exception&) {
   }
 }

@@ -10,6 +10,7 @@
 #include "tessera/core/error.h"
 #include "tessera/dist/store/store_from_env.h"
 #include "tessera/io/atomic_file.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::train {
 
@@ -22,7 +23,7 @@ Milliseconds timeout_of(const TrainConfig& c) {
 }
 
 std::string job_token() {
-  const char* token = std::getenv("TESSERA_JOB_TOKEN");
+  const char* token = env_setting("TESSERA_JOB_TOKEN");
   TESSERA_CHECK(token && *token, "[ps] TESSERA_JOB_TOKEN is not set; start the job with `tessera run --servers S "
                                  "--workers W` or `tessera train --nproc W` with distributed.strategy = \"ps\"");
   return token;

@@ -8,6 +8,8 @@
 #include <cstdlib>
 
 #include "tessera/core/error.h"
+#include "tessera/dist/launcher/env.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::train {
 
@@ -27,7 +29,7 @@ extern "C" void on_save_signal(int) {
 }  // namespace
 
 std::unique_ptr<SurvivorSave> SurvivorSave::from_environment(int rank, std::function<std::string()> save) {
-  if (!std::getenv("TESSERA_ELASTIC_GENERATION")) return nullptr;
+  if (!env_setting(dist::launcher::kElasticGenerationVariable)) return nullptr;
   return std::unique_ptr<SurvivorSave>(new SurvivorSave(rank, std::move(save)));
 }
 

@@ -17,6 +17,8 @@
 #include "tessera/ops/ops.h"
 #include "tessera/train/lr_scaling.h"
 #include "tessera/util/thread_pool.h"
+#include "tessera/dist/launcher/env.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::train {
 
@@ -225,7 +227,7 @@ void Trainer::apply_fault_injection() {
   const auto& d = config_.distributed;
   if (rank() == d.debug_slow_rank && d.debug_slow_ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(d.debug_slow_ms));  // the artificial straggler
-  const char* generation = std::getenv("TESSERA_ELASTIC_GENERATION");
+  const char* generation = env_setting(dist::launcher::kElasticGenerationVariable);
   if (generation != nullptr && std::string(generation) != "0") return;  // the restarted job runs clean
   if (rank() == d.debug_stop_rank && step_ == d.debug_stop_step) {
     std::fprintf(stderr, "[train] fault injection: worker %d stops itself (SIGSTOP) at step %lld\n", rank(),

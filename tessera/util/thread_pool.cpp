@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tessera/core/error.h"
+#include "tessera/util/settings.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -30,7 +31,7 @@ int num_threads() {
 }
 
 int init_threads_from_env() {
-  if (const char* env = std::getenv("TESSERA_NUM_THREADS")) {
+  if (const char* env = env_setting("TESSERA_NUM_THREADS")) {
     char* end = nullptr;
     long n = std::strtol(env, &end, 10);
     TESSERA_CHECK(end != env && *end == '\0' && n >= 1 && n <= 1024,

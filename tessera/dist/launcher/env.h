@@ -43,6 +43,22 @@
 
 namespace tessera::dist::launcher {
 
+// An elastic job (`tessera run --nnodes MIN:MAX`, elastic/elastic_agent.h) gives its workers, on top
+// of the contract above,
+//
+//   TESSERA_ELASTIC_GENERATION  the membership generation (0, 1, ...): workers of a later generation
+//                               resume from the checkpoint; rank 0 reports its steps (below)
+//   TESSERA_RESTART_COUNT       restarts of the job so far
+//   TESSERA_HEARTBEAT_MS        the process group publishes heartbeats this often (dist/heartbeat.h)
+//
+// and rank 0 writes, to the worker store (MASTER_ADDR:MASTER_PORT, no prefix), the keys below that
+// the agent of node 0 reads to report recoveries.
+inline constexpr const char* kElasticGenerationVariable = "TESSERA_ELASTIC_GENERATION";
+inline constexpr const char* kRestartCountVariable = "TESSERA_RESTART_COUNT";
+inline constexpr const char* kHeartbeatMsVariable = "TESSERA_HEARTBEAT_MS";
+inline constexpr const char* kElasticResumedKey = "elastic/resumed";  // the step the generation started at
+inline constexpr const char* kElasticStepKey = "elastic/step";        // the last step it completed
+
 struct WorkerEnv {
   int rank = 0;
   int world_size = 1;

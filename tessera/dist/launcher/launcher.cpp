@@ -10,6 +10,7 @@
 #include "tessera/dist/launcher/job_token.h"
 #include "tessera/dist/launcher/rendezvous.h"
 #include "tessera/dist/launcher/supervisor.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::dist::launcher {
 
@@ -35,7 +36,7 @@ void validate(const LaunchOptions& o) {
 
 std::string resolve_token(const LaunchOptions& o) {
   if (!o.job_token.empty()) return o.job_token;
-  if (const char* env = std::getenv("TESSERA_JOB_TOKEN"); env != nullptr && *env != '\0') return env;
+  if (const char* env = env_setting("TESSERA_JOB_TOKEN"); env != nullptr && *env != '\0') return env;
   // Each node drawing its own token would lock the other nodes out of node 0's store.
   TESSERA_CHECK(o.nnodes == 1, "[run] a job with --nnodes ", o.nnodes,
                 " needs the same TESSERA_JOB_TOKEN on every node; e.g. run `export TESSERA_JOB_TOKEN=$(od -An -tx1 "
@@ -52,7 +53,7 @@ int usable_cores() {
 
 int resolve_threads(const LaunchOptions& o) {
   if (o.threads_per_worker > 0) return o.threads_per_worker;
-  if (const char* env = std::getenv("TESSERA_NUM_THREADS"); env != nullptr && *env != '\0') {
+  if (const char* env = env_setting("TESSERA_NUM_THREADS"); env != nullptr && *env != '\0') {
     int n = std::atoi(env);
     TESSERA_CHECK(n >= 1, "[run] TESSERA_NUM_THREADS='", env, "' is not a positive integer");
     return n;

@@ -13,6 +13,7 @@
 #include "tessera/dist/backends/gloo/gloo_errors.h"
 #include "tessera/dist/backends/gloo/gloo_store_adapter.h"
 #include "tessera/dist/store/deadline.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::dist::detail {
 
@@ -41,7 +42,7 @@ void ignore_sigpipe_once() {
 
 std::string gloo_bind_host(int local_size, int size) {
   if (size == 1 || local_size == size) return "127.0.0.1";
-  if (const char* host = std::getenv("TESSERA_GLOO_HOST"); host != nullptr && *host != '\0') return host;
+  if (const char* host = env_setting("TESSERA_GLOO_HOST"); host != nullptr && *host != '\0') return host;
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') {
     throw Error("[gloo rendezvous] cannot read this machine's hostname; set TESSERA_GLOO_HOST to the address "

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tessera/core/error.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::dist {
 
@@ -44,7 +45,7 @@ size_t segment_bytes(int size, size_t chunk_bytes, size_t buffers) {
 
 size_t choose_chunk_bytes(int size) {
   size_t chunk = kDefaultChunkBytes;
-  if (const char* env = std::getenv("TESSERA_SHM_CHUNK_BYTES"); env != nullptr && *env != '\0') {
+  if (const char* env = env_setting("TESSERA_SHM_CHUNK_BYTES"); env != nullptr && *env != '\0') {
     char* end = nullptr;
     unsigned long long v = std::strtoull(env, &end, 10);
     TESSERA_CHECK(end != nullptr && *end == '\0' && v > 0, "[shm] TESSERA_SHM_CHUNK_BYTES must be a positive ",

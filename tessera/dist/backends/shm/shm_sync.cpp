@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "tessera/core/error.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::dist::detail {
 
@@ -79,7 +80,7 @@ ShmSync::ShmSync(ShmCounter* counters, int rank, int size, std::vector<pid_t> pi
   // sets the most pauses per wait (0: always sleep at once).
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   max_spin_ = static_cast<unsigned>(size) <= cores ? 4000 : 64;
-  if (const char* env = std::getenv("TESSERA_SHM_SPIN"); env != nullptr && *env != '\0') {
+  if (const char* env = env_setting("TESSERA_SHM_SPIN"); env != nullptr && *env != '\0') {
     max_spin_ = std::max(0, std::atoi(env));
   }
   spin_ = std::min(max_spin_, 256);

@@ -1,0 +1,57 @@
+#include "tessera/util/settings.h"
+
+#include <array>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace tessera {
+
+namespace {
+
+constexpr std::string_view kUser = "user";
+constexpr std::string_view kPsLauncher = "tessera run --servers/--workers (parameter-server job)";
+constexpr std::string_view kElasticAgent = "tessera run --nnodes MIN:MAX (elastic agent)";
+
+constexpr std::array kSettings{
+    Setting{"TESSERA_NUM_THREADS", "all cores; under tessera run: cores / local workers",
+            "intra-op threads of a process (also bounds OpenBLAS and oneDNN); --threads overrides it", kUser},
+    Setting{"TESSERA_JOB_TOKEN", "128 random bits per job, made by tessera run",
+            "secret every store and parameter-server client presents; the nodes of a multi-node job must share one",
+            kUser},
+    Setting{"TESSERA_CPU_CACHE_MB", "2048", "MiB of freed CPU tensor memory the allocator keeps for reuse", kUser},
+    Setting{"TESSERA_CONV", "onednn", "convolution kernels: onednn, or im2col (im2col + OpenBLAS GEMM)", kUser},
+    Setting{"TESSERA_DIST_DEBUG", "0",
+            "1: every collective's op, dtype and shape are compared across ranks before it runs", kUser},
+    Setting{"TESSERA_GLOO_HOST", "127.0.0.1 on one machine, else the hostname",
+            "address the other ranks connect to for this rank's gloo connections", kUser},
+    Setting{"TESSERA_SHM_SPIN", "4000 when ranks <= cores, else 64",
+            "pauses a shared-memory rank spins before it sleeps on a futex (0: sleep at once)", kUser},
+    Setting{"TESSERA_SHM_CHUNK_BYTES", "the shm backend's default chunk",
+            "bytes per pipelined chunk of a shared-memory collective", kUser},
+    Setting{"TESSERA_ROLE", "unset (not a parameter-server job)", "worker or server", kPsLauncher},
+    Setting{"TESSERA_NUM_SERVERS", "unset", "parameter servers in the job", kPsLauncher},
+    Setting{"TESSERA_SERVER_RANK", "unset", "this server's index among the servers", kPsLauncher},
+    Setting{"TESSERA_NUM_WORKERS", "unset", "workers in a parameter-server job (set for its servers)", kPsLauncher},
+    Setting{"TESSERA_ELASTIC_GENERATION", "unset (not an elastic job)",
+            "the membership generation this worker belongs to; turns on the elastic report and survivor save",
+            kElasticAgent},
+    Setting{"TESSERA_RESTART_COUNT", "unset", "restarts of the elastic job so far", kElasticAgent},
+    Setting{"TESSERA_HEARTBEAT_MS", "0 (no heartbeat)",
+            "the process group's watchdog publishes a heartbeat this often (dist/heartbeat.h)", kElasticAgent},
+};
+
+}  // namespace
+
+std::span<const Setting> all_settings() { return kSettings; }
+
+const char* env_setting(std::string_view name) {
+  for (const Setting& s : kSettings) {
+    if (s.name != name) continue;
+    const char* value = std::getenv(std::string(name).c_str());
+    return value != nullptr && *value != '\0' ? value : nullptr;
+  }
+  throw std::logic_error("env_setting: " + std::string(name) + " is not registered in tessera/util/settings.cpp");
+}
+
+}  // namespace tessera
