@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <sstream>
 
 #include "tessera/data/data_loader.h"
 #include "tessera/data/sampler.h"
@@ -84,8 +85,17 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
   for (const auto& [name, t] : stage_->state_dict()) {
     auto it = full_numel.find(name);
     TESSERA_ASSERT(it != full_numel.end(), "stage tensor ", name, " has a name of the whole model");
-    if (t.requires_grad()) sharded_.push_back(t.numel() < it->second);
+    if (!t.requires_grad()) continue;
+    sharded_.push_back(t.numel() < it->second);
+    local_names_.push_back(name);
   }
+  {
+    int64_t index = 0;
+    for (const auto& [name, t] : full->named_parameters()) global_index_[name] = index++;
+  }
+  for (const auto& layer : stage_->layers())
+    for (const auto& [name, spec] : parallel::tensor::collect_shard_specs(*layer.module))
+      shard_specs_[layer.prefix + name] = spec;
   // The rest of the model (other stages' layers) is dropped with `full` by the caller.
   return stage_->parameters();
 }
@@ -226,9 +236,112 @@ nn::StateDict MeshStrategy::model_state() {
   return out;
 }
 
-void MeshStrategy::load_model_state(const nn::StateDict&) {
-  throw NotSupportedError("[train] --resume is not supported with parallel.pp / parallel.tp yet: the optimizer "
-                          "state stays sharded on the ranks and is not checkpointed");
+void MeshStrategy::load_model_state(const nn::StateDict& state) {
+  std::map<std::string, Tensor> by_name(state.begin(), state.end());
+  const int tp_rank = mesh_->coordinates().tp, tp = mesh_->shape().tp;
+  for (const auto& layer : stage_->layers()) {
+    nn::StateDict mine;  // the layer's tensors, whole, under its own names
+    for (const auto& [name, t] : layer.module->state_dict()) {
+      auto it = by_name.find(layer.prefix + name);
+      TESSERA_CHECK(it != by_name.end(), "[resume] the checkpoint has no ", layer.prefix + name, " (this model has it)");
+      mine.emplace_back(name, it->second);
+    }
+    if (tp > 1) parallel::tensor::load_full_state_dict(*layer.module, mine, tp_rank, tp);  // slices the shards
+    else layer.module->load_state_dict(mine, true);
+  }
+}
+
+namespace {
+
+// Optimizer-state keys travel between stages as the bytes of one int64 tensor.
+Tensor text_tensor(const std::string& text) {
+  std::vector<int64_t> bytes(text.begin(), text.end());
+  return from_vector(bytes, {static_cast<int64_t>(bytes.size())});
+}
+
+std::string text_of(const Tensor& t) {
+  std::string text;
+  const int64_t* d = t.data<int64_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) text.push_back(static_cast<char>(d[i]));
+  return text;
+}
+
+// "<index>.<buffer>" -> (index, ".<buffer>"); nullopt for the optimizer's scalars ("step", "lr").
+std::optional<std::pair<int64_t, std::string>> split_state_key(const std::string& key) {
+  const size_t dot = key.find('.');
+  if (dot == std::string::npos) return std::nullopt;
+  try {
+    return std::make_pair(static_cast<int64_t>(std::stoll(key.substr(0, dot))), key.substr(dot));
+  } catch (const std::exception&) {
+    throw ValueError("[optimizer state] unexpected key '" + key + "'");
+  }
+}
+
+// Tags of the optimizer-state messages, apart from model_state's.
+constexpr int64_t kOptimizerStateTag = int64_t{1} << 24;  // p2p tags stay below 2^30
+
+}  // namespace
+
+nn::StateDict MeshStrategy::optimizer_state(const optim::Optimizer& optimizer) {
+  const auto& at = mesh_->coordinates();
+  if (at.dp != 0) return {};  // the replicas are equal; replica 0 reports
+  // This rank's state under whole-model indices, shards gathered over the tensor-parallel group
+  // (every rank of it holds the same buffers in the same order, so the gathers pair up).
+  nn::StateDict scalars, mine;
+  for (const auto& [key, t] : optimizer.state_dict()) {
+    auto split = split_state_key(key);
+    if (!split) {
+      scalars.emplace_back(key, t);
+      continue;
+    }
+    const std::string& name = local_names_.at(static_cast<size_t>(split->first));
+    auto spec = shard_specs_.find(name);
+    Tensor whole = spec == shard_specs_.end() ? t : parallel::tensor::gather_shard(t, spec->second, *mesh_->tp_group());
+    mine.emplace_back(std::to_string(global_index_.at(name)) + split->second, whole);
+  }
+  if (at.tp != 0) return {};
+  parallel::pipeline::StageLink link(world_);
+  if (at.pp != 0) {  // stage leaders send their keys, then the tensors, to world rank 0
+    std::string keys;
+    for (const auto& [key, t] : mine) keys += key + "\n";
+    link.send_tensor(text_tensor(keys), 0, kOptimizerStateTag);
+    int64_t tag = kOptimizerStateTag + 1;
+    for (const auto& [key, t] : mine) link.send_tensor(t, 0, tag++);
+    link.wait_sends();
+    return {};
+  }
+  nn::StateDict out = scalars;
+  out.insert(out.end(), mine.begin(), mine.end());
+  for (int s = 1; s < mesh_->shape().pp; ++s) {
+    const int peer = parallel::mesh_rank(mesh_->shape(), {0, s, 0});
+    const std::string what = " of stage " + std::to_string(s);
+    std::istringstream keys(text_of(link.recv_tensor(peer, kOptimizerStateTag, "optimizer state keys" + what)));
+    int64_t tag = kOptimizerStateTag + 1;
+    for (std::string key; std::getline(keys, key);) out.emplace_back(key, link.recv_tensor(peer, tag++, "optimizer state " + key + what));
+  }
+  return out;
+}
+
+void MeshStrategy::load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) {
+  std::map<int64_t, size_t> local_of;  // whole-model index -> this rank's
+  for (size_t i = 0; i < local_names_.size(); ++i) local_of[global_index_.at(local_names_[i])] = i;
+  const int tp_rank = mesh_->coordinates().tp, tp = mesh_->shape().tp;
+  nn::StateDict mine;
+  for (const auto& [key, t] : state) {
+    auto split = split_state_key(key);
+    if (!split) {
+      mine.emplace_back(key, t);
+      continue;
+    }
+    TESSERA_CHECK(split->first >= 0 && split->first < static_cast<int64_t>(global_index_.size()), "[resume] optimizer state '",
+                  key, "' names parameter ", split->first, " but the model has ", global_index_.size());
+    auto local = local_of.find(split->first);
+    if (local == local_of.end()) continue;  // another stage's
+    auto spec = shard_specs_.find(local_names_[local->second]);
+    Tensor part = spec == shard_specs_.end() ? t : parallel::tensor::take_shard(t, spec->second, tp_rank, tp);
+    mine.emplace_back(std::to_string(local->second) + split->second, part);
+  }
+  optimizer.load_state_dict(mine);
 }
 
 void MeshStrategy::add_step_metrics(nlohmann::json& record) const {

@@ -14,13 +14,17 @@
 // tests check 1e-4 relative); dropout draws differ by layout.
 // Checkpoints: the stages' leaders send their parameters, gathered from their tensor-parallel
 // shards, to world rank 0, which writes the whole model under its single-process names, so
-// `tessera eval` and `tessera generate` read it as any other checkpoint. The optimizer state stays
-// sharded on the ranks and is not saved, so --resume is refused (resumable() is false).
+// `tessera eval` and `tessera generate` read it as any other checkpoint. The optimizer's state goes
+// the same way and is written as one process's optimizer would hold it (parameter indices of the
+// whole model), so --resume continues at the same layout bit for bit, and at any other layout (one
+// process included) from the same state; a one-process checkpoint resumes on a mesh alike.
 #pragma once
 #include <functional>
+#include <map>
 
 #include "tessera/parallel/device_mesh.h"
 #include "tessera/parallel/pipeline/pipeline_stage.h"
+#include "tessera/parallel/tensor/sharding.h"
 #include "tessera/train/strategy.h"
 
 namespace tessera::train {
@@ -43,8 +47,9 @@ class MeshStrategy : public Strategy {
   std::optional<EvalContribution> evaluate_batch(const data::Batch& batch) override;
   void sum_over_job(EvalSums& sums) override;
   nn::StateDict model_state() override;
-  bool resumable() const override { return false; }
   void load_model_state(const nn::StateDict& state) override;
+  nn::StateDict optimizer_state(const optim::Optimizer& optimizer) override;
+  void load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) override;
   void add_step_metrics(nlohmann::json& record) const override;
   std::string describe() const override;
 
@@ -76,6 +81,11 @@ class MeshStrategy : public Strategy {
   // Per parameter of this rank: whether it is a shard (tensor parallelism) or a whole tensor; a
   // whole tensor is replicated across the tensor-parallel ranks.
   std::vector<bool> sharded_;
+  // Per parameter of this rank: its whole-model name; and each whole-model parameter's index in one
+  // process's optimizer (the checkpoint's numbering of optimizer state).
+  std::vector<std::string> local_names_;
+  std::map<std::string, int64_t> global_index_;
+  std::map<std::string, parallel::tensor::ShardSpec> shard_specs_;  // whole-model name -> how it is cut
   std::function<nn::StateDict(const nn::NamedLayer&)> gather_layer_;  // tensor-parallel layer -> whole tensors
   std::function<Tensor(const Tensor&, const Tensor&)> tp_loss_;      // vocabulary-parallel cross-entropy
   std::unique_ptr<parallel::pipeline::PipelineStage> stage_;

@@ -92,11 +92,18 @@ class Strategy {
 
   // The whole model under its single-process names on rank 0 (empty elsewhere). Collective.
   virtual nn::StateDict model_state() = 0;
-  // Whether the optimizer's state is whole on rank 0, so a checkpoint can carry it and --resume can
-  // continue (the mesh keeps it sharded over the ranks).
+  // Whether --resume can continue this strategy's runs.
   virtual bool resumable() const { return true; }
   // Loads a whole model's state (a resume). Collective where the strategy shards it.
   virtual void load_model_state(const nn::StateDict& state) = 0;
+  // The optimizer's state as one process's optimizer over the whole model would hold it ("step",
+  // "lr", "<parameter index>.<buffer>"), on rank 0 (empty elsewhere), so that a checkpoint resumes at
+  // any layout. Collective where the strategy splits the model.
+  virtual nn::StateDict optimizer_state(const optim::Optimizer& optimizer) { return optimizer.state_dict(); }
+  // Loads such a state into this rank's optimizer (its part of it, where the model is split).
+  virtual void load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) {
+    optimizer.load_state_dict(state);
+  }
   // Whether every rank holds the whole training state (the survivors of an elastic job can save it).
   virtual bool holds_whole_state() const { return false; }
 

@@ -316,13 +316,14 @@ void Trainer::claim_output_dir() {
 }
 
 std::pair<io::SafetensorsFile, io::SafetensorsFile> Trainer::checkpoint_files(nn::StateDict model_state,
+                                                                              nn::StateDict optimizer_state,
                                                                               const std::string& rng) {
   io::SafetensorsFile model, trainer;
   model.tensors = std::move(model_state);
   model.metadata = {{"format", "pt"}, {"tessera.config", to_toml(config_)}};
   if (vocab_) model.metadata["tessera.vocabulary"] = vocab_->to_string();
-  // Optimizer state is saved where it is whole on rank 0; the mesh's stays sharded on its ranks.
-  if (strategy_->resumable()) trainer.tensors = optimizer_->state_dict();
+  // In one process's layout whatever the strategy: a checkpoint resumes at any layout.
+  trainer.tensors = std::move(optimizer_state);
   trainer.metadata = {{"tessera.step", std::to_string(step_)},
                       {"tessera.epoch", std::to_string(epoch_)},
                       {"tessera.batch_in_epoch", std::to_string(batch_in_epoch_)},
@@ -335,17 +336,17 @@ std::pair<io::SafetensorsFile, io::SafetensorsFile> Trainer::checkpoint_files(nn
                       {"tessera.run_id", run_id_},
                       {"tessera.rng", rng},
                       {"tessera.config", to_toml(config_)}};
-  if (!strategy_->resumable()) trainer.metadata["tessera.model_parallel"] = "1";
   return {std::move(model), std::move(trainer)};
 }
 
 std::string Trainer::save_checkpoint() {
   if (run_id_.empty()) run_id_ = io::new_run_id();  // saved before fit: rank 0 alone writes
-  nn::StateDict state = strategy_->model_state();  // collective for the mesh
+  nn::StateDict state = strategy_->model_state();                        // collective for the mesh
+  nn::StateDict optimizer_state = strategy_->optimizer_state(*optimizer_);  // likewise
   if (rank() != 0) return "";  // rank 0 writes for all
   strategy_->before_checkpoint(config_.train.output_dir, step_);
   std::lock_guard lock(state_mu_);  // not at the same time as a survivor's save
-  auto [model, trainer] = checkpoint_files(std::move(state), default_generator().state());
+  auto [model, trainer] = checkpoint_files(std::move(state), std::move(optimizer_state), default_generator().state());
   return io::save_checkpoint(checkpoints_dir(), step_, model, trainer, config_.train.keep_checkpoints, run_id_);
 }
 
@@ -361,20 +362,21 @@ std::string Trainer::save_survivor_checkpoint() {
   ::close(fd);
   if (io::latest_checkpoint_step(dir.string()) >= step_)
     return "";  // a scheduled checkpoint of this step (or a later one) is there already
-  auto [model, trainer] = checkpoint_files(model_->state_dict(), rng_at_step_.state());
+  auto [model, trainer] = checkpoint_files(model_->state_dict(), optimizer_->state_dict(), rng_at_step_.state());
   return io::save_checkpoint(dir.string(), step_, model, trainer, config_.train.keep_checkpoints, run_id_);
 }
 
 void Trainer::resume(const std::string& path_in) {
-  TESSERA_CHECK(strategy_->resumable(), "[train] --resume is not supported with the ", strategy_->name(),
-                " strategy (parallel.pp / parallel.tp) yet: its optimizer state stays sharded on the ranks and is "
-                "not checkpointed");
+  TESSERA_CHECK(strategy_->resumable(), "[train] --resume is not supported with the ", strategy_->name(), " strategy");
   const std::string path = path_in.empty() ? checkpoints_dir() : path_in;
   io::CheckpointFiles files = io::load_checkpoint(path);
   const std::string trainer_file = files.path + "/trainer.safetensors";
+  TESSERA_CHECK(!files.trainer.metadata.count("tessera.model_parallel"), "[resume] ", trainer_file,
+                " was written by a model-parallel run of an earlier version, without the optimizer's state: it "
+                "can be evaluated or fine-tuned from (a fresh run that loads model.safetensors), not resumed");
   strategy_->load_model_state(files.model.tensors);
   resumed_ = true;
-  optimizer_->load_state_dict(files.trainer.tensors);
+  strategy_->load_optimizer_state(*optimizer_, files.trainer.tensors);
   step_ = metadata_int(files.trainer.metadata, "tessera.step", trainer_file);
   epoch_ = metadata_int(files.trainer.metadata, "tessera.epoch", trainer_file);
   batch_in_epoch_ = metadata_int(files.trainer.metadata, "tessera.batch_in_epoch", trainer_file);

@@ -105,7 +105,9 @@ class Trainer {
   void agree_on_run_id();  // collective
   std::string checkpoints_dir() const;
   // The two files of a checkpoint at step_, with `rng` as the generator state.
-  std::pair<io::SafetensorsFile, io::SafetensorsFile> checkpoint_files(nn::StateDict model_state, const std::string& rng);
+  std::pair<io::SafetensorsFile, io::SafetensorsFile> checkpoint_files(nn::StateDict model_state,
+                                                                     nn::StateDict optimizer_state,
+                                                                     const std::string& rng);
   // Under the elastic agent, after a peer died: this replica's state at its last whole step, unless
   // another survivor already saves that step (returns "").
   std::string save_survivor_checkpoint();
