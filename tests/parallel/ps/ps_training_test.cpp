@@ -297,28 +297,42 @@ TEST(PsFaults, AnAsynchronousJobGoesOnWithoutALostWorker) {
   }
 }
 
-TEST(PsCheckpoint, ServersResumeFromTheirShardsAndTrainingContinuesExactly) {
+// A job of `before` servers saves step 6; a job of `after` servers resumes it (the servers reshard
+// the values and the optimizer's state when the counts differ) and ends bit for bit where the
+// uninterrupted job of `before` servers does: synchronous PS training is single-process training
+// element for element, however the model is cut.
+class PsCheckpoint : public ::testing::TestWithParam<std::tuple<int, int, std::string>> {};
+
+TEST_P(PsCheckpoint, ServersResumeFromTheShardsOfAnyNumberOfServersAndTrainingContinuesExactly) {
+  const auto [before, after, model_name] = GetParam();
+  const ModelFactory make = model_name == "bow" ? bow(50) : mlp();
   const int steps = 12;
-  Data data = dense_data(steps, 8);
-  auto dir = std::filesystem::temp_directory_path() / ("tessera_ps_ckpt_" + std::to_string(::getpid()));
+  Data data = model_name == "bow" ? bow_data(steps, 8, 50) : dense_data(steps, 8);
+  auto dir = std::filesystem::temp_directory_path() /
+             ("tessera_ps_ckpt_" + std::to_string(before) + std::to_string(after) + model_name + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  ServerOptions o = server_options(Mode::kSync, "adam");
-  PsRun whole = train_ps(mlp(), data, steps, 2, 2, o);
+  // Adam on the dense MLP; SGD with momentum on the bag of words (its sparse rows' momentum moves too).
+  ServerOptions o = server_options(Mode::kSync, model_name == "bow" ? "sgd" : "adam");
+  const double lr = model_name == "bow" ? kLr : 1e-3;
+  // Sparse tables live on the servers: worker 0 pulls them in after the last step to compare.
+  PsRun whole = train_ps(make, data, steps, before, 2, o, [&](int r, int s, PsWorker& worker) {
+    if (r == 0 && s == steps - 1) worker.pull_sparse_tables();
+  });
   // The same job in two halves: the first saves at step 6 and ends; the second restores.
   Data first{data.x.slice(0, 0, 6).contiguous(), data.y.slice(0, 0, 6).contiguous()};
-  PsRun half = train_ps(mlp(), first, 6, 2, 2, o, [&](int r, int s, PsWorker& worker) {
+  PsRun half = train_ps(make, first, 6, before, 2, o, [&](int r, int s, PsWorker& worker) {
     if (r == 0 && s == 5) worker.save(dir.string(), 6);
   });
   ASSERT_EQ(half.worker_errors[0], "");
-  ASSERT_TRUE(std::filesystem::exists(parallel::ps::server_checkpoint_path(dir.string(), 1, 6)));
+  ASSERT_TRUE(std::filesystem::exists(parallel::ps::server_checkpoint_path(dir.string(), before - 1, 6)));
   // Resume: fresh servers, fresh models (different values: the checkpoint must win).
   o.num_workers = 2;
   o.timeout = Milliseconds(60000);
-  ServerThreads servers(2, o);
+  ServerThreads servers(after, o);
   std::vector<std::shared_ptr<nn::Module>> models;
   for (int r = 0; r < 2; ++r) {
     manual_seed(900 + r);
-    models.push_back(mlp()());
+    models.push_back(make());
   }
   std::vector<std::string> errors(2);
   std::vector<std::thread> workers;
@@ -334,8 +348,9 @@ TEST(PsCheckpoint, ServersResumeFromTheirShardsAndTrainingContinuesExactly) {
         for (int s = 6; s < steps; ++s) {
           for (auto& p : models[r]->parameters()) p.set_grad(Tensor());
           cross_entropy((*models[r])(rows(data.x, s, r * 4, (r + 1) * 4)), rows(data.y, s, r * 4, (r + 1) * 4)).backward();
-          worker.step(1e-3);
+          worker.step(lr);
         }
+        if (r == 0) worker.pull_sparse_tables();
         worker.finish();
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -345,9 +360,20 @@ TEST(PsCheckpoint, ServersResumeFromTheirShardsAndTrainingContinuesExactly) {
   servers.join();
   ASSERT_EQ(errors[0], "");
   ASSERT_EQ(errors[1], "");
+  for (const std::string& e : servers.errors) ASSERT_EQ(e, "");
   EXPECT_EQ(testing::max_parameter_difference(*whole.models[0], *models[0]), 0.0);
   std::filesystem::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(Servers, PsCheckpoint,
+                         ::testing::Values(std::make_tuple(2, 2, std::string("mlp")), std::make_tuple(2, 3, std::string("mlp")),
+                                           std::make_tuple(3, 1, std::string("mlp")), std::make_tuple(2, 2, std::string("bow")),
+                                           std::make_tuple(2, 3, std::string("bow")),
+                                           std::make_tuple(3, 2, std::string("bow"))),
+                         [](const auto& info) {
+                           return std::get<2>(info.param) + std::to_string(std::get<0>(info.param)) + "To" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(PsProtocol, AWrongTokenIsRejectedAndAModelMismatchNamesTheParameter) {
   ServerOptions o = server_options(Mode::kSync, "sgd");
