@@ -7,7 +7,7 @@
 #include <string>
 
 #include "tessera/core/dtype.h"
-#include "tessera/dist/store/deadline.h"
+#include "tessera/dist/net/deadline.h"
 #include "tessera/dist/store/store.h"
 
 namespace tessera::dist {

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "tessera/dist/store/deadline.h"
-#include "tessera/dist/store/socket.h"
+#include "tessera/dist/net/deadline.h"
+#include "tessera/dist/net/socket.h"
 #include "tessera/dist/store/tcp_store_protocol.h"
 
 namespace tessera::dist::net {

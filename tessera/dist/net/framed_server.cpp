@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "tessera/core/error.h"
-#include "tessera/dist/store/socket.h"
-#include "tessera/dist/store/token_check.h"
+#include "tessera/dist/net/socket.h"
+#include "tessera/dist/net/token_check.h"
 
 namespace tessera::dist::net {
 

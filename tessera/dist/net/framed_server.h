@@ -18,7 +18,7 @@
 #include <memory>
 #include <string>
 
-#include "tessera/dist/store/deadline.h"
+#include "tessera/dist/net/deadline.h"
 #include "tessera/dist/store/tcp_store_protocol.h"
 
 namespace tessera::dist::net {

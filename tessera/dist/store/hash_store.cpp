@@ -1,7 +1,7 @@
 #include "tessera/dist/store/hash_store.h"
 
 #include "tessera/core/error.h"
-#include "tessera/dist/store/deadline.h"
+#include "tessera/dist/net/deadline.h"
 
 namespace tessera::dist {
 

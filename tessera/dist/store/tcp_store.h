@@ -12,7 +12,7 @@
 #pragma once
 #include <mutex>
 
-#include "tessera/dist/store/socket.h"
+#include "tessera/dist/net/socket.h"
 #include "tessera/dist/store/store.h"
 
 namespace tessera::dist {

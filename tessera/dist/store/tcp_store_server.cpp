@@ -15,8 +15,8 @@
 
 #include "tessera/core/error.h"
 #include "tessera/dist/store/key_value_table.h"
-#include "tessera/dist/store/socket.h"
-#include "tessera/dist/store/token_check.h"
+#include "tessera/dist/net/socket.h"
+#include "tessera/dist/net/token_check.h"
 #include "tessera/dist/store/tcp_store_protocol.h"
 
 namespace tessera::dist {

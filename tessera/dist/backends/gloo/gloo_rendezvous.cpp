@@ -12,7 +12,7 @@
 #include "tessera/core/error.h"
 #include "tessera/dist/backends/gloo/gloo_errors.h"
 #include "tessera/dist/backends/gloo/gloo_store_adapter.h"
-#include "tessera/dist/store/deadline.h"
+#include "tessera/dist/net/deadline.h"
 #include "tessera/util/settings.h"
 
 namespace tessera::dist::detail {

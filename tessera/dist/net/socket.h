@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tessera/dist/store/deadline.h"
+#include "tessera/dist/net/deadline.h"
 
 namespace tessera::dist::detail {
 

@@ -1,4 +1,4 @@
-#include "tessera/dist/store/socket.h"
+#include "tessera/dist/net/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
