@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <tuple>
 
 #include "cli/commands.h"
@@ -88,8 +89,14 @@ Command add_run_command(CLI::App& app) {
                   "Seconds workers get to exit after SIGTERM or a forwarded signal before SIGKILL")
       ->default_val(5.0)
       ->check(CLI::NonNegativeNumber);
+  auto iface = std::make_shared<std::string>();
+  cmd->add_option("--iface", *iface,
+                  "Network interface whose address the workers advertise to the other hosts (sets "
+                  "TESSERA_SOCKET_IFNAME); default: the one that routes to --master-addr");
   cmd->add_option("command", options->command, "PROGRAM ARGS... (after --)")->required();
   return {cmd, [=]() -> int {
+    // The workers inherit the launcher's environment: the interface travels as the setting itself.
+    if (!iface->empty()) ::setenv("TESSERA_SOCKET_IFNAME", iface->c_str(), 1);
     const bool is_elastic = nnodes->find(':') != std::string::npos || backend->count() || endpoint->count() ||
                             rdzv_id->count() || restarts->count();
     if (is_elastic) {

@@ -13,6 +13,7 @@
 #include "tessera/dist/backends/gloo/gloo_errors.h"
 #include "tessera/dist/backends/gloo/gloo_store_adapter.h"
 #include "tessera/dist/net/deadline.h"
+#include "tessera/dist/net/interface.h"
 #include "tessera/util/settings.h"
 
 namespace tessera::dist::detail {
@@ -42,13 +43,9 @@ void ignore_sigpipe_once() {
 
 std::string gloo_bind_host(int local_size, int size) {
   if (size == 1 || local_size == size) return "127.0.0.1";
-  if (const char* host = env_setting("TESSERA_GLOO_HOST"); host != nullptr && *host != '\0') return host;
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') {
-    throw Error("[gloo rendezvous] cannot read this machine's hostname; set TESSERA_GLOO_HOST to the address "
-                "the other ranks should connect to");
-  }
-  return name;
+  // Gloo crashes on a host name it cannot resolve: it only ever gets an address.
+  if (const char* host = env_setting("TESSERA_GLOO_HOST")) return resolve_ipv4(host, "TESSERA_GLOO_HOST");
+  return advertised_address();  // net/interface.h: the interface that reaches the master
 }
 
 std::shared_ptr<gloo::transport::Device> make_gloo_device(const std::string& host) {

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Test hosts on this machine: each host is a process holding its own network, UTS (hostname), IPC
+# and mount namespaces (with a private /dev/shm), so nothing but the network joins them. The hosts'
+# veth links meet at a bridge in a namespace of its own (the "switch"); addresses come from
+# 198.18.0.0/15 (RFC 2544's benchmarking range), and nothing is routed outside the namespaces.
+#
+#   scripts/cluster.sh up N [--link RATE] [--slow HOST=RATE]   start hosts host1..hostN (198.18.0.1..N)
+#   scripts/cluster.sh exec HOST CMD...                        run CMD inside HOST (e.g. host2)
+#   scripts/cluster.sh list                                    the hosts, their pids and addresses
+#   scripts/cluster.sh down                                    end every process in the hosts, remove all
+#
+# --link shapes every host's link (both directions) with tc's token bucket (tbf; this kernel has no
+# netem), e.g. 1gbit or 200mbit; --slow gives one host another rate. Several clusters can be up at
+# once under different names: TESSERA_CLUSTER=NAME (at most 6 letters and digits; default "tc").
+# Needs root (namespaces, veth, tc).
+set -euo pipefail
+
+name=${TESSERA_CLUSTER:-tc}
+[[ "$name" =~ ^[a-z0-9]{1,6}$ ]] || { echo "cluster.sh: TESSERA_CLUSTER must be 1-6 lowercase letters or digits" >&2; exit 2; }
+state=/tmp/tessera-cluster-$name
+switch=tessera-$name-sw
+
+die() { echo "cluster.sh: $*" >&2; exit 1; }
+host_pid() { cat "$state/$1.pid" 2>/dev/null || die "no host '$1' in cluster '$name' (scripts/cluster.sh list)"; }
+in_host() { local pid; pid=$(host_pid "$1"); shift; nsenter -t "$pid" -n -u -i -m -- "$@"; }
+
+down() {
+  if [ -d "$state" ]; then
+    for file in "$state"/*.pid; do
+      [ -e "$file" ] || continue
+      pid=$(cat "$file")
+      if [ -e "/proc/$pid/ns/net" ]; then
+        # Every process inside the host (what exec started too), then the host itself.
+        ns=$(readlink "/proc/$pid/ns/net")
+        for p in /proc/[0-9]*; do
+          [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$ns" ] && kill -9 "${p#/proc/}" 2>/dev/null || true
+        done
+      fi
+    done
+    rm -rf "$state"
+  fi
+  ip netns del "$switch" 2>/dev/null || true
+}
+
+up() {
+  local n=$1; shift
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 64 ] || die "up N: N must be 1..64"
+  local link="" slow_host="" slow_rate=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --link) link=$2; shift 2 ;;
+      --slow) slow_host=${2%%=*}; slow_rate=${2#*=}; shift 2 ;;
+      *) die "up: unknown option $1" ;;
+    esac
+  done
+  [ ! -e "$state" ] || die "cluster '$name' is up already (scripts/cluster.sh down first)"
+  mkdir -p "$state"
+  trap 'down; exit 1' ERR INT TERM
+  ip netns add "$switch"
+  ip -n "$switch" link set lo up
+  ip -n "$switch" link add br0 type bridge
+  ip -n "$switch" link set br0 up
+  for i in $(seq 1 "$n"); do
+    local host=host$i fifo=$state/host$i.fifo
+    mkfifo "$fifo"
+    # The host: a sleeping process in new namespaces; it says it is ready through the fifo.
+    unshare --net --uts --ipc --mount --propagation private sh -c \
+      "mount -t tmpfs -o size=2g tmpfs /dev/shm && hostname $host && echo ready > $fifo && exec sleep infinity" \
+      </dev/null >/dev/null 2>&1 &
+    echo $! > "$state/$host.pid"
+    timeout 10 cat "$fifo" >/dev/null || die "$host did not start"
+    rm -f "$fifo"
+    local pid; pid=$(cat "$state/$host.pid")
+    local inside=t$name$i outside=s$name$i
+    ip link add "$inside" type veth peer name "$outside"
+    ip link set "$inside" netns "$pid"
+    ip link set "$outside" netns "$switch"
+    ip -n "$switch" link set "$outside" master br0 up
+    nsenter -t "$pid" -n sh -c "ip link set lo up && ip link set $inside name eth0 && \
+      ip addr add 198.18.0.$i/24 dev eth0 && ip link set eth0 up"
+    local rate=$link
+    [ "$host" = "$slow_host" ] && rate=$slow_rate
+    if [ -n "$rate" ]; then
+      nsenter -t "$pid" -n tc qdisc replace dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
+      ip netns exec "$switch" tc qdisc replace dev "$outside" root tbf rate "$rate" burst 256kb latency 50ms
+    fi
+    echo "$host 198.18.0.$i ${rate:-unshaped}" >> "$state/hosts"
+  done
+  trap - ERR INT TERM
+  cat "$state/hosts"
+}
+
+[ $# -ge 1 ] || die "usage: cluster.sh up N [--link RATE] [--slow HOST=RATE] | exec HOST CMD... | list | down"
+command=$1; shift
+case "$command" in
+  up) [ $# -ge 1 ] || die "usage: cluster.sh up N"; up "$@" ;;
+  exec) [ $# -ge 2 ] || die "usage: cluster.sh exec HOST CMD..."; in_host "$@" ;;
+  list) [ -e "$state/hosts" ] && cat "$state/hosts" || echo "cluster '$name' is not up" ;;
+  down) down ;;
+  *) die "unknown command '$command'" ;;
+esac
