@@ -85,7 +85,9 @@ struct DistributedConfig {
   int64_t servers = 1;                 // server processes `tessera train --nproc N` starts beside N workers
   std::string ps_mode = "sync";        // sync | async | ssp (bounded staleness)
   int64_t staleness = 2;               // ssp: the most steps a worker may run ahead of the slowest
-  std::string ps_host = "127.0.0.1";   // the address servers listen on (and publish to workers)
+  // The address servers listen on (and publish to workers); "auto": loopback when the job's master
+  // is on this machine's loopback, else the address of the interface that reaches the master.
+  std::string ps_host = "auto";
   // Fault injection for tests and drills: worker debug_slow_rank sleeps debug_slow_ms every step;
   // worker debug_kill_rank sends itself SIGKILL at step debug_kill_step. -1: off.
   int64_t debug_slow_rank = -1, debug_slow_ms = 0;

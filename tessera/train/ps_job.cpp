@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/error.h"
+#include "tessera/dist/net/interface.h"
 #include "tessera/dist/store/store_from_env.h"
 #include "tessera/io/atomic_file.h"
 #include "tessera/util/settings.h"
@@ -53,6 +54,13 @@ parallel::ps::ServerOptions ps_server_options(const TrainConfig& c, const dist::
   o.staleness = c.distributed.staleness;
   o.optimizer = ps_optimizer_spec(c.optimizer);
   o.host = c.distributed.ps_host;
+  if (o.host == "auto") {
+    // One machine: loopback, reachable from nowhere else. Several: the interface the others reach.
+    const char* master_addr = std::getenv("MASTER_ADDR");  // the launcher's env contract (launcher/env.h)
+    const std::string master = dist::detail::resolve_ipv4(master_addr && *master_addr ? master_addr : "127.0.0.1",
+                                                          "MASTER_ADDR");
+    o.host = master.rfind("127.", 0) == 0 ? "127.0.0.1" : dist::detail::advertised_address();
+  }
   o.token = token;
   o.timeout = timeout_of(c);
   o.keep_checkpoints = static_cast<int>(c.train.keep_checkpoints);

@@ -56,14 +56,16 @@ struct NodeRun {
 };
 
 // Both nodes of a 2-host job, each `tessera run` in its own host, started together and bounded.
+// nproc 0: no --nproc-per-node (a parameter-server job gives --servers and --workers in run_args).
 NodeRun run_two_hosts(const Cluster& cluster, const std::string& dir, const std::string& name, int nproc,
                       const std::string& env, const std::string& train_args, const std::string& run_args = "") {
   const std::string bin = TESSERA_BINARY;
   std::string script = "export TESSERA_JOB_TOKEN=0123456789abcdef0123456789abcdef " + env + "; ";
   for (int node = 0; node < 2; ++node)
     script += "timeout -k 5 120 " +
-              cluster.in(node + 1, bin + " run --nnodes 2 --node-rank " + std::to_string(node) + " --nproc-per-node " +
-                                       std::to_string(nproc) + " --master-addr 198.18.0.1 --master-port 29500 " + run_args + " -- " + bin +
+              cluster.in(node + 1, bin + " run --nnodes 2 --node-rank " + std::to_string(node) +
+                                       (nproc > 0 ? " --nproc-per-node " + std::to_string(nproc) : std::string()) +
+                                       " --master-addr 198.18.0.1 --master-port 29500 " + run_args + " -- " + bin +
                                        " train " + dir + "/config.toml " + train_args) +
               " > " + dir + "/" + name + "-node" + std::to_string(node) + ".log 2>&1 & p" + std::to_string(node) + "=$!; ";
   script += "wait $p0; a=$?; wait $p1; b=$?; exit $((a > b ? a : b))";
@@ -99,6 +101,50 @@ TEST(MultiHost, DdpAcrossHostsEqualsOneProcess) {
     ASSERT_EQ(r.status, 0) << r.log;
     const nn::StateDict across = io::load_checkpoint(out + "/checkpoints").model.tensors;
     EXPECT_LT(tessera::testing::max_state_difference(single, across), 1e-5) << "2 hosts x " << nproc;
+  }
+}
+
+// Synchronous parameter servers across 2 hosts (a server and a worker on each; workers reach both
+// servers over the network) equal one process; so does a transformer pipeline cut across the hosts
+// (PP=2, stage 0 on host 1 and stage 1 on host 2: activations and gradients cross the link) and
+// DP=2 × PP=2 on 2 hosts × 2 (a pipeline per host; the replicas' gradients cross).
+TEST(MultiHost, ParameterServersAndPipelinesAcrossHostsEqualOneProcess) {
+  const std::string dir = tessera::testing::fresh_dir("multihost", "ps_pp");
+  Cluster cluster(2, dir);
+  UP_OR_SKIP(cluster);
+  write_config(dir);
+  const std::string bin = TESSERA_BINARY;
+  ASSERT_EQ(std::system((bin + " train " + dir + "/config.toml --set train.batch_size=32 --set train.output_dir=" + dir +
+                         "/single > " + dir + "/single.log 2>&1").c_str()), 0);
+  const nn::StateDict single = io::load_checkpoint(dir + "/single/checkpoints").model.tensors;
+  NodeRun ps = run_two_hosts(cluster, dir, "ps", 0, "",
+                             "--set distributed.strategy=ps --set distributed.ps_mode=sync --set distributed.servers=2 "
+                             "--set train.batch_size=16 --set train.output_dir=" + dir + "/ps",
+                             "--servers 1 --workers 1");
+  ASSERT_EQ(ps.status, 0) << ps.log;
+  EXPECT_LT(tessera::testing::max_state_difference(single, io::load_checkpoint(dir + "/ps/checkpoints").model.tensors), 1e-5);
+
+  // The transformer on a small corpus: one process against DP=2 × PP=2 over 2 hosts × 2 processes.
+  {
+    std::ofstream corpus(dir + "/corpus.txt");
+    for (int i = 0; i < 60; ++i) corpus << (i % 3 ? "to be or not to be, that is the question\n" : "all the world's a stage\n");
+  }
+  std::ofstream(dir + "/config.toml") << "[model]\nname = \"transformer\"\nlayers = 2\nheads = 4\nembed_dim = 16\ncontext = 8\n"
+                                      << "dropout = 0.0\n[data]\ndataset = \"text\"\npath = \"" << dir << "/corpus.txt\"\n"
+                                      << "[optimizer]\nname = \"sgd\"\nlr = 0.1\nmomentum = 0.9\nclip_grad_norm = 1.0\n"
+                                      << "[train]\nepochs = 1\nmax_steps = 10\nthreads = 1\nlog_every = 100\n"
+                                      << "[parallel]\nmicrobatches = 2\n[distributed]\ntimeout_s = 20\n";
+  ASSERT_EQ(std::system((bin + " train " + dir + "/config.toml --set train.batch_size=8 --set train.output_dir=" + dir +
+                         "/lm-single > " + dir + "/lm-single.log 2>&1").c_str()), 0);
+  const nn::StateDict lm_single = io::load_checkpoint(dir + "/lm-single/checkpoints").model.tensors;
+  for (int nproc : {1, 2}) {
+    const std::string out = dir + "/lm-pp" + std::to_string(nproc);
+    NodeRun pp = run_two_hosts(cluster, dir, "pp" + std::to_string(nproc), nproc, "",
+                               "--set parallel.pp=2 --set train.batch_size=" + std::to_string(8 / nproc) +
+                                   " --set train.output_dir=" + out);
+    ASSERT_EQ(pp.status, 0) << pp.log;
+    EXPECT_LT(tessera::testing::worst_relative_error(io::load_checkpoint(out + "/checkpoints").model.tensors, lm_single), 1e-4)
+        << "2 hosts x " << nproc;
   }
 }
 
