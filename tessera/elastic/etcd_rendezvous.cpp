@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/error.h"
-#include "tessera/dist/store/socket.h"
+#include "tessera/dist/net/socket.h"
 #include "tessera/elastic/rendezvous_store.h"
 
 namespace tessera::elastic {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/dist/store/socket.h"
+#include "tessera/dist/net/socket.h"
 #include "tessera/dist/store/tcp_store.h"
 #include "tessera/dist/store/tcp_store_protocol.h"
 #include "tessera/dist/store/tcp_store_server.h"
