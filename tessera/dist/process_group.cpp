@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 #include <set>
+#include <unistd.h>
 
 #include "tessera/core/error.h"
 #include "tessera/dist/store/prefix_store.h"
@@ -66,7 +67,10 @@ std::string buffer_details(const Buffer& b) { return concat(dtype_name(b.dtype),
 
 std::string counts_text(const std::vector<int64_t>& counts) {
   std::string s = "[";
-  for (size_t i = 0; i < counts.size(); ++i) s += (i ? "," : "") + std::to_string(counts[i]);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(counts[i]);
+  }
   return s + "]";
 }
 
@@ -95,6 +99,12 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Communicator> communicator, std::shar
   TESSERA_CHECK(static_cast<int>(global_ranks.size()) == size_, "[ProcessGroup] ", global_ranks.size(),
                 " global ranks for a group of ", size_);
   global_ranks_ = std::move(global_ranks);
+  // Which machine each rank runs on, for failure reports (describe_stragglers) across hosts.
+  try {
+    store_->set(concat("host/", rank_), this_host());
+  } catch (const std::exception&) {
+    // A report without host names is still a report.
+  }
   worker_ = std::thread([this] { run_worker(); });
   watchdog_ = std::thread([this] { run_watchdog(); });
 }
@@ -212,6 +222,12 @@ void ProcessGroup::run_task(Task& task) {
 
 // ---- failure reports ------------------------------------------------------------------------
 
+std::string ProcessGroup::this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "an unnamed host";
+  return name;
+}
+
 void ProcessGroup::run_watchdog() {
   // Polls; publishes "progress/<rank>" = "<seq> <op>" once for a collective seen in flight at two
   // consecutive polls, i.e. stuck for at least one interval. Nothing is sent while collectives
@@ -299,13 +315,19 @@ std::string ProcessGroup::describe_stragglers(const Task& task) {
       std::this_thread::sleep_for(Milliseconds(20));
     }
   } catch (const std::exception& e) {
-    return concat("; (could not read the other ranks' progress from the store: ", e.what(), ")");
+    // Neither the peers nor the store answer: this host is cut off from the others.
+    return concat("; this rank (on ", this_host(), ") cannot reach the store either, so this host is cut off from the "
+                  "job's network (a link down or a partition?): ", e.what());
   }
   std::string missing;
   for (int r = 0; r < size_; ++r) {
     if (arrived[static_cast<size_t>(r)]) continue;
     int global = global_ranks_[static_cast<size_t>(r)];
     std::string who = global == r ? concat("rank ", r) : concat("rank ", r, " (global rank ", global, ")");
+    try {
+      if (std::string key = concat("host/", r); store_->check({key})) who += concat(" on ", store_->get_string(key));
+    } catch (const std::exception&) {
+    }
     const std::string& seen = last_seen[static_cast<size_t>(r)];
     std::string where = seen.empty() ? "no report: dead, stopped, or busy outside any collective"
                                      : concat("last seen stuck in #", seen);

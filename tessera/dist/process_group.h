@@ -127,6 +127,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void run_task(Task& task);
   void check_same_call(const Task& task, Deadline deadline);
   std::string describe_stragglers(const Task& task);
+  static std::string this_host();  // the hostname, for reports
   Buffer checked_buffer(const Tensor& tensor, const char* op, const char* name) const;
   void check_rank(int r, const char* op, const char* what) const;
   WorkPtr post_transfer(const char* op, Buffer data, int peer, int tag, std::vector<Tensor> keep);

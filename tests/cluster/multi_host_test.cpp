@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include "tessera/io/checkpoint.h"
@@ -166,6 +167,47 @@ TEST(MultiHost, BadAddressesFailClearlyNeverCrash) {
   EXPECT_NE(unresolvable.status, 0);
   EXPECT_NE(unresolvable.log.find("TESSERA_GLOO_HOST 'host2' does not resolve"), std::string::npos) << unresolvable.log;
   EXPECT_EQ(unresolvable.log.find("SIGSEGV"), std::string::npos) << unresolvable.log;
+}
+
+// A link taken down mid-run (host 2's interface) ends the job within the configured timeout, each
+// side saying what it waited in: host 1 names the collective and the rank (and host) that never
+// arrived, host 2 that it cannot reach the store either, so it is the one cut off. Never a hang.
+TEST(MultiHost, ALinkDownMidRunIsReportedWithinTheTimeout) {
+  const std::string dir = tessera::testing::fresh_dir("multihost", "link");
+  Cluster cluster(2, dir);
+  UP_OR_SKIP(cluster);
+  write_config(dir);
+  const std::string out = dir + "/out";
+  // The job, in the background; once step 5 is in the metrics, host 2's link goes down (the wait for
+  // step 5 is bounded: 10 s).
+  const std::string bin = TESSERA_BINARY;
+  std::string script = "export TESSERA_JOB_TOKEN=0123456789abcdef0123456789abcdef; ";
+  for (int node = 0; node < 2; ++node)
+    script += "timeout -k 5 120 " +
+              cluster.in(node + 1, bin + " run --nnodes 2 --node-rank " + std::to_string(node) +
+                                       " --nproc-per-node 1 --master-addr 198.18.0.1 --master-port 29500 -- " + bin +
+                                       " train " + dir + "/config.toml --set train.max_steps=100000 --set train.epochs=1000 " +
+                                       "--set distributed.timeout_s=4 --set distributed.debug_slow_rank=0 " +
+                                       "--set distributed.debug_slow_ms=20 --set train.output_dir=" + out) +
+              " > " + dir + "/node" + std::to_string(node) + ".log 2>&1 & p" + std::to_string(node) + "=$!; ";
+  script += "for i in $(seq 200); do grep -q '\"step\":5,' " + out + "/metrics.jsonl 2>/dev/null && break; sleep 0.05; done; " +
+            "start=$(date +%s); " + cluster.in(2, "ip link set eth0 down") + "; " +
+            "wait $p0; a=$?; wait $p1; b=$?; echo \"exit $a $b after $(( $(date +%s) - start )) s\"";
+  std::ofstream(dir + "/link.sh") << script << "\n";
+  ASSERT_EQ(std::system(("bash " + dir + "/link.sh > " + dir + "/link.log 2>&1").c_str()), 0);
+  const std::string summary = tessera::testing::read_text(dir + "/link.log");
+  const std::string host1 = tessera::testing::read_text(dir + "/node0.log"), host2 = tessera::testing::read_text(dir + "/node1.log");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(summary, m, std::regex("exit (\\d+) (\\d+) after (\\d+) s"))) << summary;
+  EXPECT_NE(m[1], "0") << host1;
+  EXPECT_NE(m[2], "0") << host2;
+  EXPECT_NE(m[1], "124") << "host 1 hung until the test's own timeout\n" << host1;
+  EXPECT_NE(m[2], "124") << "host 2 hung until the test's own timeout\n" << host2;
+  // The collective timeout is 4 s; the store's connection timeout and the reports add a few more.
+  EXPECT_LT(std::stoi(m[3]), 60) << summary;
+  EXPECT_NE(host1.find("rank(s) that never arrived"), std::string::npos) << host1;
+  EXPECT_NE(host1.find("rank 1 on host2"), std::string::npos) << host1;
+  EXPECT_NE(host2.find("(on host2) cannot reach the store either"), std::string::npos) << host2;
 }
 
 }  // namespace
