@@ -76,7 +76,7 @@ TEST(CollectiveFailureAcrossProcesses, ADeadRankFailsTheOthersPromptly) {
       worker_job(3, {"--backend", "gloo", "--mode", "die", "--victim", "1", "--timeout-ms", "20000"}), dir);
   ASSERT_EQ(run.result.exit_code, 0) << run.result.message << "\n" << run.out << run.err;
   EXPECT_EQ(count(run.out, "Error [allreduce #1"), 2) << run.out;
-  EXPECT_EQ(count(run.out, "rank 1 ["), 2) << run.out;
+  EXPECT_EQ(count(run.out, "rank 1 on "), 2) << run.out;
   // Promptly: well before the 20 s timeout (the peer's sockets closed).
   std::smatch m;
   std::string out = run.out;

@@ -139,7 +139,7 @@ TEST(GlooFailure, ADeadPeerFailsTheOthersPromptly) {
   for (const Outcome& o : outcomes) {
     EXPECT_TRUE(o.type == "PeerFailureError" || o.type == "TimeoutError") << o.type << ": " << o.message;
     EXPECT_TRUE(has(o.message, "allreduce #1")) << o.message;
-    EXPECT_TRUE(has(o.message, "rank 1 [")) << o.message;
+    EXPECT_TRUE(has(o.message, "rank 1 on ")) << o.message;
     EXPECT_LT(o.elapsed, Milliseconds(7500)) << o.message;
   }
 }
