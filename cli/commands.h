@@ -16,5 +16,6 @@ Command add_generate_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
 Command add_env_command(CLI::App& app);
+Command add_doctor_command(CLI::App& app);
 
 }  // namespace tessera::cli

@@ -10,12 +10,24 @@
 #include <cstdio>
 #include <cstdlib>
 #include <tuple>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "tessera/dist/launcher/launcher.h"
 #include "tessera/elastic/elastic_agent.h"
 
 namespace tessera::cli {
+
+namespace {
+
+// This program's path, to start `tessera doctor` with the same binary.
+std::string self_executable() {
+  char path[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  return n > 0 ? std::string(path, static_cast<size_t>(n)) : std::string("tessera");
+}
+
+}  // namespace
 
 namespace {
 std::chrono::milliseconds to_ms(double seconds) {
@@ -76,7 +88,8 @@ Command add_run_command(CLI::App& app) {
                   "Elastic job: seconds per window of the straggler check (a rank late in 3 windows in a row is named)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--local-addr", elastic->local_addr,
-                  "Elastic job: the address this machine's workers' store listens on when it is node 0");
+                  "Elastic job: the address this machine's workers' store listens on when it is node 0; default: "
+                  "loopback for a rendezvous on loopback, else the interface that reaches the rendezvous");
   cmd->add_option("--node-rank", options->node_rank, "This node's index, 0 hosts the rendezvous store")
       ->default_val(0)
       ->check(CLI::NonNegativeNumber);
@@ -93,6 +106,10 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--iface", *iface,
                   "Network interface whose address the workers advertise to the other hosts (sets "
                   "TESSERA_SOCKET_IFNAME); default: the one that routes to --master-addr");
+  auto preflight = std::make_shared<bool>(false);
+  cmd->add_flag("--preflight", *preflight,
+                "Before the job, run `tessera doctor` on the same nodes (its store on --master-port + 1): measure "
+                "every link between the hosts and name a slow one");
   cmd->add_option("command", options->command, "PROGRAM ARGS... (after --)")->required();
   return {cmd, [=]() -> int {
     // The workers inherit the launcher's environment: the interface travels as the setting itself.
@@ -117,6 +134,20 @@ Command add_run_command(CLI::App& app) {
     o.nnodes = elastic::parse_nnodes(*nnodes).first;
     o.timeout = to_ms(*timeout_s);
     o.grace_period = to_ms(*grace_s);
+    if (*preflight) {
+      // A job of its own, one worker per node, on another port: the two jobs' stores never meet
+      // even when one node finishes the preflight before another.
+      dist::launcher::LaunchOptions check = o;
+      check.nproc_per_node = 1;
+      check.servers_per_node = 0;
+      if (check.master_port > 0) ++check.master_port;
+      check.command = {self_executable(), "doctor"};
+      dist::launcher::LaunchResult checked = dist::launcher::launch(check);
+      if (checked.exit_code != 0) {
+        std::fprintf(stderr, "tessera run: the preflight failed (%s); the job was not started\n", checked.message.c_str());
+        return checked.exit_code;
+      }
+    }
     dist::launcher::LaunchResult result = dist::launcher::launch(o);
     if (!result.message.empty()) std::fprintf(stderr, "tessera run: %s\n", result.message.c_str());
     return result.exit_code;

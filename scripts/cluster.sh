@@ -6,6 +6,7 @@
 #
 #   scripts/cluster.sh up N [--link RATE] [--slow HOST=RATE]   start hosts host1..hostN (198.18.0.1..N)
 #   scripts/cluster.sh exec HOST CMD...                        run CMD inside HOST (e.g. host2)
+#   scripts/cluster.sh kill HOST                               lose a host: kill -9 every process in it
 #   scripts/cluster.sh list                                    the hosts, their pids and addresses
 #   scripts/cluster.sh down                                    end every process in the hosts, remove all
 #
@@ -23,6 +24,16 @@ switch=tessera-$name-sw
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 host_pid() { cat "$state/$1.pid" 2>/dev/null || die "no host '$1' in cluster '$name' (scripts/cluster.sh list)"; }
 in_host() { local pid; pid=$(host_pid "$1"); shift; nsenter -t "$pid" -n -u -i -m -- "$@"; }
+
+# kill -9 every process in host $1's network namespace but the host itself, which stays (reused).
+kill_host() {
+  local pid ns
+  pid=$(host_pid "$1")
+  ns=$(readlink "/proc/$pid/ns/net")
+  for p in /proc/[0-9]*; do
+    [ "${p#/proc/}" != "$pid" ] && [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$ns" ] && kill -9 "${p#/proc/}" 2>/dev/null || true
+  done
+}
 
 down() {
   if [ -d "$state" ]; then
@@ -90,11 +101,12 @@ up() {
   cat "$state/hosts"
 }
 
-[ $# -ge 1 ] || die "usage: cluster.sh up N [--link RATE] [--slow HOST=RATE] | exec HOST CMD... | list | down"
+[ $# -ge 1 ] || die "usage: cluster.sh up N [--link RATE] [--slow HOST=RATE] | exec HOST CMD... | kill HOST | list | down"
 command=$1; shift
 case "$command" in
   up) [ $# -ge 1 ] || die "usage: cluster.sh up N"; up "$@" ;;
   exec) [ $# -ge 2 ] || die "usage: cluster.sh exec HOST CMD..."; in_host "$@" ;;
+  kill) [ $# -eq 1 ] || die "usage: cluster.sh kill HOST"; kill_host "$1" ;;
   list) [ -e "$state/hosts" ] && cat "$state/hosts" || echo "cluster '$name' is not up" ;;
   down) down ;;
   *) die "unknown command '$command'" ;;

@@ -18,6 +18,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/dist/heartbeat.h"
+#include "tessera/dist/net/interface.h"
 #include "tessera/dist/launcher/env.h"
 #include "tessera/dist/launcher/job_token.h"
 #include "tessera/dist/launcher/rendezvous.h"
@@ -107,6 +108,15 @@ class Agent {
         threads_ = std::max(1, usable_cores() / o_.nproc_per_node);
     }
     auto [host, port] = parse_endpoint(o_.endpoint);
+    // Where this agent's workers' store listens when it is node 0: loopback for a rendezvous on this
+    // machine's loopback, else the interface that reaches the rendezvous (dist/net/interface.h).
+    local_addr_ = o_.local_addr;
+    if (local_addr_.empty()) {
+      const std::string target = dist::detail::resolve_ipv4(host, "the --rdzv-endpoint host");
+      local_addr_ = target.rfind("127.", 0) == 0 ? "127.0.0.1"
+                    : env_setting("TESSERA_SOCKET_IFNAME") != nullptr ? dist::detail::advertised_address()
+                                                                      : dist::detail::address_towards(host);
+    }
     if (o_.backend == "store") {
       // The first agent to bind the endpoint hosts the store; the others are its clients.
       try {
@@ -140,7 +150,7 @@ class Agent {
     while (true) {
       std::optional<Membership> m;
       try {
-        m = rdzv_->join(slots_, o_.local_addr);
+        m = rdzv_->join(slots_, local_addr_);
       } catch (const TimeoutError& e) {
         return fail(e.what());
       }
@@ -174,11 +184,11 @@ class Agent {
                              m.node_rank, " runs rank(s) ", first, "-", first + slots_ - 1));
     // Node 0 hosts this generation's worker store: fresh keys for every generation's process group.
     std::unique_ptr<dist::launcher::RendezvousServer> worker_store_host;
-    std::string master_host = o_.local_addr;
+    std::string master_host = local_addr_;
     int master_port = 0;
     try {
       if (m.node_rank == 0) {
-        worker_store_host = dist::launcher::start_rendezvous_server(o_.local_addr, 0, token_);
+        worker_store_host = dist::launcher::start_rendezvous_server(local_addr_, 0, token_);
         master_port = worker_store_host->port();
         rdzv_->set(concat("g", g, "/master"), concat(master_host, " ", master_port));
       } else {
@@ -464,12 +474,15 @@ class Agent {
     if (rec.last_step >= 0) rec.steps_lost = std::max<int64_t>(0, rec.last_step - resumed);
     result_.recoveries.push_back(rec);
     char line[320];
+    char lost[96] = "steps lost: unknown (the last generation's node 0 is gone)";
+    if (rec.last_step >= 0)
+      std::snprintf(lost, sizeof lost, "steps lost: %lld (it had reached step %lld)", static_cast<long long>(rec.steps_lost),
+                    static_cast<long long>(rec.last_step));
     std::snprintf(line, sizeof line,
                   "recovery: generation %lld (%d worker(s), after a %s) resumed training at step %lld, %.2f s after "
-                  "generation %lld ended; steps lost: %lld (it had reached step %lld)",
+                  "generation %lld ended; %s",
                   static_cast<long long>(rec.generation), rec.world_size, rec.cause.c_str(),
-                  static_cast<long long>(rec.resumed_step), rec.seconds, static_cast<long long>(m.generation - 1),
-                  static_cast<long long>(rec.steps_lost), static_cast<long long>(rec.last_step));
+                  static_cast<long long>(rec.resumed_step), rec.seconds, static_cast<long long>(m.generation - 1), lost);
     say(o_.stderr_fd, line);
   }
 
@@ -601,6 +614,7 @@ class Agent {
   }
 
   const ElasticOptions o_;
+  std::string local_addr_;  // o_.local_addr, or the address chosen for it
   int slots_;
   std::string token_;
   int threads_ = 1;

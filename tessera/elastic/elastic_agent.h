@@ -36,7 +36,9 @@ struct ElasticOptions {
   std::string endpoint = "127.0.0.1:29400";  // store: the first agent to bind it hosts it; etcd: its client URL
   std::string run_id = "default";          // --rdzv-id: jobs sharing an endpoint stay apart
   int max_restarts = 3;                    // failures the job survives
-  std::string local_addr = "127.0.0.1";    // where this agent's workers' store listens (as node 0)
+  // Where this agent's workers' store listens (as node 0); "": loopback when the rendezvous is on
+  // loopback, else the address of the interface that reaches it.
+  std::string local_addr;
   std::vector<std::string> command;        // PROGRAM ARGS...
   std::string job_token;                   // empty: $TESSERA_JOB_TOKEN, else random (store backend, one agent)
   int threads_per_worker = 0;              // 0: $TESSERA_NUM_THREADS, else cores / nproc_per_node

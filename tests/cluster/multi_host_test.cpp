@@ -30,6 +30,7 @@ class Cluster {
   }
   ~Cluster() { std::system((env() + " bash " + kCluster + " down > /dev/null 2>&1").c_str()); }
   bool up() const { return up_; }
+  const std::string& name() const { return name_; }
   std::string why_not() const { return tessera::testing::read_text(dir_ + "/cluster.log"); }
   // `command` inside host `host` (1-based).
   std::string in(int host, const std::string& command) const {
@@ -208,6 +209,93 @@ TEST(MultiHost, ALinkDownMidRunIsReportedWithinTheTimeout) {
   EXPECT_NE(host1.find("rank(s) that never arrived"), std::string::npos) << host1;
   EXPECT_NE(host1.find("rank 1 on host2"), std::string::npos) << host1;
   EXPECT_NE(host2.find("(on host2) cannot reach the store either"), std::string::npos) << host2;
+}
+
+// An elastic job over 3 hosts (one agent each, the rendezvous on host 1) survives a worker killed
+// with SIGKILL on host 3 and then the loss of host 2 (every process in it killed), and finishes.
+TEST(MultiHost, AnElasticJobSurvivesAKilledWorkerAndALostHost) {
+  const std::string dir = tessera::testing::fresh_dir("multihost", "elastic");
+  Cluster cluster(3, dir);
+  UP_OR_SKIP(cluster);
+  std::ofstream(dir + "/config.toml") << "[model]\nname = \"mlp\"\nhidden = [32]\n"
+                                      << "[data]\ndataset = \"synthetic\"\nsamples = 1920\ntest_samples = 64\nclasses = 4\n"
+                                      << "[optimizer]\nname = \"sgd\"\nmomentum = 0.9\nlr = 0.02\n"
+                                      << "[train]\nepochs = 2\nglobal_batch_size = 12\ncheckpoint_every = 5\nthreads = 1\n"
+                                      << "log_every = 1000\noutput_dir = \"" << dir << "/run\"\n[distributed]\ntimeout_s = 10\n";
+  const std::string bin = TESSERA_BINARY;
+  // Node ranks are dealt anew each generation, so the agents' logs are read together.
+  const std::string logs = "cat " + dir + "/agent1.log " + dir + "/agent2.log " + dir + "/agent3.log 2>/dev/null";
+  auto wait_for = [&](const std::string& pattern) {
+    return "for i in $(seq 1200); do " + logs + " | grep -q '" + pattern + "' && break; sleep 0.05; done; ";
+  };
+  std::string script = "export TESSERA_JOB_TOKEN=0123456789abcdef0123456789abcdef; ";
+  for (int host = 1; host <= 3; ++host)
+    script += "timeout -k 5 240 " +
+              cluster.in(host, bin + " run --nnodes 1:3 --nproc-per-node 1 --rdzv-backend store --rdzv-endpoint " +
+                                   "198.18.0.1:29400 --rdzv-id mh --heartbeat-timeout 3 --last-call 1 --grace-period 2 -- " +
+                                   bin + " train " + dir + "/config.toml --resume auto --set distributed.debug_slow_rank=0 " +
+                                   "--set distributed.debug_slow_ms=20 --set distributed.debug_kill_rank=2 " +
+                                   "--set distributed.debug_kill_step=10") +
+              " > " + dir + "/agent" + std::to_string(host) + ".log 2>&1 & a" + std::to_string(host) + "=$!; " +
+              (host == 1 ? wait_for("hosting the rendezvous store") : std::string());
+  // The host to lose: the one besides host 1 whose agent is still in the job (the killed worker's
+  // agent has none left and only waits).
+  script += wait_for("recovery: generation 1 ") + "victim=3; survivor=2; grep -q 'generation 1:' " + dir +
+            "/agent2.log && victim=2 && survivor=3; env TESSERA_CLUSTER=" + cluster.name() + " bash " + kCluster +
+            " kill host$victim; " + wait_for("recovery: generation 2 ") +
+            "wait $a1; r1=$?; eval wait \\$a$survivor; r2=$?; echo \"exit $r1 $r2\"";
+  std::ofstream(dir + "/elastic.sh") << script << "\n";
+  std::system(("bash " + dir + "/elastic.sh > " + dir + "/elastic.log 2>&1").c_str());
+  const std::string summary = tessera::testing::read_text(dir + "/elastic.log");
+  const std::string log = tessera::testing::read_text(dir + "/agent1.log") + tessera::testing::read_text(dir + "/agent2.log") +
+                          tessera::testing::read_text(dir + "/agent3.log");
+  EXPECT_NE(summary.find("exit 0 0"), std::string::npos) << summary << log;
+  EXPECT_NE(log.find("3 agent(s), 3 worker(s)"), std::string::npos) << log;
+  EXPECT_NE(log.find("ended (failure): rank 2"), std::string::npos) << log;  // the killed worker
+  // The lost host: found by its worker's broken connections or its agent's silence, whichever first.
+  EXPECT_NE(log.find("generation 2: 1 agent(s), 1 worker(s)"), std::string::npos) << log;
+  EXPECT_EQ(io::latest_checkpoint_step(dir + "/run/checkpoints"), 320) << log;
+}
+
+// Preflight: with host 3's link shaped to 100 Mbit/s and the others unshaped, `tessera doctor`
+// measures the 3 links and names the two through host 3 as slow, not the other; `tessera run
+// --preflight` runs it before the job and then starts the job.
+TEST(MultiHost, PreflightNamesTheSlowLink) {
+  const std::string dir = tessera::testing::fresh_dir("multihost", "doctor");
+  if (::geteuid() != 0) GTEST_SKIP() << "test hosts need root (network namespaces, veth, tc)";
+  const std::string name = "d" + std::to_string(::getpid() % 100000);
+  const std::string cluster = "env TESSERA_CLUSTER=" + name + " bash " + kCluster;
+  struct Down {
+    std::string cmd;
+    ~Down() { std::system((cmd + " down > /dev/null 2>&1").c_str()); }
+  } down{cluster};
+  if (std::system((cluster + " up 3 --slow host3=100mbit > " + dir + "/cluster.log 2>&1").c_str()) != 0)
+    GTEST_SKIP() << "could not make test hosts here: " << tessera::testing::read_text(dir + "/cluster.log");
+  const std::string bin = TESSERA_BINARY;
+  auto run_nodes = [&](const std::string& tag, int nodes, const std::string& tail) {
+    std::string script = "export TESSERA_JOB_TOKEN=0123456789abcdef0123456789abcdef; ";
+    for (int node = 0; node < nodes; ++node)
+      script += "timeout -k 5 120 " + cluster + " exec host" + std::to_string(node + 1) + " " + bin + " run --nnodes " +
+                std::to_string(nodes) + " --node-rank " + std::to_string(node) +
+                " --nproc-per-node 1 --master-addr 198.18.0.1 --master-port 29500 " + tail + " > " + dir + "/" + tag +
+                std::to_string(node) + ".log 2>&1 & p" + std::to_string(node) + "=$!; ";
+    script += "s=0; for p in";
+    for (int node = 0; node < nodes; ++node) script += " $p" + std::to_string(node);
+    script += "; do wait $p || s=1; done; exit $s";
+    std::ofstream(dir + "/" + tag + ".sh") << script << "\n";
+    return std::system(("bash " + dir + "/" + tag + ".sh").c_str());
+  };
+  ASSERT_EQ(run_nodes("doctor", 3, "-- " + bin + " doctor --bytes 1048576"), 0) << tessera::testing::read_text(dir + "/doctor0.log");
+  const std::string table = tessera::testing::read_text(dir + "/doctor0.log");
+  EXPECT_NE(table.find("preflight: 3 link(s)"), std::string::npos) << table;
+  EXPECT_NE(table.find("slow link: host1 (rank 0) <-> host3 (rank 2)"), std::string::npos) << table;
+  EXPECT_NE(table.find("slow link: host2 (rank 1) <-> host3 (rank 2)"), std::string::npos) << table;
+  EXPECT_EQ(table.find("slow link: host1 (rank 0) <-> host2"), std::string::npos) << table;
+  // --preflight, then the job itself (here a program that succeeds), on the two unshaped hosts.
+  ASSERT_EQ(run_nodes("preflight", 2, "--preflight -- true"), 0) << tessera::testing::read_text(dir + "/preflight0.log");
+  const std::string log = tessera::testing::read_text(dir + "/preflight0.log");
+  EXPECT_NE(log.find("preflight: 1 link(s)"), std::string::npos) << log;
+  EXPECT_NE(log.find("no link is more than 2x slower"), std::string::npos) << log;
 }
 
 }  // namespace
