@@ -1,5 +1,6 @@
 // The `tessera` command. Library errors are exceptions; this is the one place they become messages
-// and exit codes (1: a tessera error, 2: anything unexpected).
+// and exit codes (3: a configuration or input error, which a restart would repeat; 1: any other
+// tessera error, e.g. a peer or the network failed; 2: anything unexpected).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
@@ -25,6 +26,10 @@ int main(int argc, char** argv) {
     else tessera::init_threads_from_env();
     for (const auto& command : commands)
       if (command.app->parsed()) return command.run();
+  } catch (const tessera::ValueError& e) {
+    // A configuration or input error: the launchers do not retry it (dist/launcher/env.h).
+    std::fprintf(stderr, "tessera: error: %s\n", e.what());
+    return 3;
   } catch (const tessera::Error& e) {
     std::fprintf(stderr, "tessera: error: %s\n", e.what());
     return 1;

@@ -159,6 +159,10 @@ class Agent {
       Outcome outcome = run_generation(*m);
       if (outcome == Outcome::kFinished) return finish(*m);
       if (outcome == Outcome::kFatal) return fail(fatal_);
+      if (!config_error_.empty()) {
+        return fail(concat(config_error_, ": a configuration or input error that a restart would repeat; not "
+                           "retried: fix it and start the job again"));
+      }
       std::optional<GenerationEnd> end = rdzv_->end_of(m->generation);
       if (end) say(o_.stderr_fd, concat("generation ", m->generation, " ended (", end->kind, "): ", end->text));
       if (end && (end->kind == "failure" || end->kind == "lost")) {
@@ -223,6 +227,7 @@ class Agent {
       auto vars = dist::launcher::to_variables(env);
       vars[dist::launcher::kElasticGenerationVariable] = std::to_string(g);
       vars[dist::launcher::kRestartCountVariable] = std::to_string(result_.restarts);
+      vars[dist::launcher::kElasticMaxWorldVariable] = std::to_string(o_.max_nodes * o_.nproc_per_node);
       vars[dist::launcher::kHeartbeatMsVariable] = std::to_string(o_.heartbeat_interval.count());
       specs.push_back({false, env.rank, vars});
     }
@@ -255,6 +260,9 @@ class Agent {
       // A worker killed by a signal (kill -9, a crash, our SIGKILL of a stalled one) loses its slot;
       // one that exited non-zero (an exception: often a peer's death seen first) is restarted in place.
       drop_slot_ = WIFSIGNALED(status);
+      // A configuration or input error would repeat in every generation: the job stops at once.
+      if (WIFEXITED(status) && WEXITSTATUS(status) == dist::launcher::kConfigErrorExitStatus && config_error_.empty())
+        config_error_ = text;
       const int left = slots_ - (drop_slot_ ? 1 : 0);
       try {
         local_failure_ = rdzv_->generation() == m.generation &&
@@ -615,6 +623,7 @@ class Agent {
 
   const ElasticOptions o_;
   std::string local_addr_;  // o_.local_addr, or the address chosen for it
+  std::string config_error_;  // a local worker's failure that a restart would repeat
   int slots_;
   std::string token_;
   int threads_ = 1;

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <numeric>
 #include <limits>
 #include <optional>
 #include <thread>
@@ -124,6 +125,28 @@ int64_t Trainer::per_replica_batch_size() const {
                 " is not divisible by the world size ", replicas,
                 "; choose a global batch every world size the job may run at divides (e.g. 12 or 24 for 1 to 4 "
                 "workers)");
+  // An elastic job may go on at any world size up to its largest after failures: refuse now, before
+  // step 1, a global batch that one of them would not divide, rather than fail in a later generation.
+  if (const char* max_world = env_setting(dist::launcher::kElasticMaxWorldVariable);
+      max_world != nullptr && config_.train.global_batch_size > 0) {
+    const int64_t largest = std::atoll(max_world);
+    std::vector<int64_t> bad;
+    for (int64_t w = 1; w <= largest; ++w)
+      if (global % w != 0) bad.push_back(w);
+    if (!bad.empty()) {
+      int64_t fits = 1;  // the least common multiple of 1..largest: a global batch every size divides
+      for (int64_t w = 2; w <= largest && fits <= 1000000; ++w) fits = fits / std::gcd(fits, w) * w;
+      std::string sizes;
+      for (size_t i = 0; i < bad.size() && i < 8; ++i) sizes += (i ? ", " : "") + std::to_string(bad[i]);
+      if (bad.size() > 8) sizes += ", ...";
+      throw ValueError("[train] train.global_batch_size " + std::to_string(global) + " is not divisible by world size(s) " +
+                       sizes + ", which this elastic job (up to " + std::to_string(largest) +
+                       " workers) may run at after failures; " +
+                       (fits <= 1000000 ? "use a multiple of " + std::to_string(fits) + ", or "
+                                        : std::string()) +
+                       "leave train.global_batch_size unset (each worker keeps train.batch_size)");
+    }
+  }
   return global / replicas;
 }
 

@@ -40,6 +40,10 @@ constexpr std::array kSettings{
             "the membership generation this worker belongs to; turns on the elastic report and survivor save",
             kElasticAgent},
     Setting{"TESSERA_RESTART_COUNT", "unset", "restarts of the elastic job so far", kElasticAgent},
+    Setting{"TESSERA_ELASTIC_MAX_WORLD", "unset",
+            "the largest world size the elastic job may reach; the trainer refuses a global batch that a world "
+            "size from 1 to it does not divide",
+            kElasticAgent},
     Setting{"TESSERA_HEARTBEAT_MS", "0 (no heartbeat)",
             "the process group's watchdog publishes a heartbeat this often (dist/heartbeat.h)", kElasticAgent},
 };

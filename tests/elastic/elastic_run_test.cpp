@@ -177,6 +177,26 @@ TEST(ElasticRun, ExhaustedRestartsFailTheJobNamingTheFailure) {
   EXPECT_NE(o.log.find("SIGKILL"), std::string::npos) << o.log;
 }
 
+// What a new user met: an elastic job of up to 4 workers with a global batch of 128 lost a worker,
+// then failed three generations in a row on "128 is not divisible by the world size 3". The sizes
+// a job may run at are known at launch, so the trainer refuses before step 1; and an error that will
+// repeat (a ValueError: exit status 3) is reported once and stops the job, with restarts to spare.
+TEST(ElasticRun, AGlobalBatchSomeWorldSizeCannotDivideIsRefusedAtLaunchAndNotRetried) {
+  std::string dir = tessera::testing::fresh_dir("elastic_run", "indivisible");
+  write_config(dir);
+  Outcome o = run_shell(agent(dir, "1:1", 4, "store", endpoint(), "--max-restarts 3",
+                              "--set train.global_batch_size=128"),
+                        dir + "/agent.log");
+  EXPECT_NE(o.status, 0) << o.log;
+  EXPECT_NE(o.log.find("train.global_batch_size 128 is not divisible by world size(s) 3, which this elastic job "
+                       "(up to 4 workers) may run at after failures; use a multiple of 12"),
+            std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("exited with status 3: a configuration or input error that a restart would repeat; not retried"), std::string::npos) << o.log;
+  EXPECT_EQ(o.log.find("generation 1:"), std::string::npos) << o.log;  // no second try
+  EXPECT_EQ(o.log.find("\"step\""), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir + "/run/checkpoints"));  // refused before step 1
+}
+
 TEST(ElasticRun, AStoppedWorkerIsReportedByRankAndOpThenTheJobGoesOnWithoutIt) {
   std::string dir = tessera::testing::fresh_dir("elastic_run", "stop");
   write_config(dir);
@@ -281,12 +301,13 @@ TEST(ElasticRun, AKilledAgentLeavesTheJobToTheOthers) {
   const std::string ep = endpoint();
   const std::string slow = "--set distributed.debug_slow_rank=0 --set distributed.debug_slow_ms=20";
   std::string script =
+      // Every wait polls, at most 60 s each; steps() always prints one number (0 before the file exists).
+      "steps() { cat " + dir + "/run/metrics.jsonl 2>/dev/null | grep -c '\"step\"'; }; " +
       agent(dir, "1:2", 1, "store", ep, "--last-call 0.5", slow) + " > " + dir + "/a.log 2>&1 & a=$!; " +
-      "until grep -q hosting " + dir + "/a.log; do sleep 0.05; done; " +
+      "for i in $(seq 1200); do grep -q hosting " + dir + "/a.log && break; sleep 0.05; done; " +
       agent(dir, "1:2", 1, "store", ep, "--last-call 0.5", slow) + " > " + dir + "/b.log 2>&1 & b=$!; " +
-      "until grep -q '2 agent(s), 2 worker(s)' " + dir + "/a.log; do sleep 0.05; done; " +
-      "s=$(grep -c '\"step\"' " + dir + "/run/metrics.jsonl 2>/dev/null || echo 0); " +
-      "until [ $(grep -c '\"step\"' " + dir + "/run/metrics.jsonl 2>/dev/null || echo 0) -gt $((s + 5)) ]; do sleep 0.05; done; " +
+      "for i in $(seq 1200); do grep -q '2 agent(s), 2 worker(s)' " + dir + "/a.log && break; sleep 0.05; done; " +
+      "s=$(steps); for i in $(seq 1200); do [ \"$(steps)\" -gt $((s + 5)) ] && break; sleep 0.05; done; " +
       "kill -9 $b; wait $a; echo \"rc $?\"";
   setenv("TESSERA_JOB_TOKEN", "0123456789abcdef0123456789abcdef", 1);
   Outcome o = run_shell(script, dir + "/script.log");
@@ -381,12 +402,11 @@ TEST(ElasticRun, EtcdRendezvousSurvivesAKilledWorker) {
                      " --advertise-client-urls " + client_url + " --listen-peer-urls " + peer_url +
                      " --initial-advertise-peer-urls " + peer_url + " --initial-cluster tessera-test=" + peer_url;
   std::string script = etcd + " > " + dir + "/etcd.log 2>&1 & e=$!; " +
-                       agent(dir, "1:2", 3, "etcd", "127.0.0.1:" + std::to_string(client), "--max-restarts 1",
+                       // One node of 3 workers: a global batch of 12 fits every world size it may run at.
+                       agent(dir, "1:1", 3, "etcd", "127.0.0.1:" + std::to_string(client), "--max-restarts 1",
                              "--set distributed.debug_kill_rank=0 --set distributed.debug_kill_step=17") +
                        "; rc=$?; kill $e; wait $e; exit $rc";
-  setenv("TESSERA_JOB_TOKEN", "0123456789abcdef0123456789abcdef", 1);  // MAX 2 agents need a shared one
   Outcome o = run_shell(script, dir + "/agent.log");
-  unsetenv("TESSERA_JOB_TOKEN");
   print_recoveries(o.log);
   ASSERT_EQ(o.status, 0) << o.log << tessera::testing::read_text(dir + "/etcd.log");
   EXPECT_NE(o.log.find("generation 1: 1 agent(s), 2 worker(s)"), std::string::npos) << o.log;

@@ -53,6 +53,14 @@ namespace tessera::dist::launcher {
 //
 // and rank 0 writes, to the worker store (MASTER_ADDR:MASTER_PORT, no prefix), the keys below that
 // the agent of node 0 reads to report recoveries.
+//   TESSERA_ELASTIC_MAX_WORLD   the largest world size the job may reach (max nodes × workers per
+//                               node); after failures it may run at any size from 1 up to it, so the
+//                               trainer refuses at launch a global batch one of them does not divide
+//
+// A worker that exits with kConfigErrorExitStatus failed on its configuration or input (a
+// ValueError): a restart would fail the same way, so the agent stops the job at once instead.
+inline constexpr int kConfigErrorExitStatus = 3;
+inline constexpr const char* kElasticMaxWorldVariable = "TESSERA_ELASTIC_MAX_WORLD";
 inline constexpr const char* kElasticGenerationVariable = "TESSERA_ELASTIC_GENERATION";
 inline constexpr const char* kRestartCountVariable = "TESSERA_RESTART_COUNT";
 inline constexpr const char* kHeartbeatMsVariable = "TESSERA_HEARTBEAT_MS";
