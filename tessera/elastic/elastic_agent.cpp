@@ -26,6 +26,7 @@
 #include "tessera/dist/launcher/worker_process.h"
 #include "tessera/dist/store/tcp_store.h"
 #include "tessera/elastic/rendezvous.h"
+#include "tessera/elastic/straggler_detector.h"
 #include "tessera/util/settings.h"
 
 namespace tessera::elastic {
@@ -43,12 +44,6 @@ void say(int fd, const std::string& line) {
     if (n <= 0) return;
     done += static_cast<size_t>(n);
   }
-}
-
-std::string fixed(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.1f", v);
-  return b;
 }
 
 std::string seconds(Clock::duration d) {
@@ -245,8 +240,7 @@ class Agent {
     stall_reports_.clear();
     worker_beats_.clear();
     agent_beats_.clear();
-    straggler_seen_seq_ = -1;
-    strikes_.clear();
+    stragglers_.reset();
     last_step_ = -1;
     next_beat_ = Clock::now();
     next_window_ = Clock::now() + o_.straggler_window;
@@ -494,14 +488,7 @@ class Agent {
     say(o_.stderr_fd, line);
   }
 
-  // A rank the others keep waiting for spends the least time inside collectives: name it when its
-  // share lags the median of the others by a quarter of the window, three windows in a row.
-  // Every straggler window: the collectives every rank has issued since the last window, with each
-  // rank's arrival time (heartbeats carry them). A rank's lag at a collective is how long after the
-  // first arrival it came; the others wait that long. The rank with the largest total lag earns a
-  // strike when it is over three times the next largest and over 5% of the window (it kept the
-  // others waiting that much); three windows in a row name it. (A rank that is slow between
-  // collectives is late at the first one after the delay; the ones after it start together.)
+  // Every straggler window: the workers' arrivals at their latest collectives, to the detector.
   void check_stragglers(const Membership& m) {
     const int world = m.world_size();
     if (world < 2) return;
@@ -509,49 +496,11 @@ class Agent {
     if (!beats || static_cast<int>(beats->size()) < world) return;
     std::vector<std::map<int64_t, int64_t>> arrivals(static_cast<size_t>(world));
     for (auto& [r, b] : *beats) arrivals[static_cast<size_t>(r)] = std::move(b.arrivals);
-    std::vector<int> last_count(static_cast<size_t>(world), 0);
-    std::vector<double> lag_ms(static_cast<size_t>(world), 0.0);
-    int collectives = 0;
-    int64_t first_seq = -1, last_seq = -1;
-    for (const auto& [seq, t0] : arrivals[0]) {
-      if (seq <= straggler_seen_seq_) continue;
-      std::vector<int64_t> t(static_cast<size_t>(world));
-      bool everyone = true;
-      for (int r = 0; r < world && everyone; ++r) {
-        auto it = arrivals[static_cast<size_t>(r)].find(seq);
-        if (it == arrivals[static_cast<size_t>(r)].end()) everyone = false;
-        else t[static_cast<size_t>(r)] = it->second;
-      }
-      if (!everyone) continue;
-      const int64_t first = *std::min_element(t.begin(), t.end());
-      ++last_count[static_cast<size_t>(std::max_element(t.begin(), t.end()) - t.begin())];
-      for (size_t r = 0; r < t.size(); ++r) lag_ms[r] += static_cast<double>(t[r] - first) / 1e3;
-      ++collectives;
-      if (first_seq < 0) first_seq = seq;
-      last_seq = std::max(last_seq, seq);
-    }
-    if (collectives == 0) return;
-    straggler_seen_seq_ = last_seq;
-    std::vector<double> sorted = lag_ms;
-    std::sort(sorted.rbegin(), sorted.rend());
-    const int late = static_cast<int>(std::max_element(lag_ms.begin(), lag_ms.end()) - lag_ms.begin());
-    const double window_ms = static_cast<double>(o_.straggler_window.count());
-    for (int r = 0; r < world; ++r)
-      if (r != late) strikes_[r] = 0;
-    if (sorted[0] > 3 * sorted[1] && sorted[0] > 0.05 * window_ms) {
-      int& s = strikes_[late];
-      if (++s == 3) {
-        say(o_.stderr_fd, concat("straggler: rank ", late, " is consistently late at the collectives: over #", first_seq,
-                                 "..#", last_seq, " (", collectives, " that every rank reached) it arrived last at ",
-                                 last_count[static_cast<size_t>(late)], " and kept the others waiting ",
-                                 fixed(sorted[0]), " ms in all (the next latest rank: ", fixed(sorted[1]),
-                                 " ms); the 3rd window of ", seconds(o_.straggler_window), " in a row"));
-        if (std::find(result_.stragglers.begin(), result_.stragglers.end(), late) == result_.stragglers.end())
-          result_.stragglers.push_back(late);
-      }
-    } else {
-      strikes_[late] = 0;
-    }
+    std::optional<StragglerReport> straggler = stragglers_.observe(arrivals);
+    if (!straggler) return;
+    say(o_.stderr_fd, straggler->text);
+    if (std::find(result_.stragglers.begin(), result_.stragglers.end(), straggler->rank) == result_.stragglers.end())
+      result_.stragglers.push_back(straggler->rank);
   }
 
   void wait_for_members(const Membership& m) {
@@ -639,8 +588,7 @@ class Agent {
   std::map<int, pid_t> pids_;
   std::map<int, std::string> stall_reports_;
   std::map<int, std::pair<int64_t, Clock::time_point>> worker_beats_, agent_beats_;
-  int64_t straggler_seen_seq_ = -1;  // collectives up to here were counted in an earlier window
-  std::map<int, int> strikes_;
+  StragglerDetector stragglers_{std::chrono::duration_cast<std::chrono::milliseconds>(o_.straggler_window)};
   std::set<int64_t> reported_;
   int64_t last_step_ = -1;
   Clock::time_point next_beat_, next_window_;
