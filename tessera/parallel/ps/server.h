@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tessera/dist/store/store.h"
+#include "tessera/parallel/ps/server_checkpoint.h"  // server_checkpoint_path
 #include "tessera/parallel/ps/shard_optimizer.h"
 
 namespace tessera::parallel::ps {
@@ -73,8 +74,6 @@ class ParameterServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Where the shard files of server `server_rank` live under a checkpoint directory.
-std::string server_checkpoint_path(const std::string& dir, int server_rank, int64_t step);
 
 // Servers publish their addresses in the job's rendezvous store; workers look them up.
 void publish_server_address(dist::Store& store, int server_rank, const std::string& address);
