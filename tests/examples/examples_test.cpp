@@ -1,0 +1,82 @@
+// The example programs (examples/cpp) run as a user would run them, short and on synthetic data:
+// each exits 0 and its loss goes down; the DDP replicas end equal; the parameter-server job's
+// server applies every step.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "testing/temp_dir.h"
+
+namespace tessera {
+namespace {
+
+struct ExampleRun {
+  int status = -1;
+  std::string out;
+};
+
+ExampleRun run(const std::string& command, const std::string& dir, const std::string& name) {
+  const std::string log = dir + "/" + name + ".log";
+  // Bounded: an example that hangs fails the test instead of hanging it.
+  const int status = std::system(("timeout -k 5 120 " + command + " > " + log + " 2>&1").c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), tessera::testing::read_text(log)};
+}
+
+std::string example(const std::string& name) { return std::string(TESSERA_EXAMPLES_DIR) + "/" + name; }
+
+std::string launch(const std::string& how, const std::string& program, int steps = 60) {
+  return std::string(TESSERA_BINARY) + " run " + how + " -- " + example(program) + " --steps " + std::to_string(steps) +
+         " --synthetic";
+}
+
+// The losses printed as "step N loss X", in order.
+std::vector<double> losses(const std::string& out) {
+  std::vector<double> v;
+  const std::regex line("step \\d+ loss ([0-9.]+)");
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) v.push_back(std::stod((*it)[1]));
+  return v;
+}
+
+void expect_learned(const ExampleRun& r) {
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::vector<double> l = losses(r.out);
+  ASSERT_GE(l.size(), 2u) << r.out;
+  EXPECT_LT(l.back(), 0.5 * l.front()) << r.out;
+}
+
+TEST(Examples, TrainMlpInOneProcess) {
+  const std::string dir = tessera::testing::fresh_dir("examples", "mlp");
+  ExampleRun r = run(example("train_mlp") + " --steps 60 --synthetic --out " + dir + "/out", dir, "mlp");
+  expect_learned(r);
+  EXPECT_NE(r.out.find("test accuracy"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("saved " + dir + "/out/mlp.safetensors"), std::string::npos) << r.out;
+}
+
+TEST(Examples, TrainDdpUnderTheLauncherKeepsTheReplicasEqual) {
+  const std::string dir = tessera::testing::fresh_dir("examples", "ddp");
+  ExampleRun r = run(launch("--nproc-per-node 2", "train_ddp"), dir, "ddp");
+  expect_learned(r);
+  std::smatch a, b;
+  ASSERT_TRUE(std::regex_search(r.out, a, std::regex("rank 0 parameter checksum (\\S+)"))) << r.out;
+  ASSERT_TRUE(std::regex_search(r.out, b, std::regex("rank 1 parameter checksum (\\S+)"))) << r.out;
+  EXPECT_EQ(a[1], b[1]) << r.out;
+}
+
+TEST(Examples, TrainWithParameterServers) {
+  const std::string dir = tessera::testing::fresh_dir("examples", "ps");
+  ExampleRun r = run(launch("--servers 1 --workers 2", "train_ps"), dir, "ps");
+  expect_learned(r);
+  EXPECT_NE(r.out.find("server 0: 60 updates"), std::string::npos) << r.out;
+}
+
+TEST(Examples, TrainATwoStagePipeline) {
+  const std::string dir = tessera::testing::fresh_dir("examples", "pipeline");
+  // The deeper model (784-256-128-10) takes longer to get going.
+  expect_learned(run(launch("--nproc-per-node 2", "train_pipeline", 120), dir, "pipeline"));
+}
+
+}  // namespace
+}  // namespace tessera
