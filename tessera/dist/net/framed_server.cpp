@@ -20,6 +20,8 @@ namespace tessera::dist::net {
 
 namespace {
 
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
+
 using detail::FrameReader;
 using detail::FrameWriter;
 using detail::ProtocolError;
@@ -56,6 +58,9 @@ struct FramedServer::State {
   ConnectionId next_id = 1;
   Handler* handler = nullptr;
   Bytes read_buf = Bytes(kReadChunk);
+  // After accept() fails for want of descriptors the listener stays readable: accepting pauses
+  // until then instead of spinning (the pending connections wait in the backlog).
+  Clock::time_point accept_paused_until{};
 
   void log(const std::string& line) const { options.log(concat("[", options.name, " ", address, "] ", line)); }
   void accept_all();
@@ -107,7 +112,8 @@ void FramedServer::run(Handler& handler) {
     fds.clear();
     ids.clear();
     fds.push_back({s.wake_read.fd(), POLLIN, 0});
-    fds.push_back({s.listener.fd(), POLLIN, 0});
+    const bool accepting = Clock::now() >= s.accept_paused_until;
+    fds.push_back({accepting ? s.listener.fd() : -1, POLLIN, 0});  // poll ignores negative fds
     for (auto& [id, c] : s.connections) {
       // POLLRDHUP also while held: a peer that dies while waiting for its reply is noticed at once.
       short events = POLLRDHUP;
@@ -117,6 +123,7 @@ void FramedServer::run(Handler& handler) {
       ids.push_back(id);
     }
     Clock::time_point deadline = handler.next_deadline();
+    if (!accepting) deadline = std::min(deadline, s.accept_paused_until);
     int timeout = deadline == Clock::time_point::max() ? -1 : detail::poll_timeout_ms(deadline);
     int rc = ::poll(fds.data(), fds.size(), timeout);
     if (rc < 0 && errno != EINTR) throw IoError(concat("[", s.options.name, "] poll failed: ", std::strerror(errno)));
@@ -126,7 +133,7 @@ void FramedServer::run(Handler& handler) {
         while (::read(s.wake_read.fd(), drain, sizeof drain) > 0) {
         }
       }
-      if (fds[1].revents) s.accept_all();
+      if (accepting && fds[1].revents) s.accept_all();
       for (size_t i = 0; i < ids.size(); ++i) {
         auto it = s.connections.find(ids[i]);
         if (fds[i + 2].revents && it != s.connections.end() && !it->second.dead)
@@ -149,8 +156,18 @@ void FramedServer::State::accept_all() {
     int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) log(concat("accept failed: ", std::strerror(errno)));
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        log(concat("accept failed: ", std::strerror(errno), "; pausing new connections for ", kAcceptPause.count(),
+                   " ms (raise `ulimit -n` for large jobs)"));
+        accept_paused_until = Clock::now() + kAcceptPause;
+      }
       return;
+    }
+    if (connections.size() >= options.max_connections) {
+      log(concat("refused connection from ", detail::peer_address(fd), ": already ", connections.size(),
+                 " connections (max_connections)"));
+      detail::Socket refused(fd);  // closed here
+      continue;
     }
     detail::set_nodelay(fd);
     Connection& c = connections[next_id++];

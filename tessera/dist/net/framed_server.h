@@ -38,6 +38,7 @@ struct FramedServerOptions {
   std::string token;                // required
   uint32_t protocol_version = 1;
   size_t max_message_bytes = size_t(256) << 20;
+  size_t max_connections = 4096;  // more are closed at once (logged): a flood cannot exhaust descriptors
   std::function<void(const std::string&)> log;  // default: a line on stderr
 };
 
