@@ -7,6 +7,9 @@ jobs=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
+# The parsers under libFuzzer (clang, ASan + UBSan): 20 s per target here; scripts/fuzz.sh --long for
+# the real search.
+bash scripts/fuzz.sh
 if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON >/dev/null
   cmake --build build-asan -j "$jobs"

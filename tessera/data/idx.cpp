@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -41,6 +42,21 @@ std::vector<uint8_t> read_file(const std::string& path) {
   return bytes;
 }
 
+// The bytes an IDX file of this header holds (header and data), 0 while the header is incomplete or
+// not one: what decode_idx will insist on, known as soon as the header is in.
+uint64_t declared_bytes(const std::vector<uint8_t>& bytes) {
+  if (bytes.size() < 4 || bytes[0] != 0 || bytes[1] != 0 || bytes[3] == 0) return 0;
+  const size_t header = 4 + 4 * size_t{bytes[3]};
+  if (bytes.size() < header) return 0;
+  uint64_t numel = 1;
+  for (size_t i = 0; i < bytes[3]; ++i) {
+    const uint8_t* p = bytes.data() + 4 + 4 * i;
+    numel *= (uint64_t{p[0]} << 24) | (uint64_t{p[1]} << 16) | (uint64_t{p[2]} << 8) | p[3];
+    if (numel > uint64_t{kMaxElements}) return 0;  // decode_idx reports it
+  }
+  return header + numel;
+}
+
 // Inflates every gzip member (`cat a.gz b.gz` is a valid gzip file); anything after the last member
 // that is not another member is an error, as is a stream that ends early.
 std::vector<uint8_t> gunzip(const std::vector<uint8_t>& in, const std::string& path) {
@@ -49,8 +65,11 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& in, const std::string& p
   if (in.size() >= 18) {  // the trailer's ISIZE (uncompressed size mod 2^32) sizes the buffer once
     const uint8_t* t = in.data() + in.size() - 4;
     uint64_t isize = t[0] | (t[1] << 8) | (t[2] << 16) | (uint64_t{t[3]} << 24);
-    out.reserve(std::min<uint64_t>(isize, kMaxElements + kMaxHeaderBytes));
+    // Only as much as the input could inflate to (deflate's best ratio is about 1032:1): a
+    // 26-byte file claiming 2.6 GB must not get them (found by fuzz/idx_fuzz.cpp).
+    out.reserve(std::min<uint64_t>({isize, uint64_t{in.size()} * 1032, kMaxElements + kMaxHeaderBytes}));
   }
+  uint64_t declared = 0;  // header + data bytes, once the header is in
   z_stream zs{};
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw IoError("[idx] zlib failed to initialise");
   std::unique_ptr<z_stream, int (*)(z_stream*)> guard(&zs, &inflateEnd);
@@ -64,6 +83,10 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& in, const std::string& p
     out.insert(out.end(), chunk.data(), chunk.data() + (chunk.size() - zs.avail_out));
     if (out.size() > kMaxElements + kMaxHeaderBytes)
       throw IoError(detail::concat("[idx] ", path, " decompresses to more than 2^31 bytes, the size limit"));
+    if (declared == 0) declared = declared_bytes(out);
+    if (declared > 0 && out.size() > declared)  // stop inflating a stream longer than its header says
+      throw IoError(detail::concat("[idx] ", path, " decompresses to more than the ", declared,
+                                   " bytes its IDX header declares"));
     if (ret == Z_OK) continue;
     if (ret == Z_STREAM_END) {
       if (zs.avail_in == 0) break;
@@ -96,8 +119,9 @@ const char* idx_type_name(uint8_t type) {
 
 }  // namespace
 
-IdxArray read_idx(const std::string& path) {
-  std::vector<uint8_t> bytes = read_file(path);
+IdxArray read_idx(const std::string& path) { return decode_idx(read_file(path), path); }
+
+IdxArray decode_idx(std::vector<uint8_t> bytes, const std::string& path) {
   const bool gzipped = bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b;
   if (gzipped) bytes = gunzip(bytes, path);
   const char* what = gzipped ? " (after gunzip)" : "";

@@ -20,5 +20,7 @@ struct IdxArray {
 // a missing file, a bad magic, a truncated file, trailing bytes, a corrupt gzip stream — is an
 // IoError that starts with "[idx]" and names the file.
 IdxArray read_idx(const std::string& path);
+// The same from the file's bytes; `source` names it in errors.
+IdxArray decode_idx(std::vector<uint8_t> bytes, const std::string& source);
 
 }  // namespace tessera::data

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Fuzzes tessera's parsers with clang's libFuzzer under AddressSanitizer and UndefinedBehaviorSanitizer.
+#   scripts/fuzz.sh                 each target for 20 s (what scripts/test.sh runs)
+#   scripts/fuzz.sh --seconds N     each target for N s
+#   scripts/fuzz.sh --long          each target for an hour (or until --seconds), for the real search
+# Targets and seed corpora are in fuzz/; what a run finds (a crash, a leak, a timeout) stops it with
+# the input saved under build-fuzz/findings/<target>/. The corpus it grows stays in build-fuzz/corpus/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=20
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) seconds=$2; shift 2 ;;
+    --long) seconds=3600; shift ;;
+    *) echo "usage: scripts/fuzz.sh [--seconds N | --long]" >&2; exit 2 ;;
+  esac
+done
+command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ is not installed (scripts/setup.sh installs clang)" >&2; exit 1; }
+targets=(heartbeat idx store_frame)
+CXX=clang++ CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
+  -DTESSERA_BUILD_TESTS=OFF >/dev/null
+cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
+for t in "${targets[@]}"; do
+  mkdir -p "build-fuzz/corpus/$t" "build-fuzz/findings/$t"
+  # The seeds are read, never written: new inputs go to build-fuzz/corpus/.
+  log="build-fuzz/findings/$t/log"
+  if ! ./build-fuzz/fuzz/fuzz_$t -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+       -artifact_prefix="build-fuzz/findings/$t/" "build-fuzz/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "fuzz.sh: $t failed; the input is under build-fuzz/findings/$t/" >&2
+    exit 1
+  fi
+  echo "fuzz $t: $(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$log" | tail -n 1)"
+done
