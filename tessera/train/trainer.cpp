@@ -31,9 +31,10 @@ void Trainer::request_stop() { stop_requested_ = true; }
 
 namespace {
 
-// Ranks run as threads in tests share the default generator: seeding and building the model is a
-// critical section, so every rank draws the same initial parameters.
-std::mutex model_build_mutex;
+// Ranks run as threads in tests share the default generator: seeding and building the model, and
+// restoring the generator on resume, are critical sections, so every rank draws the same initial
+// parameters and no two set it at once.
+std::mutex generator_mutex;
 
 std::string metadata_value(const io::Metadata& m, const std::string& key, const std::string& file) {
   auto it = m.find(key);
@@ -76,7 +77,7 @@ void Trainer::build() {
   build_data();
   std::shared_ptr<nn::Module> model;
   {
-    std::lock_guard lock(model_build_mutex);
+    std::lock_guard lock(generator_mutex);
     manual_seed(config_.train.seed);  // the model's initialisation and dropout draw from here
     model = build_model(config_, vocab_ ? vocab_->size() : 0);
   }
@@ -419,7 +420,10 @@ void Trainer::resume(const std::string& path_in) {
   TESSERA_CHECK(step_ >= 0 && epoch_ >= 0 && batch_in_epoch_ >= 0 && batch_in_epoch_ <= loader_->batches_per_epoch(),
                 "[resume] ", trainer_file, " holds an impossible position (step ", step_, ", epoch ", epoch_, ", batch ",
                 batch_in_epoch_, " of ", loader_->batches_per_epoch(), "); was the batch size or dataset changed?");
-  default_generator().set_state(metadata_value(files.trainer.metadata, "tessera.rng", trainer_file));
+  {
+    std::lock_guard lock(generator_mutex);
+    default_generator().set_state(metadata_value(files.trainer.metadata, "tessera.rng", trainer_file));
+  }
   // The run continues under the id of the run that wrote the checkpoint (one written before runs had
   // ids starts a new one).
   auto id = files.trainer.metadata.find("tessera.run_id");
