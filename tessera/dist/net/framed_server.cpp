@@ -42,6 +42,7 @@ struct Connection {
   std::string why;       // why it died, for on_disconnect
   Bytes in, out;
   size_t out_sent = 0;
+  Clock::time_point hello_due{};  // unauthenticated: closed if no hello by then
   size_t pending_out() const { return out.size() - out_sent; }
 };
 
@@ -124,6 +125,8 @@ void FramedServer::run(Handler& handler) {
     }
     Clock::time_point deadline = handler.next_deadline();
     if (!accepting) deadline = std::min(deadline, s.accept_paused_until);
+    for (const auto& [id, c] : s.connections)
+      if (!c.authenticated && !c.dead) deadline = std::min(deadline, c.hello_due);
     int timeout = deadline == Clock::time_point::max() ? -1 : detail::poll_timeout_ms(deadline);
     int rc = ::poll(fds.data(), fds.size(), timeout);
     if (rc < 0 && errno != EINTR) throw IoError(concat("[", s.options.name, "] poll failed: ", std::strerror(errno)));
@@ -140,6 +143,12 @@ void FramedServer::run(Handler& handler) {
           s.on_events(ids[i], it->second, fds[i + 2].revents);
       }
     }
+    const Clock::time_point now = Clock::now();
+    for (auto& [id, c] : s.connections)
+      if (!c.authenticated && !c.dead && !c.closing && now >= c.hello_due) {
+        s.log(concat("closed ", c.address, ": no hello within ", s.options.hello_timeout.count(), " ms"));
+        s.kill(c, "no hello in time");
+      }
     // A release() during this round may have left whole frames buffered: hand them over now.
     for (auto& [id, c] : s.connections)
       if (!c.dead && !c.held && !c.in.empty()) s.parse(id, c);
@@ -173,6 +182,7 @@ void FramedServer::State::accept_all() {
     Connection& c = connections[next_id++];
     c.sock = detail::Socket(fd);
     c.address = detail::peer_address(fd);
+    c.hello_due = Clock::now() + options.hello_timeout;
   }
 }
 

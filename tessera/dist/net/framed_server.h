@@ -39,6 +39,9 @@ struct FramedServerOptions {
   uint32_t protocol_version = 1;
   size_t max_message_bytes = size_t(256) << 20;
   size_t max_connections = 4096;  // more are closed at once (logged): a flood cannot exhaust descriptors
+  // A connection that has not presented its hello by then is closed (logged): silent connections
+  // cannot hold the slots honest clients need.
+  std::chrono::milliseconds hello_timeout{10000};
   std::function<void(const std::string&)> log;  // default: a line on stderr
 };
 

@@ -9,6 +9,7 @@
 
 #include "tessera/dist/net/framed_client.h"
 #include "tessera/dist/net/framed_server.h"
+#include "tessera/dist/net/socket.h"
 
 namespace tessera::dist::net {
 namespace {
@@ -67,6 +68,67 @@ TEST(FramedServer, ConnectionsPastTheLimitAreRefusedAndTheOthersStillServed) {
   bool refused = false;
   for (const auto& line : lines) refused = refused || line.find("already 3 connections (max_connections)") != std::string::npos;
   EXPECT_TRUE(refused);
+}
+
+// A raw connection that writes `bytes` and returns whether the server closed it within 5 s.
+bool closed_after(uint16_t port, const Bytes& bytes) {
+  std::string error;
+  detail::Socket sock = detail::try_connect_tcp("127.0.0.1", port, detail::deadline_after(Milliseconds(5000)), &error);
+  if (!sock.valid()) return true;
+  if (!bytes.empty()) detail::send_all(sock.fd(), bytes.data(), bytes.size(), detail::deadline_after(Milliseconds(5000)));
+  uint8_t sink[256];
+  for (;;) {  // read whatever the server answers until it closes (or 5 s pass)
+    detail::IoResult r = detail::recv_exact(sock.fd(), sink, 1, detail::deadline_after(Milliseconds(5000)));
+    if (r.status == detail::IoStatus::kClosed || r.status == detail::IoStatus::kError) return true;
+    if (r.status == detail::IoStatus::kTimeout) return false;
+  }
+}
+
+// Every kind of hostile client: silence (closed after the hello timeout), half a frame then silence,
+// a frame over the hello limit, garbage before the hello, a wrong token, a flood of connections.
+// Each bad one is closed, and an honest client is served all along.
+TEST(FramedServer, HostileClientsAreClosedAndHonestOnesServed) {
+  FramedServerOptions o;
+  o.name = "test server";
+  o.token = kToken;
+  o.hello_timeout = Milliseconds(300);  // short, for the silent ones
+  o.max_connections = 64;
+  o.log = [](const std::string&) {};
+  FramedServer server(o);
+  Echo echo(server);
+  std::thread loop([&] { server.run(echo); });
+  auto honest_round_trip = [&] {
+    FramedClient c(client_options(server.port()));
+    const auto deadline = detail::deadline_after(Milliseconds(5000));
+    c.send(FrameWriter(20).finish(), deadline, "echo");
+    return c.receive(deadline, "echo").at(0) == 21;
+  };
+  EXPECT_TRUE(closed_after(server.port(), {}));                           // says nothing
+  EXPECT_TRUE(closed_after(server.port(), {9, 0, 0}));                    // half a length
+  EXPECT_TRUE(closed_after(server.port(), {0xff, 0xff, 0xff, 0x7f, 1}));  // a 2 GiB "hello"
+  Bytes garbage(300, 0x5a);
+  EXPECT_TRUE(closed_after(server.port(), garbage));                      // garbage before the hello
+  Bytes wrong = FrameWriter(kHelloOpcode).u32(1).i64(0).str("not-the-token").finish();
+  EXPECT_TRUE(closed_after(server.port(), wrong));                        // wrong token
+  EXPECT_TRUE(honest_round_trip());
+  // A flood: 200 silent connections against a limit of 64; the extra ones are refused, the rest
+  // closed by the hello timeout, and then an honest client gets in.
+  std::vector<detail::Socket> flood;
+  for (int i = 0; i < 200; ++i) {
+    std::string error;
+    flood.push_back(detail::try_connect_tcp("127.0.0.1", server.port(), detail::deadline_after(Milliseconds(2000)), &error));
+  }
+  bool served = false;
+  const auto until = detail::deadline_after(Milliseconds(5000));
+  while (!served && detail::Clock::now() < until) {  // the flood's slots free after 300 ms
+    try {
+      served = honest_round_trip();
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_TRUE(served);
+  server.stop();
+  loop.join();
 }
 
 }  // namespace
