@@ -54,6 +54,7 @@ struct Client {
   Bytes in;              // received bytes not yet parsed: at most one partial frame plus one read
   Bytes out;
   size_t out_sent = 0;
+  Clock::time_point hello_due{};  // closed if not authenticated by then
 
   size_t pending_out() const { return out.size() - out_sent; }
   bool paused() const { return waiting || closing || pending_out() > kOutHighWater; }
@@ -96,6 +97,7 @@ struct TcpStoreServer::State {
   void park(Client& c, StoreOp op, std::vector<std::string> keys, int64_t timeout_ms);
   void wake_waiters();
   void expire_waiters();
+  void expire_hellos();
   int poll_timeout() const;
   void reply(Client& c, const Bytes& frame);
   void flush(Client& c);
@@ -179,6 +181,7 @@ void TcpStoreServer::State::run() {
       if (revents && it != clients.end() && !it->second.dead) handle_events(it->second, revents);
     }
     expire_waiters();
+    expire_hellos();
     // Unparked clients may have requests queued; running them can unpark others in turn.
     while (!runnable.empty()) {
       uint64_t id = runnable.back();
@@ -219,6 +222,7 @@ void TcpStoreServer::State::accept_all() {
     c.id = id;
     c.sock = std::move(sock);
     c.peer = std::move(peer);
+    c.hello_due = Clock::now() + options.hello_timeout;
   }
 }
 
@@ -434,9 +438,21 @@ void TcpStoreServer::State::expire_waiters() {
   }
 }
 
+void TcpStoreServer::State::expire_hellos() {
+  const auto now = Clock::now();
+  for (auto& [id, c] : clients)
+    if (!c.authenticated && !c.dead && !c.closing && now >= c.hello_due)
+      drop(c, concat("no hello within ", options.hello_timeout.count(), " ms"));
+}
+
 int TcpStoreServer::State::poll_timeout() const {
   bool any = false;
   Clock::time_point next{};
+  for (const auto& [id, c] : clients) {
+    if (c.authenticated || c.dead || c.closing) continue;
+    if (!any || c.hello_due < next) next = c.hello_due;
+    any = true;
+  }
   for (const auto& w : waiters) {
     if (!any || w.deadline < next) next = w.deadline;
     any = true;

@@ -10,6 +10,7 @@
 // logged reason, but cannot crash the server or make it allocate more than one frame's worth.
 #pragma once
 #include <cstdint>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,6 +25,9 @@ struct TcpStoreServerOptions {
   size_t max_message_bytes = size_t(64) << 20;
   int backlog = 1024;             // a job's ranks all connect at once
   size_t max_connections = 65536;  // further connections are accepted and closed, with a log line
+  // A connection that has not presented its hello by then is closed, with a log line: silent
+  // connections cannot hold the slots the job's ranks need.
+  std::chrono::milliseconds hello_timeout{10000};
   // Where the server reports dropped connections (malformed frames, wrong tokens). Called on the
   // server thread. Default: one line on stderr.
   std::function<void(const std::string&)> log;

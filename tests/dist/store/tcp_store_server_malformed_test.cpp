@@ -119,6 +119,23 @@ TEST(TcpStoreTokenTest, WrongProtocolVersionIsRejected) {
   EXPECT_TRUE(log.contains("protocol version 999")) << log.joined();
 }
 
+// Silent connections (a port scan, a half-open client) are closed once the hello timeout passes,
+// so they cannot hold the slots of max_connections; a rank connecting afterwards is served.
+TEST(TcpStoreServerTest, AConnectionWithoutAHelloIsClosedAfterTheHelloTimeout) {
+  LogCapture log;
+  auto options = testing::server_options(log);
+  options.hello_timeout = std::chrono::milliseconds(200);  // short, for the test
+  options.max_connections = 4;
+  TcpStoreServer server(options);
+  std::vector<std::unique_ptr<RawConnection>> silent;
+  for (int i = 0; i < 4; ++i) silent.push_back(std::make_unique<RawConnection>(server.port()));
+  for (auto& raw : silent) EXPECT_TRUE(raw->closed_by_server());
+  EXPECT_TRUE(log.contains("no hello within 200 ms")) << log.joined();
+  TcpStore good(testing::client_options(server));
+  good.set("k", std::string("v"));
+  EXPECT_EQ(good.get_string("k"), "v");
+}
+
 TEST(TcpStoreServerTest, ClientKilledWhileWaitingIsForgotten) {
   // A raw client parks a wait and vanishes; the server must drop its waiter quietly and later
   // sets must not write to a closed socket.
