@@ -75,10 +75,18 @@ std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, co
   fs::remove_all(tmp_dir, ec);
   fs::create_directories(tmp_dir, ec);
   if (ec) throw IoError("[save_checkpoint] cannot create " + tmp_dir.string() + ": " + ec.message());
-  save_safetensors((tmp_dir / "model.safetensors").string(), model.tensors, model.metadata);
-  save_safetensors((tmp_dir / "trainer.safetensors").string(), trainer.tensors, trainer.metadata);
-  write_file_atomic((tmp_dir / kRunFile).string(), run_id + "\n");
-  fsync_directory(tmp_dir.string());
+  try {
+    save_safetensors((tmp_dir / "model.safetensors").string(), model.tensors, model.metadata);
+    save_safetensors((tmp_dir / "trainer.safetensors").string(), trainer.tensors, trainer.metadata);
+    write_file_atomic((tmp_dir / kRunFile).string(), run_id + "\n");
+    fsync_directory(tmp_dir.string());
+  } catch (const std::exception& e) {
+    // A full disk or an I/O error: the half-written step goes, `latest` still names the last whole one.
+    fs::remove_all(tmp_dir, ec);
+    const std::string previous = latest_checkpoint(dir.string());
+    throw IoError("[save_checkpoint] could not write step " + std::to_string(step) + " under " + dir.string() + ": " +
+                  e.what() + (previous.empty() ? std::string() : "; the previous checkpoint, " + previous + ", is intact"));
+  }
   fs::remove_all(final_dir, ec);  // a re-save of the same step by the same run replaces it
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) throw IoError("[save_checkpoint] cannot rename " + tmp_dir.string() + " to " + final_dir.string() + ": " + ec.message());
