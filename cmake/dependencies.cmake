@@ -2,8 +2,14 @@
 # threads are the same libgomp team as our own parallel_for, so one pool of --threads workers serves
 # both and the two never fight over the cores (the pthread variant spins its own threads; see
 # shared/BENCHMARKING.md for what that costs PyTorch).
-set(_ob_lib /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so)
-set(_ob_inc /usr/include/x86_64-linux-gnu/openblas-openmp)
+# Cache variables, so a machine that keeps it elsewhere (a prefix unpacked from .debs, as on the lent
+# GPU machines) can point at it: -DTESSERA_OPENBLAS_LIB=... -DTESSERA_OPENBLAS_INCLUDE=...
+set(TESSERA_OPENBLAS_LIB /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so CACHE FILEPATH
+    "OpenBLAS, OpenMP variant: the library")
+set(TESSERA_OPENBLAS_INCLUDE /usr/include/x86_64-linux-gnu/openblas-openmp CACHE PATH
+    "OpenBLAS, OpenMP variant: the directory holding cblas.h")
+set(_ob_lib ${TESSERA_OPENBLAS_LIB})
+set(_ob_inc ${TESSERA_OPENBLAS_INCLUDE})
 if(NOT EXISTS ${_ob_lib} OR NOT EXISTS ${_ob_inc}/cblas.h)
   message(FATAL_ERROR "OpenBLAS (OpenMP variant) not found: apt-get install libopenblas-openmp-dev")
 endif()
