@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -151,7 +152,7 @@ TEST(MultiHost, ParameterServersAndPipelinesAcrossHostsEqualOneProcess) {
 }
 
 // What used to crash (SIGSEGV inside gloo on a host name it cannot resolve) or bind blindly ends
-// in an error that names what was tried and how to fix it.
+// in an error that names what was tried and how to fix it; so does a master that is not there.
 TEST(MultiHost, BadAddressesFailClearlyNeverCrash) {
   const std::string dir = tessera::testing::fresh_dir("multihost", "bad");
   Cluster cluster(2, dir);
@@ -168,6 +169,20 @@ TEST(MultiHost, BadAddressesFailClearlyNeverCrash) {
   EXPECT_NE(unresolvable.status, 0);
   EXPECT_NE(unresolvable.log.find("TESSERA_GLOO_HOST 'host2' does not resolve"), std::string::npos) << unresolvable.log;
   EXPECT_EQ(unresolvable.log.find("SIGSEGV"), std::string::npos) << unresolvable.log;
+  // A master that is not there (no host has 198.18.0.9): node 1 gives up within its timeout (3 s),
+  // naming the address it tried and what to check.
+  const auto start = std::chrono::steady_clock::now();
+  const std::string bin = TESSERA_BINARY;
+  const int status = std::system(
+      ("TESSERA_JOB_TOKEN=0123456789abcdef0123456789abcdef timeout -k 5 60 " +
+       cluster.in(2, bin + " run --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 198.18.0.9 --master-port 29500 -- " +
+                         bin + " train " + dir + "/config.toml --set distributed.timeout_s=3 --set train.output_dir=" + dir + "/c") +
+       " > " + dir + "/absent.log 2>&1").c_str());
+  const std::string absent = tessera::testing::read_text(dir + "/absent.log");
+  EXPECT_NE(status, 0) << absent;
+  EXPECT_NE(absent.find("could not connect to the store at 198.18.0.9:29500 within 3000 ms"), std::string::npos) << absent;
+  EXPECT_NE(absent.find("are MASTER_ADDR/MASTER_PORT right?"), std::string::npos) << absent;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << absent;
 }
 
 // A link taken down mid-run (host 2's interface) ends the job within the configured timeout, each
