@@ -70,11 +70,10 @@ Command add_train_command(CLI::App& app) {
     const bool server = dist::launcher::ps_role_from_environment().role == dist::launcher::PsRoleEnv::Role::kServer;
     if ((*nproc > 1 || ps) && !dist::launched_as_job() && !server) {
       // Refused here, before any worker starts, as each worker's Trainer would refuse it.
-      if (!resuming && !config.train.overwrite &&
-          !io::latest_checkpoint((std::filesystem::path(config.train.output_dir) / "checkpoints").string()).empty())
-        throw ValueError("[train] " + config.train.output_dir + " holds another run's checkpoints. Continue that "
-                         "run with --resume, train into another directory with --set train.output_dir=DIR, or move "
-                         "them aside with --overwrite");
+      const std::string latest =
+          io::latest_checkpoint((std::filesystem::path(config.train.output_dir) / "checkpoints").string());
+      if (!resuming && !config.train.overwrite && !latest.empty())
+        throw train::another_runs_checkpoints(config.train.output_dir, latest);
       std::vector<std::string> sets = *overrides;
       if (config.train.overwrite) sets.push_back("train.overwrite=true");
       return launch_workers(*nproc, ps ? static_cast<int>(config.distributed.servers) : 0, *config_path, sets,

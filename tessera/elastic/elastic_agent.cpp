@@ -105,13 +105,7 @@ class Agent {
     auto [host, port] = parse_endpoint(o_.endpoint);
     // Where this agent's workers' store listens when it is node 0: loopback for a rendezvous on this
     // machine's loopback, else the interface that reaches the rendezvous (dist/net/interface.h).
-    local_addr_ = o_.local_addr;
-    if (local_addr_.empty()) {
-      const std::string target = dist::detail::resolve_ipv4(host, "the --rdzv-endpoint host");
-      local_addr_ = target.rfind("127.", 0) == 0 ? "127.0.0.1"
-                    : env_setting("TESSERA_SOCKET_IFNAME") != nullptr ? dist::detail::advertised_address()
-                                                                      : dist::detail::address_towards(host);
-    }
+    local_addr_ = o_.local_addr.empty() ? dist::detail::listen_address(host, "the --rdzv-endpoint host") : o_.local_addr;
     if (o_.backend == "store") {
       // The first agent to bind the endpoint hosts the store; the others are its clients.
       try {

@@ -268,7 +268,7 @@ void validate(const TrainConfig& c) {
   positive("train.keep_checkpoints", c.train.keep_checkpoints);
   non_negative("train.max_steps", c.train.max_steps);
   TESSERA_CHECK(!c.train.output_dir.empty(), "[config] train.output_dir must not be empty");
-  one_of("distributed.backend", c.distributed.backend, {"auto", "gloo", "shm", "mpi"});
+  one_of("distributed.backend", c.distributed.backend, {"auto", "gloo", "tcp", "shm", "mpi"});
   one_of("distributed.strategy", c.distributed.strategy, {"ddp", "ps", "mesh"});
   one_of("distributed.ps_mode", c.distributed.ps_mode, {"sync", "async", "ssp"});
   positive("distributed.servers", c.distributed.servers);

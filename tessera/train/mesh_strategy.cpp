@@ -17,6 +17,24 @@ namespace tessera::train {
 
 namespace {
 
+// Names travel between stages as the bytes of one int64 tensor.
+Tensor text_tensor(const std::string& text) {
+  std::vector<int64_t> bytes(text.begin(), text.end());
+  return from_vector(bytes, {static_cast<int64_t>(bytes.size())});
+}
+
+std::string text_of(const Tensor& t) {
+  std::string text;
+  const int64_t* d = t.data<int64_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) text.push_back(static_cast<char>(d[i]));
+  return text;
+}
+
+// The tags of model_state's and optimizer_state's messages, apart (p2p tags stay below 2^30).
+constexpr int64_t kModelStateTag = 0;
+constexpr int64_t kOptimizerStateTag = int64_t{1} << 24;
+
+
 nn::LayerChain chain_of(nn::Module& model) {
   if (auto* t = dynamic_cast<nn::CharTransformer*>(&model)) return t->layer_chain();
   if (auto* s = dynamic_cast<nn::Sequential*>(&model)) return s->layer_chain();
@@ -42,7 +60,7 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
   nn::LayerChain full_chain = chain_of(*full);
   for (size_t i = 0; i < full_chain.size(); ++i)
     for (auto& [name, t] : full_chain[i].module->state_dict())
-      full_layout_.push_back({full_chain[i].prefix + name, t.shape(), t.dtype(), static_cast<int64_t>(i)});
+      full_layout_.push_back({full_chain[i].prefix + name, t.shape(), t.dtype()});
   std::map<std::string, int64_t> full_numel;
   for (const auto& f : full_layout_) full_numel[f.name] = shape_numel(f.shape);
 
@@ -207,33 +225,43 @@ nn::StateDict MeshStrategy::model_state() {
   if (at.dp != 0) return {};  // the replicas are equal; replica 0 reports
   nn::StateDict mine = stage_full_state();  // collective over the tensor-parallel group
   if (at.tp != 0) return {};
-  // Stage leaders send their tensors, in the whole model's order, to world rank 0.
+  nn::StateDict gathered = gather_stage_leaders(std::move(mine), kModelStateTag, "parameter");
+  if (at.pp != 0) return {};
+  // In the whole model's order, each tensor checked against the whole model's shape.
+  std::map<std::string, Tensor> have(gathered.begin(), gathered.end());
+  nn::StateDict out;
+  for (const FullTensor& f : full_layout_) {
+    auto it = have.find(f.name);
+    TESSERA_CHECK(it != have.end(), "[model parallel] no stage sent ", f.name);
+    TESSERA_CHECK(it->second.shape() == f.shape && it->second.dtype() == f.dtype, "[model parallel] ", f.name,
+                  " arrived as ", shape_str(it->second.shape()), ", expected ", shape_str(f.shape));
+    out.emplace_back(f.name, it->second);
+  }
+  return out;
+}
+
+nn::StateDict MeshStrategy::gather_stage_leaders(nn::StateDict mine, int64_t tag_base, const std::string& what) {
+  // Each stage leader (replica 0, tensor-parallel rank 0) sends its names as one message, then its
+  // tensors, to world rank 0, which appends them after its own, stage by stage.
   parallel::pipeline::StageLink link(world_);
-  if (at.pp != 0) {
-    int64_t tag = 0;
-    for (auto& [name, t] : mine) link.send_tensor(t, 0, tag++);
+  if (mesh_->coordinates().pp != 0) {
+    std::string names;
+    for (const auto& [name, t] : mine) names += name + "\n";
+    link.send_tensor(text_tensor(names), 0, tag_base);
+    int64_t tag = tag_base + 1;
+    for (const auto& [name, t] : mine) link.send_tensor(t, 0, tag++);
     link.wait_sends();
     return {};
   }
-  std::map<std::string, Tensor> have(mine.begin(), mine.end());
-  nn::StateDict out;
-  std::vector<int64_t> next_tag(mesh_->shape().pp, 0);
-  for (const FullTensor& f : full_layout_) {
-    int owner = 0;
-    while (f.layer >= bounds_[owner + 1]) ++owner;
-    if (owner == 0) {
-      auto it = have.find(f.name);
-      TESSERA_ASSERT(it != have.end(), "stage 0 holds ", f.name);
-      out.emplace_back(f.name, it->second);
-      continue;
-    }
-    const int peer = parallel::mesh_rank(mesh_->shape(), {0, owner, 0});
-    Tensor t = link.recv_tensor(peer, next_tag[owner]++, "parameter " + f.name + " of stage " + std::to_string(owner));
-    TESSERA_CHECK(t.shape() == f.shape && t.dtype() == f.dtype, "[model parallel] stage ", owner, " sent ", f.name,
-                  " as ", shape_str(t.shape()), ", expected ", shape_str(f.shape));
-    out.emplace_back(f.name, t);
+  for (int s = 1; s < mesh_->shape().pp; ++s) {
+    const int peer = parallel::mesh_rank(mesh_->shape(), {0, s, 0});
+    const std::string of_stage = " of stage " + std::to_string(s);
+    std::istringstream names(text_of(link.recv_tensor(peer, tag_base, what + " names" + of_stage)));
+    int64_t tag = tag_base + 1;
+    for (std::string name; std::getline(names, name);)
+      mine.emplace_back(name, link.recv_tensor(peer, tag++, what + " " + name + of_stage));
   }
-  return out;
+  return mine;
 }
 
 void MeshStrategy::load_model_state(const nn::StateDict& state) {
@@ -253,19 +281,6 @@ void MeshStrategy::load_model_state(const nn::StateDict& state) {
 
 namespace {
 
-// Optimizer-state keys travel between stages as the bytes of one int64 tensor.
-Tensor text_tensor(const std::string& text) {
-  std::vector<int64_t> bytes(text.begin(), text.end());
-  return from_vector(bytes, {static_cast<int64_t>(bytes.size())});
-}
-
-std::string text_of(const Tensor& t) {
-  std::string text;
-  const int64_t* d = t.data<int64_t>();
-  for (int64_t i = 0; i < t.numel(); ++i) text.push_back(static_cast<char>(d[i]));
-  return text;
-}
-
 // "<index>.<buffer>" -> (index, ".<buffer>"); nullopt for the optimizer's scalars ("step", "lr").
 std::optional<std::pair<int64_t, std::string>> split_state_key(const std::string& key) {
   const size_t dot = key.find('.');
@@ -276,9 +291,6 @@ std::optional<std::pair<int64_t, std::string>> split_state_key(const std::string
     throw ValueError("[optimizer state] unexpected key '" + key + "'");
   }
 }
-
-// Tags of the optimizer-state messages, apart from model_state's.
-constexpr int64_t kOptimizerStateTag = int64_t{1} << 24;  // p2p tags stay below 2^30
 
 }  // namespace
 
@@ -300,26 +312,10 @@ nn::StateDict MeshStrategy::optimizer_state(const optim::Optimizer& optimizer) {
     mine.emplace_back(std::to_string(global_index_.at(name)) + split->second, whole);
   }
   if (at.tp != 0) return {};
-  parallel::pipeline::StageLink link(world_);
-  if (at.pp != 0) {  // stage leaders send their keys, then the tensors, to world rank 0
-    std::string keys;
-    for (const auto& [key, t] : mine) keys += key + "\n";
-    link.send_tensor(text_tensor(keys), 0, kOptimizerStateTag);
-    int64_t tag = kOptimizerStateTag + 1;
-    for (const auto& [key, t] : mine) link.send_tensor(t, 0, tag++);
-    link.wait_sends();
-    return {};
-  }
-  nn::StateDict out = scalars;
-  out.insert(out.end(), mine.begin(), mine.end());
-  for (int s = 1; s < mesh_->shape().pp; ++s) {
-    const int peer = parallel::mesh_rank(mesh_->shape(), {0, s, 0});
-    const std::string what = " of stage " + std::to_string(s);
-    std::istringstream keys(text_of(link.recv_tensor(peer, kOptimizerStateTag, "optimizer state keys" + what)));
-    int64_t tag = kOptimizerStateTag + 1;
-    for (std::string key; std::getline(keys, key);) out.emplace_back(key, link.recv_tensor(peer, tag++, "optimizer state " + key + what));
-  }
-  return out;
+  nn::StateDict gathered = gather_stage_leaders(std::move(mine), kOptimizerStateTag, "optimizer state");
+  if (at.pp != 0) return {};
+  scalars.insert(scalars.end(), gathered.begin(), gathered.end());
+  return scalars;
 }
 
 void MeshStrategy::load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) {

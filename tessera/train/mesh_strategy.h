@@ -60,17 +60,19 @@ class MeshStrategy : public Strategy {
   const parallel::pipeline::StepStats& last_step() const { return last_step_; }
 
  private:
-  // One entry per tensor of the whole model, in state_dict order, with the chain layer it belongs to.
+  // One entry per tensor of the whole model, in state_dict order.
   struct FullTensor {
     std::string name;
     Shape shape;
     DType dtype;
-    int64_t layer;
   };
 
   Tensor loss_of(const Tensor& output, const Tensor& targets) const;
   double average_gradients_and_loss(double loss);
   nn::StateDict stage_full_state();  // collective over the tensor-parallel group
+  // On world rank 0: `mine` followed by every other stage leader's named tensors; sent there by the
+  // stage leaders (empty result). Only the leaders (dp 0, tp 0) call it.
+  nn::StateDict gather_stage_leaders(nn::StateDict mine, int64_t tag_base, const std::string& what);
 
   TrainConfig config_;
   dist::ProcessGroupPtr world_;

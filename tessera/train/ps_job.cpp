@@ -54,12 +54,9 @@ parallel::ps::ServerOptions ps_server_options(const TrainConfig& c, const dist::
   o.staleness = c.distributed.staleness;
   o.optimizer = ps_optimizer_spec(c.optimizer);
   o.host = c.distributed.ps_host;
-  if (o.host == "auto") {
-    // One machine: loopback, reachable from nowhere else. Several: the interface the others reach.
-    const char* master_addr = std::getenv("MASTER_ADDR");  // the launcher's env contract (launcher/env.h)
-    const std::string master = dist::detail::resolve_ipv4(master_addr && *master_addr ? master_addr : "127.0.0.1",
-                                                          "MASTER_ADDR");
-    o.host = master.rfind("127.", 0) == 0 ? "127.0.0.1" : dist::detail::advertised_address();
+  if (o.host == "auto") {  // loopback on one machine, else the interface the other machines reach
+    const char* master = std::getenv("MASTER_ADDR");  // the launcher's env contract (launcher/env.h)
+    o.host = dist::detail::listen_address(master && *master ? master : "127.0.0.1", "MASTER_ADDR");
   }
   o.token = token;
   o.timeout = timeout_of(c);

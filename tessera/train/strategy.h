@@ -92,8 +92,6 @@ class Strategy {
 
   // The whole model under its single-process names on rank 0 (empty elsewhere). Collective.
   virtual nn::StateDict model_state() = 0;
-  // Whether --resume can continue this strategy's runs.
-  virtual bool resumable() const { return true; }
   // Loads a whole model's state (a resume). Collective where the strategy shards it.
   virtual void load_model_state(const nn::StateDict& state) = 0;
   // The optimizer's state as one process's optimizer over the whole model would hold it ("step",

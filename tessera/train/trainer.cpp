@@ -55,24 +55,21 @@ int64_t metadata_int(const io::Metadata& m, const std::string& key, const std::s
 
 Trainer::Trainer(TrainConfig config, dist::ProcessGroupPtr group)
     : config_(std::move(config)), group_(std::move(group)) {
-  validate(config_);
-  Datasets sets = load_datasets(config_);
-  strategy_ = make_strategy(config_, {group_, sets.train, std::nullopt, 0});
-  train_set_ = sets.train, eval_set_ = sets.eval, vocab_ = sets.vocabulary;
-  build();
+  build({group_, nullptr, std::nullopt, 0});
 }
 
 Trainer::Trainer(TrainConfig config, parallel::ps::ClientOptions ps, int num_workers) : config_(std::move(config)) {
-  validate(config_);
-  Datasets sets = load_datasets(config_);
-  strategy_ = make_strategy(config_, {nullptr, sets.train, std::move(ps), num_workers});
-  train_set_ = sets.train, eval_set_ = sets.eval, vocab_ = sets.vocabulary;
-  build();
+  build({nullptr, nullptr, std::move(ps), num_workers});
 }
 
 Trainer::~Trainer() = default;
 
-void Trainer::build() {
+void Trainer::build(StrategyEnvironment env) {
+  validate(config_);
+  Datasets sets = load_datasets(config_);
+  train_set_ = sets.train, eval_set_ = sets.eval, vocab_ = sets.vocabulary;
+  env.train_set = train_set_;
+  strategy_ = make_strategy(config_, std::move(env));
   if (config_.train.threads > 0) set_num_threads(static_cast<int>(config_.train.threads));
   build_data();
   std::shared_ptr<nn::Module> model;
@@ -92,6 +89,7 @@ void Trainer::build() {
 }
 
 void Trainer::build_data() {
+  check_elastic_world_sizes();
   data::DataLoaderOptions opts;
   opts.batch_size = per_replica_batch_size();
   opts.drop_last = true;  // equal batches keep the step count and the schedule simple
@@ -126,29 +124,29 @@ int64_t Trainer::per_replica_batch_size() const {
                 " is not divisible by the world size ", replicas,
                 "; choose a global batch every world size the job may run at divides (e.g. 12 or 24 for 1 to 4 "
                 "workers)");
+  return global / replicas;
+}
+
+void Trainer::check_elastic_world_sizes() const {
   // An elastic job may go on at any world size up to its largest after failures: refuse now, before
   // step 1, a global batch that one of them would not divide, rather than fail in a later generation.
-  if (const char* max_world = env_setting(dist::launcher::kElasticMaxWorldVariable);
-      max_world != nullptr && config_.train.global_batch_size > 0) {
-    const int64_t largest = std::atoll(max_world);
-    std::vector<int64_t> bad;
-    for (int64_t w = 1; w <= largest; ++w)
-      if (global % w != 0) bad.push_back(w);
-    if (!bad.empty()) {
-      int64_t fits = 1;  // the least common multiple of 1..largest: a global batch every size divides
-      for (int64_t w = 2; w <= largest && fits <= 1000000; ++w) fits = fits / std::gcd(fits, w) * w;
-      std::string sizes;
-      for (size_t i = 0; i < bad.size() && i < 8; ++i) sizes += (i ? ", " : "") + std::to_string(bad[i]);
-      if (bad.size() > 8) sizes += ", ...";
-      throw ValueError("[train] train.global_batch_size " + std::to_string(global) + " is not divisible by world size(s) " +
-                       sizes + ", which this elastic job (up to " + std::to_string(largest) +
-                       " workers) may run at after failures; " +
-                       (fits <= 1000000 ? "use a multiple of " + std::to_string(fits) + ", or "
-                                        : std::string()) +
-                       "leave train.global_batch_size unset (each worker keeps train.batch_size)");
-    }
-  }
-  return global / replicas;
+  const char* max_world = env_setting(dist::launcher::kElasticMaxWorldVariable);
+  if (max_world == nullptr || config_.train.global_batch_size <= 0) return;
+  const int64_t global = config_.train.global_batch_size, largest = std::atoll(max_world);
+  std::vector<int64_t> bad;
+  for (int64_t w = 1; w <= largest; ++w)
+    if (global % w != 0) bad.push_back(w);
+  if (bad.empty()) return;
+  int64_t fits = 1;  // the least common multiple of 1..largest: a global batch every size divides
+  for (int64_t w = 2; w <= largest && fits <= 1000000; ++w) fits = fits / std::gcd(fits, w) * w;
+  std::string sizes;
+  for (size_t i = 0; i < bad.size() && i < 8; ++i) sizes += (i ? ", " : "") + std::to_string(bad[i]);
+  if (bad.size() > 8) sizes += ", ...";
+  throw ValueError("[train] train.global_batch_size " + std::to_string(global) + " is not divisible by world size(s) " +
+                   sizes + ", which this elastic job (up to " + std::to_string(largest) +
+                   " workers) may run at after failures; " +
+                   (fits <= 1000000 ? "use a multiple of " + std::to_string(fits) + ", or " : std::string()) +
+                   "leave train.global_batch_size unset (each worker keeps train.batch_size)");
 }
 
 std::string Trainer::checkpoints_dir() const { return (fs::path(config_.train.output_dir) / "checkpoints").string(); }
@@ -318,15 +316,18 @@ void Trainer::agree_on_run_id() {
   run_id_ = id;
 }
 
+ValueError another_runs_checkpoints(const std::string& output_dir, const std::string& latest) {
+  return ValueError("[train] " + output_dir + " holds another run's checkpoints" +
+                    (latest.empty() ? std::string() : " (latest: " + latest + ")") +
+                    ". Continue that run with --resume, train into another directory with --set "
+                    "train.output_dir=DIR, or move them aside with --overwrite");
+}
+
 void Trainer::claim_output_dir() {
   agree_on_run_id();
   const std::string latest = rank() == 0 ? io::latest_checkpoint(checkpoints_dir()) : "";
   if (!strategy_->any_rank(!latest.empty())) return;  // every rank refuses, or none
-  if (!config_.train.overwrite)
-    throw ValueError("[train] " + config_.train.output_dir + " holds another run's checkpoints" +
-                     (latest.empty() ? std::string() : " (latest: " + latest + ")") +
-                     ". Continue that run with --resume, train into another directory with --set "
-                     "train.output_dir=DIR, or move them aside with --overwrite");
+  if (!config_.train.overwrite) throw another_runs_checkpoints(config_.train.output_dir, latest);
   if (rank() != 0) return;
   const std::string other = io::checkpoint_run_id(latest);
   // Moved, never deleted: the other run's checkpoints and metrics go to previous-<its id>/.
@@ -391,7 +392,6 @@ std::string Trainer::save_survivor_checkpoint() {
 }
 
 void Trainer::resume(const std::string& path_in) {
-  TESSERA_CHECK(strategy_->resumable(), "[train] --resume is not supported with the ", strategy_->name(), " strategy");
   const std::string path = path_in.empty() ? checkpoints_dir() : path_in;
   io::CheckpointFiles files = io::load_checkpoint(path);
   const std::string trainer_file = files.path + "/trainer.safetensors";

@@ -56,6 +56,10 @@ struct FitResult {
   std::string last_checkpoint;
 };
 
+// The refusal of a fresh run into `output_dir` whose checkpoints (`latest`) another run wrote, with
+// what to do instead. The CLI raises it before starting workers; each Trainer would raise it too.
+ValueError another_runs_checkpoints(const std::string& output_dir, const std::string& latest);
+
 class Trainer {
  public:
   // `group`: the job's ranks (null or a group of one: single-process training). The strategy is
@@ -96,8 +100,10 @@ class Trainer {
   const std::string& run_id() const { return run_id_; }
 
  private:
-  void build();  // what both constructors do once the strategy is chosen
+  void build(StrategyEnvironment env);  // what both constructors do
   void build_data();
+  // Under the elastic agent: refuses a global batch that a world size the job may reach cannot divide.
+  void check_elastic_world_sizes() const;
   void apply_fault_injection();
   // A fresh run: agrees on a run id and refuses (or with train.overwrite, moves aside) another
   // run's checkpoints in output_dir.

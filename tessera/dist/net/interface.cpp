@@ -96,4 +96,10 @@ std::string advertised_address() {
   return resolve_ipv4(name, "this machine's hostname");
 }
 
+std::string listen_address(const std::string& peer_host, const std::string& what) {
+  if (resolve_ipv4(peer_host, what).rfind("127.", 0) == 0) return "127.0.0.1";
+  if (const char* name = env_setting("TESSERA_SOCKET_IFNAME")) return address_of_interface(name);
+  return address_towards(peer_host);
+}
+
 }  // namespace tessera::dist::detail

@@ -28,6 +28,11 @@ std::string address_towards(const std::string& host);
 // The address this process advertises to its peers, by the rule above.
 std::string advertised_address();
 
+// Where a server of a job that meets at `peer_host` (`what` names it in errors) listens: loopback
+// when that host is this machine's loopback (a job on one machine, reachable from nowhere else),
+// else TESSERA_SOCKET_IFNAME's address or the one the route towards `peer_host` leaves from.
+std::string listen_address(const std::string& peer_host, const std::string& what);
+
 // `host` resolved to an IPv4 address (a literal stays as it is); Error naming it when it does not resolve.
 std::string resolve_ipv4(const std::string& host, const std::string& what);
 
