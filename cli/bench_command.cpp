@@ -33,7 +33,7 @@ Command add_bench_command(CLI::App& app) {
   auto cm = std::make_shared<bench::CommOptions>();
   auto* comm = bench->add_subcommand(
       "comm", "Collective bandwidth (nccl-tests table); run under `tessera run --nproc-per-node N --` or mpirun");
-  comm->add_option("--backend", cm->backend, "auto, gloo, shm or mpi")->capture_default_str();
+  comm->add_option("--backend", cm->backend, "auto, gloo, tcp, shm or mpi")->capture_default_str();
   comm->add_option("--op", cm->op, "allreduce, broadcast, allgather, reduce_scatter or alltoall")->capture_default_str();
   comm->add_option("--min-bytes", cm->min_bytes, "Smallest size")->capture_default_str();
   comm->add_option("--max-bytes", cm->max_bytes, "Largest size (doubling from --min-bytes)")->capture_default_str();
@@ -51,7 +51,7 @@ Command add_bench_command(CLI::App& app) {
   ddp->add_option("--steps", dd->steps, "Timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
   ddp->add_option("--warmup", dd->warmup, "Untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
   ddp->add_option("--repeats", dd->repeats, "Runs of each, alternating")->capture_default_str()->check(CLI::Range(1, 100));
-  ddp->add_option("--backend", dd->backend, "auto, gloo, shm or mpi")->capture_default_str();
+  ddp->add_option("--backend", dd->backend, "auto, gloo, tcp, shm or mpi")->capture_default_str();
   ddp->add_option("--comm-hook", dd->comm_hook, "none, fp16, bf16, powersgd or topk")->capture_default_str();
   ddp->add_flag("!--no-torch", dd->with_torch, "Skip the PyTorch reference");
   ddp->add_option("--python", dd->python, "Python with torch")->capture_default_str();

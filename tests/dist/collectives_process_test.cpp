@@ -46,7 +46,7 @@ TEST_P(CollectivesAcrossProcesses, EveryCollectiveMatchesTheSerialReference) {
 
 std::vector<Case> cases() {
   std::vector<Case> v;
-  for (std::string b : {"gloo", "shm", "auto"})
+  for (std::string b : {"gloo", "tcp", "shm", "auto"})
     for (int w : {1, 2, 3, 4, 8}) v.push_back({b, w});
   return v;
 }

@@ -21,6 +21,9 @@ struct BackendContext {
 
 // Gloo's algorithms over its TCP transport (Debian's libgloo-dev). Any topology.
 std::unique_ptr<Communicator> make_gloo_communicator(const BackendContext& context);
+// Our own collectives over one TCP connection per pair of ranks (tcp/tcp_communicator.h, with the
+// algorithms and their costs); point-to-point through Gloo. Any topology.
+std::unique_ptr<Communicator> make_tcp_communicator(const BackendContext& context);
 // Our shared-memory backend: every rank of the group on this machine. ValueError otherwise.
 std::unique_ptr<Communicator> make_shm_communicator(const BackendContext& context);
 // Open MPI's MPI_COMM_WORLD (context.rank/size must match MPI's). NotSupportedError in a build
@@ -29,7 +32,7 @@ std::unique_ptr<Communicator> make_mpi_communicator(const BackendContext& contex
 // The fastest available for each op and size (see auto_communicator.cpp for the measurements).
 std::unique_ptr<Communicator> make_auto_communicator(const BackendContext& context);
 
-// "gloo", "shm", "mpi" or "auto"; ValueError naming the choices otherwise.
+// "gloo", "tcp", "shm", "mpi" or "auto"; ValueError naming the choices otherwise.
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, const BackendContext& context);
 std::vector<std::string> backend_names();
 
