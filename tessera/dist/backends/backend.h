@@ -17,6 +17,9 @@ struct BackendContext {
   // uses it to choose). 0: unknown, the backend finds out through the store.
   int local_size = 0;
   Milliseconds timeout{300000};  // for the rendezvous itself
+  // Where the tcp backend listens. Empty: loopback when the whole group is on this machine, else
+  // the address this machine advertises (net/interface.h).
+  std::string bind_host;
 };
 
 // Gloo's algorithms over its TCP transport (Debian's libgloo-dev). Any topology.
@@ -24,6 +27,10 @@ std::unique_ptr<Communicator> make_gloo_communicator(const BackendContext& conte
 // Our own collectives over one TCP connection per pair of ranks (tcp/tcp_communicator.h, with the
 // algorithms and their costs); point-to-point through Gloo. Any topology.
 std::unique_ptr<Communicator> make_tcp_communicator(const BackendContext& context);
+// Shared memory inside each host and tcp between the hosts' leaders for all-reduce, flat tcp for the
+// rest (hierarchical_communicator.cpp, with the cost formulas). `host_id` tells this rank's host from
+// the others (auto passes the address it advertises); every host with one rank gives flat tcp.
+std::unique_ptr<Communicator> make_hierarchical_communicator(const BackendContext& context, const std::string& host_id);
 // Our shared-memory backend: every rank of the group on this machine. ValueError otherwise.
 std::unique_ptr<Communicator> make_shm_communicator(const BackendContext& context);
 // Open MPI's MPI_COMM_WORLD (context.rank/size must match MPI's). NotSupportedError in a build

@@ -258,8 +258,8 @@ std::unique_ptr<Communicator> make_tcp_communicator(const BackendContext& contex
   BackendContext gloo = context;
   gloo.store = std::make_shared<PrefixStore>("p2p", context.store);
   PrefixStore collectives("collectives", context.store);
-  detail::TcpMesh mesh = detail::connect_tcp_mesh(collectives, context.rank, context.size,
-                                                  detail::tcp_bind_host(context.local_size, context.size), context.timeout);
+  const std::string host = context.bind_host.empty() ? detail::tcp_bind_host(context.local_size, context.size) : context.bind_host;
+  detail::TcpMesh mesh = detail::connect_tcp_mesh(collectives, context.rank, context.size, host, context.timeout);
   gloo.timeout = std::max(Milliseconds(1), std::chrono::ceil<Milliseconds>(deadline - detail::Clock::now()));
   return std::make_unique<TcpCommunicator>(std::move(mesh), make_gloo_communicator(gloo));
 }
