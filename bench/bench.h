@@ -1,5 +1,6 @@
 // `tessera bench ...`: speed measured side by side with the reference in the same run.
 #pragma once
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <vector>
 #include <string>
@@ -43,9 +44,16 @@ struct DdpBenchOptions {
   std::string script;  // bench/torch_ddp.py
   bool worker = false;  // internal: one rank of a measured job (model = models)
   std::string model;
+  // Across test hosts (bench/ddp_hosts.cpp) when hosts > 1: nproc processes on each host.
+  int hosts = 1;
+  std::string links = "unshaped,1gbit,200mbit";
+  std::string comm_hooks = "none,fp16,bf16,powersgd,topk";
 };
 // DDP samples/s beside PyTorch's DDP (gloo), and the fraction of all-reduce time hidden behind backward.
 int ddp(const DdpBenchOptions& options);
+// The same loop across `hosts` test hosts at each link rate and comm hook; `one_process` measures the
+// single-process reference of a model.
+int ddp_across_hosts(const DdpBenchOptions& options, const std::function<nlohmann::json(const std::string& model)>& one_process);
 
 struct PsBenchOptions {
   std::string models = "mlp,bow";

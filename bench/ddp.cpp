@@ -124,6 +124,13 @@ nlohmann::json run_torch(const DdpBenchOptions& o, const std::string& model) {
 
 int ddp(const DdpBenchOptions& o) {
   if (o.worker) return run_worker(o);
+  if (o.hosts > 1)
+    return ddp_across_hosts(o, [&](const std::string& model) {
+      DdpBenchOptions one = o;
+      one.nproc = 1;
+      one.comm_hook = "none";
+      return run_tessera(one, model);
+    });
   std::printf("tessera bench ddp: %d processes x 1 thread, batch %d per process, SGD(momentum 0.9), %d steps after %d "
               "warm-up, median [min-max] of %d repeats; backend %s, comm hook %s\n",
               o.nproc, o.batch, o.steps, o.warmup, o.repeats, o.backend.c_str(), o.comm_hook.c_str());

@@ -55,6 +55,12 @@ Command add_bench_command(CLI::App& app) {
   ddp->add_option("--comm-hook", dd->comm_hook, "none, fp16, bf16, powersgd or topk")->capture_default_str();
   ddp->add_flag("!--no-torch", dd->with_torch, "Skip the PyTorch reference");
   ddp->add_option("--python", dd->python, "Python with torch")->capture_default_str();
+  ddp->add_option("--hosts", dd->hosts, "Run across this many test hosts (scripts/cluster.sh; needs root), --nproc on each")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  ddp->add_option("--links", dd->links, "With --hosts: comma-separated link rates (unshaped, or tc rates such as 1gbit)")
+      ->capture_default_str();
+  ddp->add_option("--comm-hooks", dd->comm_hooks, "With --hosts: comma-separated comm hooks to compare")->capture_default_str();
   ddp->add_flag("--worker", dd->worker, "Internal: one rank of a measured job")->group("");
 
   auto pb = std::make_shared<bench::PsBenchOptions>();

@@ -31,6 +31,7 @@ FramedClient::FramedClient(FramedClientOptions options)
   Bytes reply = receive(deadline, "the hello");
   if (reply[0] == kHelloRejected) {
     detail::FrameReader r(reply.data() + 1, reply.size() - 1);
+    r.u8();  // the reason; the text says it
     throw PeerFailureError(concat(description_, " rejected this process (rank ", options_.rank, "): ", r.str()));
   }
   if (reply[0] != kHelloAccepted)

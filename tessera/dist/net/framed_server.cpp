@@ -30,6 +30,9 @@ using tessera::detail::concat;
 constexpr size_t kHelloMaxBytes = 64 * 1024;
 constexpr size_t kReadChunk = 256 * 1024;
 constexpr int kReadsPerRound = 16;  // per connection and poll round: one sender cannot starve the rest
+// A connection's requests wait, unread, while this much of its replies is unsent: a peer that does
+// not read its replies cannot make the server buffer without bound.
+constexpr size_t kOutHighWater = size_t(4) << 20;
 
 struct Connection {
   detail::Socket sock;
@@ -44,6 +47,7 @@ struct Connection {
   size_t out_sent = 0;
   Clock::time_point hello_due{};  // unauthenticated: closed if no hello by then
   size_t pending_out() const { return out.size() - out_sent; }
+  bool reading() const { return !held && !closing && !dead && pending_out() <= kOutHighWater; }
 };
 
 
@@ -75,13 +79,20 @@ struct FramedServer::State {
     c.dead = true;
   }
   void sweep();
+  // Frames already buffered on connections that may read again (released, or drained below the
+  // high-water mark) go to the handler.
+  void hand_over_buffered() {
+    for (auto& [id, c] : connections)
+      if (c.reading() && !c.in.empty()) parse(id, c);
+  }
+  std::string who(const Connection& c) const { return c.rank >= 0 ? concat(c.address, " (rank ", c.rank, ")") : c.address; }
 };
 
 FramedServer::FramedServer(FramedServerOptions options) : state_(std::make_unique<State>()) {
   TESSERA_CHECK(!options.token.empty(), "[", options.name, "] the job token is empty; pass TESSERA_JOB_TOKEN");
   if (!options.log) options.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   State& s = *state_;
-  s.listener = detail::listen_tcp(options.host, options.port, 1024);
+  s.listener = detail::listen_tcp(options.host, options.port, options.backlog);
   s.port = detail::local_port(s.listener.fd());
   s.address = detail::format_address(options.host, s.port);
   int fds[2];
@@ -118,7 +129,7 @@ void FramedServer::run(Handler& handler) {
     for (auto& [id, c] : s.connections) {
       // POLLRDHUP also while held: a peer that dies while waiting for its reply is noticed at once.
       short events = POLLRDHUP;
-      if (!c.held && !c.closing) events |= POLLIN;
+      if (c.reading()) events |= POLLIN;
       if (c.pending_out()) events |= POLLOUT;
       fds.push_back({c.sock.fd(), events, 0});
       ids.push_back(id);
@@ -150,10 +161,10 @@ void FramedServer::run(Handler& handler) {
         s.kill(c, "no hello in time");
       }
     // A release() during this round may have left whole frames buffered: hand them over now.
-    for (auto& [id, c] : s.connections)
-      if (!c.dead && !c.held && !c.in.empty()) s.parse(id, c);
+    s.hand_over_buffered();
     s.sweep();
     if (!s.stopping) handler.on_tick();
+    s.hand_over_buffered();  // on_tick() may have released some too
     s.sweep();
   }
   s.connections.clear();
@@ -191,7 +202,7 @@ void FramedServer::State::on_events(ConnectionId id, Connection& c, short revent
   if (c.dead) return;
   if (revents & (POLLERR | POLLHUP)) return kill(c, "the connection was reset");
   if (revents & (POLLIN | POLLRDHUP)) {
-    if (c.held || c.closing) {
+    if (!c.reading()) {
       if (revents & POLLRDHUP) kill(c, "closed the connection while waiting for a reply");
       return;
     }
@@ -200,17 +211,19 @@ void FramedServer::State::on_events(ConnectionId id, Connection& c, short revent
 }
 
 void FramedServer::State::read_some(ConnectionId id, Connection& c) {
-  for (int n = 0; n < kReadsPerRound && !c.dead && !c.held; ++n) {
+  for (int n = 0; n < kReadsPerRound && c.reading(); ++n) {
     ssize_t k = ::recv(c.sock.fd(), read_buf.data(), read_buf.size(), 0);
     if (k > 0) {
       c.in.insert(c.in.end(), read_buf.data(), read_buf.data() + k);
       parse(id, c);
       continue;
     }
-    if (k == 0)
-      return kill(c, c.in.empty() ? "closed the connection"
-                                  : concat("closed the connection in the middle of a message (", c.in.size(),
-                                           " bytes of a truncated frame)"));
+    if (k == 0) {
+      if (c.in.empty()) return kill(c, "closed the connection");
+      const std::string why = concat("closed the connection in the middle of a frame (", c.in.size(), " bytes of a truncated message)");
+      log(concat("dropped ", who(c), ": ", why));
+      return kill(c, why);
+    }
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) kill(c, concat("connection error: ", std::strerror(errno)));
     return;
@@ -219,14 +232,14 @@ void FramedServer::State::read_some(ConnectionId id, Connection& c) {
 
 void FramedServer::State::parse(ConnectionId id, Connection& c) {
   size_t pos = 0;
-  while (!c.dead && !c.held && !c.closing) {
+  while (c.reading()) {
     size_t avail = c.in.size() - pos;
     if (avail < detail::kFrameHeaderBytes) break;
     uint32_t len = detail::read_u32_le(c.in.data() + pos);
     size_t limit = c.authenticated ? options.max_message_bytes : std::min(kHelloMaxBytes, options.max_message_bytes);
     if (len == 0 || len > limit) {
-      log(concat("dropped ", c.address, ": frame length ", len, len == 0 ? " is zero" : " is above the limit of ",
-                 len == 0 ? "" : std::to_string(limit)));
+      log(concat("dropped ", who(c), ": malformed message: frame length ", len,
+                 len == 0 ? std::string(" is zero") : concat(" is above the limit of ", limit, " bytes", c.authenticated ? "" : " for a hello")));
       return kill(c, concat("sent a malformed frame (length ", len, ")"));
     }
     if (avail - detail::kFrameHeaderBytes < len) break;
@@ -236,14 +249,14 @@ void FramedServer::State::parse(ConnectionId id, Connection& c) {
       FrameReader r(frame, len);
       uint8_t opcode = r.u8();
       if (!c.authenticated) {
-        if (opcode != kHelloOpcode) throw ProtocolError(concat("first message has opcode ", int(opcode), ", not a hello"));
+        if (opcode != kHelloOpcode)
+          throw ProtocolError(concat("first message has opcode ", int(opcode), ", expected a hello with the job token"));
         hello(id, c, r);
       } else {
         handler->on_frame(id, opcode, r);
       }
     } catch (const ProtocolError& e) {
-      log(concat("dropped ", c.address, (c.rank >= 0 ? concat(" (rank ", c.rank, ")") : ""), ": malformed message: ",
-                 e.what()));
+      log(concat("dropped ", who(c), ": malformed message: ", e.what()));
       kill(c, concat("sent a malformed message: ", e.what()));
     }
   }
@@ -257,11 +270,14 @@ void FramedServer::State::hello(ConnectionId id, Connection& c, FrameReader& r) 
   r.expect_end();
   c.rank = rank;
   std::string why;
-  if (version != options.protocol_version) why = concat("protocol version ", version, ", expected ", options.protocol_version);
-  else if (!detail::tokens_equal(token, options.token)) why = "wrong job token";
+  uint8_t reason = 0;
+  if (version != options.protocol_version)
+    why = concat("protocol version ", version, ", expected ", options.protocol_version), reason = kRejectedVersion;
+  else if (!detail::tokens_equal(token, options.token))
+    why = "wrong job token", reason = kRejectedToken;
   if (!why.empty()) {
     log(concat("rejected ", c.address, " (rank ", rank, "): ", why));
-    c.out = FrameWriter(kHelloRejected).str(why).finish();
+    c.out = FrameWriter(kHelloRejected).u8(reason).str(why).finish();
     c.closing = true;
     flush(c);
     return;

@@ -1,11 +1,13 @@
 // FramedServer: a single-threaded poll() server for length-framed request/reply protocols, the
-// transport under the parameter servers (tessera/parallel/ps). The frame format and the hello are
+// transport under the rendezvous store's server (store/tcp_store_server.h) and the parameter servers
+// (tessera/parallel/ps). The frame format and the hello are
 // the rendezvous store's (store/tcp_store_protocol.h): u32 length | u8 opcode | fields, and every
 // connection first presents a protocol version, its rank and the job token.
 //
 // What it does so that a protocol does not have to: accept, buffer partial frames, bound every
 // frame by max_message_bytes (a hello by 64 KiB, before the token is checked), reject a wrong token
-// or version, queue replies without blocking on a slow reader, and report a peer that disconnects
+// or version, queue replies without blocking on a slow reader (and stop reading a peer's requests
+// while 4 MiB of its replies are unsent), and report a peer that disconnects
 // (a killed process: its kernel closes the socket) with the reason. The handler sees whole frames,
 // in order, one connection at a time.
 //
@@ -29,12 +31,15 @@ using ConnectionId = uint64_t;
 // The hello and its answers (the same numbers as the store's, so one client handshake serves both).
 constexpr uint8_t kHelloOpcode = 1;
 constexpr uint8_t kHelloAccepted = 0x80;
-constexpr uint8_t kHelloRejected = 0x86;
+constexpr uint8_t kHelloRejected = 0x86;  // then u8 reason, str why
+constexpr uint8_t kRejectedToken = 1;     // the reasons: the store's RejectReason
+constexpr uint8_t kRejectedVersion = 2;
 
 struct FramedServerOptions {
   std::string name = "server";      // in log lines and errors, e.g. "ps server 1"
   std::string host = "127.0.0.1";   // loopback unless told otherwise
   uint16_t port = 0;                // 0: a free port (port() tells which)
+  int backlog = 1024;               // a job's ranks all connect at once
   std::string token;                // required
   uint32_t protocol_version = 1;
   size_t max_message_bytes = size_t(256) << 20;

@@ -33,6 +33,7 @@ constexpr size_t kFrameHeaderBytes = 4;
 
 enum class StoreOp : uint8_t { kHello = 1, kSet, kGet, kAdd, kCompareSet, kDeleteKey, kCheck, kWait };
 enum class StoreReply : uint8_t { kOk = 0x80, kValue, kInt, kBool, kTimeout, kError, kRejected };
+// A rejected hello is answered kRejected | u8 reason | str why (net/framed_server.h sends it).
 enum class RejectReason : uint8_t { kToken = 1, kVersion = 2 };
 
 // A frame that does not parse. The server drops the connection that sent it; the client reports

@@ -1,7 +1,8 @@
 // TcpStoreServer: the rendezvous store's server, hosted by the launcher (or rank 0). One thread
-// runs poll() over the listening socket and every client, so a thousand ranks cost a thousand file
-// descriptors, not a thousand threads. Blocking get/wait requests are parked in a waiting list and
-// answered when their keys appear or their timeout passes.
+// runs the framed server's poll() loop (net/framed_server.h: accept, framing, the hello and its
+// token, limits, slow readers) over every client, so a thousand ranks cost a thousand file
+// descriptors, not a thousand threads. Blocking get/wait requests hold their connection in a
+// waiting list and are answered when their keys appear or their timeout passes.
 //
 // Security model: the store listens on loopback unless told otherwise, and every connection must
 // first present the job token; a wrong token is answered kRejected and closed before any command
