@@ -14,6 +14,7 @@
 #include "tessera/io/safetensors.h"
 #include "tessera/ops/ops.h"
 #include "tessera/parallel/ps/protocol.h"
+#include "tessera/parallel/ps/server_shard.h"
 #include "tessera/parallel/ps/shard_plan.h"
 
 namespace tessera::parallel::ps {
@@ -61,18 +62,6 @@ struct Worker {
   bool active() const { return !done && !lost; }
 };
 
-// A piece of the plan this server holds.
-struct HeldPiece {
-  int piece = 0;      // index into plan.pieces()
-  Tensor values;      // dense: 1-D; sparse: (rows, row_size)
-  Tensor grad;        // dense: the pushed gradient (asynchronous) or this step's sum (synchronous)
-  bool sparse = false;
-  size_t slot = 0;    // index among the dense or among the sparse pieces
-  // synchronous sparse: this step's touched rows (local) -> offset in row_grads
-  std::unordered_map<int64_t, size_t> row_slot;
-  std::vector<float> row_grads;
-};
-
 ParamSpec read_spec(FrameReader& r) {
   ParamSpec s;
   s.name = r.str();
@@ -96,10 +85,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
   Clock::time_point started = Clock::now();
   std::vector<Worker> workers;
   std::map<ConnectionId, int> rank_of;
-  std::optional<ShardPlan> plan;
-  std::vector<HeldPiece> held;
-  std::vector<int> held_of_param;  // param -> index into held, or -1
-  std::unique_ptr<ShardOptimizer> optimizer;
+  std::optional<ServerShard> shard;  // once the first worker registered the model
   bool ready = false;  // initialised or restored: pulls may be answered
   int64_t version = 0;
   int sync_pushes = 0;  // gradients received for the current synchronous step
@@ -245,11 +231,11 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     std::vector<ParamSpec> specs;
     for (uint32_t i = 0; i < n; ++i) specs.push_back(read_spec(r));
     r.expect_end();
-    if (!plan) {
+    if (!shard) {
       create_shard(std::move(specs));
       return reply_ok(id);
     }
-    const auto& known = plan->specs();
+    const auto& known = shard->plan().specs();
     for (size_t i = 0; i < std::max(known.size(), specs.size()); ++i) {
       if (i < known.size() && i < specs.size() && known[i] == specs[i]) continue;
       return reply_error(id, concat("this worker's model differs from the one registered first: parameter ", i, " is ",
@@ -260,71 +246,26 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
   }
 
   void create_shard(std::vector<ParamSpec> specs) {
-    plan.emplace(std::move(specs), options.num_servers);
-    held_of_param.assign(plan->specs().size(), -1);
-    std::vector<Tensor> dense, sparse;
-    for (int index : plan->pieces_of(options.server_rank)) {
-      const Piece& piece = plan->pieces()[index];
-      const ParamSpec& spec = plan->specs()[piece.param];
-      HeldPiece h;
-      h.piece = index;
-      h.sparse = spec.sparse;
-      if (spec.sparse) {
-        h.values = zeros({piece.rows(), spec.row_size});
-        h.slot = sparse.size();
-        sparse.push_back(h.values);
-      } else {
-        h.values = zeros({piece.rows() * spec.row_size});
-        h.slot = dense.size();
-        h.grad = zeros({piece.rows() * spec.row_size});
-        dense.push_back(h.values);
-      }
-      held_of_param[piece.param] = static_cast<int>(held.size());
-      held.push_back(std::move(h));
-    }
-    optimizer = std::make_unique<ShardOptimizer>(options.optimizer, dense, sparse);
-    report.elements = plan->elements_of(options.server_rank);
-    log(concat("holds ", held.size(), " pieces of ", plan->specs().size(), " parameters: ", report.elements,
+    shard.emplace(std::move(specs), options.server_rank, options.num_servers, options.optimizer);
+    report.elements = shard->elements();
+    log(concat("holds ", shard->held().size(), " pieces of ", shard->plan().specs().size(), " parameters: ", report.elements,
                " elements; ", mode_name(options.mode), " mode",
                options.mode == Mode::kBoundedStaleness ? concat(", staleness ", options.staleness) : "", ", ",
                options.num_workers, " workers"));
   }
 
-  HeldPiece& held_piece(uint32_t piece, const char* what) {
-    if (!plan) throw ProtocolError(concat(what, " before the model was registered"));
-    if (piece >= plan->pieces().size() || plan->pieces()[piece].server != options.server_rank)
-      throw ProtocolError(concat(what, " of piece ", piece, ", which this server does not hold"));
-    return held[held_of_param[plan->pieces()[piece].param]];
+  ServerShard& registered(const char* what) {
+    if (!shard) throw ProtocolError(concat(what, " before the model was registered"));
+    return *shard;
   }
-
-  // Sparse ids are global rows of `param`; they must fall in this server's piece.
-  HeldPiece& held_rows(uint32_t param, const std::vector<int64_t>& ids, const char* what) {
-    if (!plan) throw ProtocolError(concat(what, " before the model was registered"));
-    if (param >= plan->specs().size() || held_of_param[param] < 0 || !held[held_of_param[param]].sparse)
-      throw ProtocolError(concat(what, " of parameter ", param, ", which is not a sparse parameter of this server"));
-    HeldPiece& h = held[held_of_param[param]];
-    const Piece& piece = plan->pieces()[h.piece];
-    for (int64_t id : ids)
-      if (id < piece.row_begin || id >= piece.row_end)
-        throw ProtocolError(concat(what, ": row ", id, " of '", plan->specs()[param].name, "' is not on this server (it holds [",
-                                   piece.row_begin, ", ", piece.row_end, "))"));
-    return h;
-  }
-
-  int64_t row_size(const HeldPiece& h) const { return plan->specs()[plan->pieces()[h.piece].param].row_size; }
 
   void on_init(ConnectionId id, FrameReader& r) {
     uint32_t piece = r.u32();
     int64_t first_row = r.i64();
-    HeldPiece& h = held_piece(piece, "init");
+    ServerShard& held = registered("init");
     auto [data, n] = r.bytes_view();
     r.expect_end();
-    const int64_t rs = row_size(h), rows = plan->pieces()[piece].rows();
-    if (n % (sizeof(float) * rs) != 0 || first_row < 0 || first_row + int64_t(n / (sizeof(float) * rs)) > rows)
-      throw ProtocolError(concat("init of piece ", piece, ": ", n, " bytes at row ", first_row, " do not fit its ", rows,
-                                 " rows of ", rs));
-    if (ready) return reply_ok(id);  // restored from a checkpoint: the checkpoint wins
-    std::memcpy(h.values.data<float>() + first_row * rs, data, n);
+    held.init_rows(piece, first_row, data, n, /*write=*/!ready);  // restored from a checkpoint: the checkpoint wins
     reply_ok(id);
   }
 
@@ -340,7 +281,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     std::vector<float> scratch;
     for (uint32_t i = 0; i < n; ++i) {
       uint32_t piece = r.u32();
-      HeldPiece& h = held_piece(piece, "push");
+      HeldPiece& h = registered("push").piece(piece, "push");
       if (h.sparse) throw ProtocolError(concat("dense push of sparse piece ", piece));
       const size_t count = static_cast<size_t>(h.values.numel());
       if (options.mode == Mode::kSync) {
@@ -359,11 +300,11 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     for (uint32_t i = 0; i < m; ++i) {
       uint32_t param = r.u32();
       std::vector<int64_t> ids = read_ids(r);
-      HeldPiece& h = held_rows(param, ids, "sparse push");
-      const int64_t rs = row_size(h);
+      HeldPiece& h = registered("sparse push").rows_of(param, ids, "sparse push");
+      const int64_t rs = shard->row_size(h);
       std::vector<float> grads(ids.size() * rs);
       read_floats(r, grads.data(), grads.size(), "pushed row gradients");
-      const int64_t begin = plan->pieces()[h.piece].row_begin;
+      const int64_t begin = shard->row_begin(h);
       for (auto& id : ids) id -= begin;
       report.bytes_received += static_cast<int64_t>(grads.size() * sizeof(float) + ids.size() * sizeof(int64_t));
       sparse_rows.emplace_back(&h, std::move(ids));
@@ -373,13 +314,13 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     ++report.pushes;
     ++w.clock;
     if (options.mode == Mode::kSync) {
-      for (size_t i = 0; i < sparse_rows.size(); ++i) accumulate_rows(*sparse_rows[i].first, sparse_rows[i].second, sparse_grads[i]);
+      for (size_t i = 0; i < sparse_rows.size(); ++i) shard->accumulate_rows(*sparse_rows[i].first, sparse_rows[i].second, sparse_grads[i]);
       sync_lr = lr;
       ++sync_pushes;
     } else {
-      step_dense(lr);
+      shard->step_dense(lr);
       for (size_t i = 0; i < sparse_rows.size(); ++i)
-        optimizer->step_rows(sparse_rows[i].first->slot, sparse_rows[i].second, sparse_grads[i].data(), lr);
+        shard->step_rows(*sparse_rows[i].first, sparse_rows[i].second, sparse_grads[i].data(), lr);
       ++version;
       ++report.updates;
     }
@@ -387,54 +328,10 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     after_change();
   }
 
-  // One optimizer step of the dense pieces with the gradients in their `grad` buffers.
-  void step_dense(double lr) {
-    for (auto& h : held)
-      if (!h.sparse) h.values.set_grad(h.grad);
-    optimizer->step_dense(lr);
-    for (auto& h : held)
-      if (!h.sparse) h.values.set_grad(Tensor());
-  }
-
-  void accumulate_rows(HeldPiece& h, const std::vector<int64_t>& rows, const std::vector<float>& grads) {
-    const int64_t rs = row_size(h);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      auto [it, fresh] = h.row_slot.try_emplace(rows[i], h.row_grads.size());
-      if (fresh) h.row_grads.resize(h.row_grads.size() + rs, 0.0f);
-      float* dst = h.row_grads.data() + it->second;
-      for (int64_t k = 0; k < rs; ++k) dst[k] += grads[i * rs + k];
-    }
-  }
-
   // Synchronous mode: every active worker has pushed this step (a worker that finished early, as
   // with uneven data, no longer counts). Average and apply.
   void apply_sync() {
-    const float scale = 1.0f / static_cast<float>(sync_pushes);
-    for (auto& h : held) {
-      if (h.sparse) continue;
-      float* sum = h.grad.data<float>();
-      for (int64_t k = 0; k < h.grad.numel(); ++k) sum[k] *= scale;
-    }
-    step_dense(sync_lr);
-    for (auto& h : held) {
-      if (!h.sparse) {
-        std::fill_n(h.grad.data<float>(), h.grad.numel(), 0.0f);  // the next step's sum starts here
-        continue;
-      }
-      if (h.row_slot.empty()) continue;
-      const int64_t rs = row_size(h);
-      std::vector<int64_t> rows;
-      for (auto& [row, slot] : h.row_slot) rows.push_back(row);
-      std::sort(rows.begin(), rows.end());
-      std::vector<float> grads(rows.size() * rs);
-      for (size_t i = 0; i < rows.size(); ++i) {
-        const float* src = h.row_grads.data() + h.row_slot[rows[i]];
-        for (int64_t k = 0; k < rs; ++k) grads[i * rs + k] = src[k] * scale;
-      }
-      optimizer->step_rows(h.slot, rows, grads.data(), sync_lr);
-      h.row_slot.clear();
-      h.row_grads.clear();
-    }
+    shard->apply_sums(sync_pushes, sync_lr);
     sync_pushes = 0;
     ++version;
     ++report.updates;
@@ -449,7 +346,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     for (uint32_t i = 0; i < m; ++i) {
       uint32_t param = r.u32();
       std::vector<int64_t> ids = read_ids(r);
-      held_rows(param, ids, "sparse pull");
+      registered("sparse pull").rows_of(param, ids, "sparse pull");
       w.pull_rows.emplace_back(static_cast<int>(param), std::move(ids));
     }
     r.expect_end();
@@ -493,9 +390,9 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     FrameWriter out(uint8_t(PsReply::kValues));
     out.i64(version);
     uint32_t dense = 0;
-    for (const auto& h : held) dense += !h.sparse && w.pull_dense;
+    for (const auto& h : shard->held()) dense += !h.sparse && w.pull_dense;
     out.u32(dense);
-    for (const auto& h : held) {
+    for (const auto& h : shard->held()) {
       if (h.sparse || !w.pull_dense) continue;
       out.u32(static_cast<uint32_t>(h.piece));
       write_floats(out, h.values.data<float>(), static_cast<size_t>(h.values.numel()));
@@ -504,8 +401,8 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     out.u32(static_cast<uint32_t>(w.pull_rows.size()));
     std::vector<float> rows;
     for (const auto& [param, ids] : w.pull_rows) {
-      const HeldPiece& h = held[held_of_param[param]];
-      const int64_t rs = row_size(h), begin = plan->pieces()[h.piece].row_begin;
+      const HeldPiece& h = shard->rows_of(static_cast<uint32_t>(param), {}, "pull");
+      const int64_t rs = shard->row_size(h), begin = shard->row_begin(h);
       rows.resize(ids.size() * rs);
       const float* values = h.values.data<float>();
       for (size_t i = 0; i < ids.size(); ++i)
@@ -528,33 +425,26 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     std::string dir = r.str();
     int64_t step = r.i64();
     r.expect_end();
-    if (!plan || !ready) return reply_error(id, "save before the parameters were initialised");
+    if (!shard || !ready) return reply_error(id, "save before the parameters were initialised");
     ShardCheckpoint at{options.server_rank, options.num_servers, step, version, options.keep_checkpoints};
     try {
-      save_server_shard(dir, at, *plan, shards(), optimizer->state_dict());
+      save_server_shard(dir, at, shard->plan(), shard->shards(), shard->optimizer().state_dict());
     } catch (const std::exception& e) {
       return reply_error(id, concat("could not save step ", step, " under ", dir, ": ", e.what()));
     }
     reply_ok(id);
   }
 
-  // The held pieces as the checkpoint sees them (the values share storage).
-  std::vector<HeldShard> shards() const {
-    std::vector<HeldShard> out;
-    for (const auto& h : held) out.push_back({h.piece, h.values, h.sparse, h.slot});
-    return out;
-  }
-
   void on_restore(ConnectionId id, FrameReader& r) {
     std::string dir = r.str();
     int64_t step = r.i64();
     r.expect_end();
-    if (!plan) throw ProtocolError("restore before the model was registered");
+    ServerShard& held = registered("restore");
     std::string from;
     try {
-      std::vector<HeldShard> views = shards();
-      RestoredShard restored = restore_server_shard(dir, step, options.server_rank, options.num_servers, *plan, views);
-      optimizer->load_state_dict(restored.optimizer_state);
+      std::vector<HeldShard> views = held.shards();
+      RestoredShard restored = restore_server_shard(dir, step, options.server_rank, options.num_servers, held.plan(), views);
+      held.optimizer().load_state_dict(restored.optimizer_state);
       version = restored.version;
       from = restored.from;
     } catch (const std::exception& e) {
