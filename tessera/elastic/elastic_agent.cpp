@@ -5,7 +5,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -25,8 +24,10 @@
 #include "tessera/dist/launcher/supervisor.h"
 #include "tessera/dist/launcher/worker_process.h"
 #include "tessera/dist/store/tcp_store.h"
+#include "tessera/elastic/agent_heartbeats.h"
+#include "tessera/elastic/agent_log.h"
 #include "tessera/elastic/rendezvous.h"
-#include "tessera/elastic/straggler_detector.h"
+#include "tessera/elastic/worker_watch.h"
 #include "tessera/util/settings.h"
 
 namespace tessera::elastic {
@@ -36,37 +37,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using tessera::detail::concat;
 
-void say(int fd, const std::string& line) {
-  std::string text = "tessera run: " + line + "\n";
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
-
-std::string seconds(Clock::duration d) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f s", std::chrono::duration<double>(d).count());
-  return text;
-}
-
-// The state letter of /proc/<pid>/stat ("T" for a stopped process), for stall reports.
-std::string process_state(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  size_t close = line.rfind(')');
-  if (close == std::string::npos || close + 2 >= line.size()) return "unknown";
-  char state = line[close + 2];
-  if (state == 'T' || state == 't') return "T (stopped)";
-  if (state == 'R') return "R (running)";
-  if (state == 'S') return "S (sleeping)";
-  if (state == 'D') return "D (uninterruptible sleep)";
-  if (state == 'Z') return "Z (zombie)";
-  return std::string(1, state);
-}
+using detail::say;
+using detail::seconds;
 
 int usable_cores() {
   cpu_set_t set;
@@ -229,20 +201,20 @@ class Agent {
     job.stdout_fd = o_.stdout_fd;
     job.stderr_fd = o_.stderr_fd;
     job.watch_interval = std::min(Milliseconds(100), o_.heartbeat_interval);
-    pids_.clear();
     local_failure_ = false;
-    stall_reports_.clear();
-    worker_beats_.clear();
-    agent_beats_.clear();
-    stragglers_.reset();
-    last_step_ = -1;
+    WorkerWatchOptions watching;
+    watching.heartbeat_timeout = o_.heartbeat_timeout;
+    watching.straggler_window = o_.straggler_window;
+    watching.stderr_fd = o_.stderr_fd;
+    workers_.emplace(m, slots_, worker_store_, watching, result_);
+    agents_.emplace(o_.heartbeat_timeout);
     next_beat_ = Clock::now();
     next_window_ = Clock::now() + o_.straggler_window;
-    job.on_spawn = [this](int rank, pid_t pid) { pids_[rank] = pid; };
+    job.on_spawn = [this](int rank, pid_t pid) { workers_->started(rank, pid); };
     job.on_failure = [this, &m](int rank, int status, const std::string& what) {
       // End the generation at once, so the other agents stop their workers while ours stop.
       std::string text = what;
-      if (auto it = stall_reports_.find(rank); it != stall_reports_.end()) text += " after stalling: " + it->second;
+      if (auto stall = workers_->stall_report(rank)) text += " after stalling: " + *stall;
       // A worker that exits while the generation is already over (the others stopped it, e.g. a
       // SIGTERM'd trainer's 130) is part of the membership change, not a failure.
       // A worker killed by a signal (kill -9, a crash, our SIGKILL of a stalled one) loses its slot;
@@ -271,12 +243,13 @@ class Agent {
     }
     // The last step rank 0 reached, for the next generation's recovery report.
     if (m.node_rank == 0) {
-      poll_step();
+      workers_->poll_step();
       try {
-        if (last_step_ >= 0) rdzv_->set(concat("g", g, "/last_step"), std::to_string(last_step_));
+        if (workers_->last_step() >= 0) rdzv_->set(concat("g", g, "/last_step"), std::to_string(workers_->last_step()));
       } catch (const Error&) {
       }
     }
+    workers_.reset();
     worker_store_.reset();
     if (r.failed_rank >= 0 && local_failure_) {
       if (drop_slot_) --slots_;
@@ -310,8 +283,12 @@ class Agent {
         // Once the generation has ended, node 0 may already have closed its worker store: beat
         // only (the others' stop waits on it), and check nobody.
         if (rdzv_->generation() == m.generation) {
-          if (check_agents(m)) return true;
-          check_workers(m);
+          if (std::optional<std::string> gone = agents_->silent_agent(*rdzv_, m)) {
+            say(o_.stderr_fd, *gone);
+            rdzv_->end_generation(m.generation, "lost", *gone, static_cast<int>(m.members.size()) - 1);
+            return true;
+          }
+          workers_->check_workers();
         }
       }
       if (rdzv_->generation() != m.generation) {
@@ -324,8 +301,8 @@ class Agent {
         return true;
       }
       if (m.node_rank == 0) {
-        poll_step();
-        check_recovery(m);
+        workers_->poll_step();
+        workers_->check_recovery(*rdzv_, reported_);
         if (static_cast<int>(m.members.size()) < o_.max_nodes) {
           if (int64_t waiting = rdzv_->waiting(m.generation); waiting > 0) {
             rdzv_->end_generation(m.generation, "grow", concat(waiting, " agent(s) waiting to join"),
@@ -335,7 +312,7 @@ class Agent {
         }
         if (now >= next_window_) {
           next_window_ = now + o_.straggler_window;
-          check_stragglers(m);
+          workers_->check_stragglers();
         }
       }
     } catch (const Error& e) {
@@ -349,183 +326,23 @@ class Agent {
   // exit (train/survivor_save.h); the supervisor's SIGTERM and, after the grace period, SIGKILL
   // follow for any that cannot. A program without the handler dies of SIGUSR1 at once.
   void stop_local_workers(int except_rank) {
-    for (auto& [rank, pid] : pids_)
+    for (auto& [rank, pid] : workers_->pids())
       if (rank != except_rank) dist::launcher::signal_worker(pid, SIGUSR1);
   }
 
-  // True when another agent's heartbeat stopped (this generation is then ended).
-  bool check_agents(const Membership& m) {
-    const Clock::time_point now = Clock::now();
-    for (int j = 0; j < static_cast<int>(m.members.size()); ++j) {
-      if (j == m.node_rank) continue;
-      int64_t beat = rdzv_->beat_of(m.generation, j);
-      auto [it, fresh] = agent_beats_.try_emplace(j, std::make_pair(beat, now));
-      if (fresh || it->second.first != beat) {
-        it->second = {beat, now};
-        continue;
-      }
-      if (now - it->second.second > o_.heartbeat_timeout && !rdzv_->finished(m.generation, j)) {
-        std::string text = concat("agent ", m.members[static_cast<size_t>(j)].id, " (node ", j,
-                                  ") sent no heartbeat for ", seconds(now - it->second.second));
-        say(o_.stderr_fd, text);
-        rdzv_->end_generation(m.generation, "lost", text, static_cast<int>(m.members.size()) - 1);
-        return true;
-      }
-    }
-    return false;
-  }
-
-  // The workers' heartbeats, from node 0's worker store; nullopt when that store cannot be read.
-  // Not fatal here: node 0 closes it when its generation ends, which can race this read on another
-  // node (the grow race), and a node 0 that died is found by its agent's missing heartbeat.
-  std::optional<std::map<int, dist::Heartbeat>> read_worker_beats(int world) {
-    std::map<int, dist::Heartbeat> beats;
-    try {
-      for (int r = 0; r < world; ++r) {
-        const std::string key = dist::worker_heartbeat_key(r);
-        if (!worker_store_->check({key})) continue;
-        if (auto b = dist::parse_heartbeat(worker_store_->get_string(key))) beats[r] = *b;
-      }
-    } catch (const Error&) {
-      return std::nullopt;
-    }
-    return beats;
-  }
-
-  // A local worker whose heartbeat stopped is reported with what the others wait in, then killed.
-  void check_workers(const Membership& m) {
-    const Clock::time_point now = Clock::now();
-    const int world = m.world_size(), first = m.first_rank();
-    std::optional<std::map<int, dist::Heartbeat>> read = read_worker_beats(world);
-    if (!read) return;
-    std::map<int, dist::Heartbeat>& beats = *read;
-    for (auto& [r, b] : beats) {
-      auto [it, fresh] = worker_beats_.try_emplace(r, std::make_pair(b.count, now));
-      if (fresh || it->second.first != b.count) it->second = {b.count, now};
-    }
-    // The group's ranks start beating together (at init_process_group); one that has not beaten
-    // since the first of them did is as silent as one that stopped.
-    if (!beats.empty())
-      for (int r = first; r < first + slots_; ++r)
-        if (!beats.count(r) && !worker_beats_.count(r)) worker_beats_[r] = {0, now};
-    for (int r = first; r < first + slots_; ++r) {
-      auto it = worker_beats_.find(r);
-      if (it == worker_beats_.end() || stall_reports_.count(r) || pids_.count(r) == 0) continue;
-      if (now - it->second.second <= o_.heartbeat_timeout) continue;
-      const pid_t pid = pids_[r];
-      std::string report = concat("rank ", r, " (pid ", pid, ") sent no heartbeat for ", seconds(now - it->second.second),
-                                  " (process state ", process_state(pid), "); its last: ");
-      if (!beats.count(r)) {
-        report += "none since the process group started";
-      } else {
-        const dist::Heartbeat& mine = beats[r];
-        report += mine.in_flight ? concat("in ", mine.call)
-                                 : concat("before collective #", mine.sequence);
-      }
-      std::map<std::string, std::vector<int>> waiting;  // "allreduce #57" -> ranks in it
-      for (auto& [q, b] : beats)
-        if (q != r && b.in_flight) waiting[b.call].push_back(q);
-      for (auto& [op, ranks] : waiting) {
-        report += "; rank(s)";
-        for (int q : ranks) report += " " + std::to_string(q);
-        report += " wait for it in " + op;
-      }
-      say(o_.stderr_fd, "stall: " + report + "; killing it");
-      result_.stalls.push_back(report);
-      stall_reports_[r] = report;
-      dist::launcher::signal_worker(pid, SIGKILL);  // SIGKILL ends a stopped process too
-    }
-  }
-
-  void poll_step() {
-    try {
-      if (worker_store_ && worker_store_->check({dist::launcher::kElasticStepKey}))
-        last_step_ = std::stoll(worker_store_->get_string(dist::launcher::kElasticStepKey));
-    } catch (const std::exception&) {
-    }
-  }
-
-  // Node 0 of a generation that follows a failure, loss or growth: once rank 0 completes a step
-  // past the one it resumed at, training has resumed.
-  void check_recovery(const Membership& m) {
-    if (m.generation == 0 || reported_.count(m.generation)) return;
-    std::optional<GenerationEnd> end = rdzv_->end_of(m.generation - 1);
-    if (!end || last_step_ < 0) return;
-    int64_t resumed = 0;
-    try {  // this node's own worker store; read like poll_step reads it
-      if (!worker_store_->check({dist::launcher::kElasticResumedKey})) return;
-      resumed = std::stoll(worker_store_->get_string(dist::launcher::kElasticResumedKey));
-    } catch (const std::exception&) {
-      return;
-    }
-    if (last_step_ <= resumed) return;
-    reported_.insert(m.generation);
-    Recovery rec;
-    rec.generation = m.generation;
-    rec.cause = end->kind;
-    rec.world_size = m.world_size();
-    rec.seconds = static_cast<double>(unix_ms_now() - end->unix_ms) / 1000.0;
-    rec.resumed_step = resumed;
-    if (auto last = rdzv_->get(concat("g", m.generation - 1, "/last_step"))) rec.last_step = std::stoll(*last);
-    if (rec.last_step >= 0) rec.steps_lost = std::max<int64_t>(0, rec.last_step - resumed);
-    result_.recoveries.push_back(rec);
-    char line[320];
-    char lost[96] = "steps lost: unknown (the last generation's node 0 is gone)";
-    if (rec.last_step >= 0)
-      std::snprintf(lost, sizeof lost, "steps lost: %lld (it had reached step %lld)", static_cast<long long>(rec.steps_lost),
-                    static_cast<long long>(rec.last_step));
-    std::snprintf(line, sizeof line,
-                  "recovery: generation %lld (%d worker(s), after a %s) resumed training at step %lld, %.2f s after "
-                  "generation %lld ended; %s",
-                  static_cast<long long>(rec.generation), rec.world_size, rec.cause.c_str(),
-                  static_cast<long long>(rec.resumed_step), rec.seconds, static_cast<long long>(m.generation - 1), lost);
-    say(o_.stderr_fd, line);
-  }
-
-  // Every straggler window: the workers' arrivals at their latest collectives, to the detector.
-  void check_stragglers(const Membership& m) {
-    const int world = m.world_size();
-    if (world < 2) return;
-    std::optional<std::map<int, dist::Heartbeat>> beats = read_worker_beats(world);
-    if (!beats || static_cast<int>(beats->size()) < world) return;
-    std::vector<std::map<int64_t, int64_t>> arrivals(static_cast<size_t>(world));
-    for (auto& [r, b] : *beats) arrivals[static_cast<size_t>(r)] = std::move(b.arrivals);
-    std::optional<StragglerReport> straggler = stragglers_.observe(arrivals);
-    if (!straggler) return;
-    say(o_.stderr_fd, straggler->text);
-    if (std::find(result_.stragglers.begin(), result_.stragglers.end(), straggler->rank) == result_.stragglers.end())
-      result_.stragglers.push_back(straggler->rank);
-  }
-
   void wait_for_members(const Membership& m) {
-    std::map<int, std::pair<int64_t, Clock::time_point>> beats;
+    AgentHeartbeats agents(o_.heartbeat_timeout);
     // The rendezvous store's host leaves once every member has finished, this one included; a
     // node 0 that does not host it may then find the store gone while it still waits. Having
     // finished itself, it has nothing left to wait for.
     if (!store_host_) {
       try {
-        wait_for_members_polling(m, beats);
+        agents.wait_until_finished_or_gone(*rdzv_, m, o_.heartbeat_interval);
       } catch (const Error&) {
       }
       return;
     }
-    wait_for_members_polling(m, beats);
-  }
-
-  void wait_for_members_polling(const Membership& m, std::map<int, std::pair<int64_t, Clock::time_point>>& beats) {
-    while (true) {
-      bool all = true;
-      const Clock::time_point now = Clock::now();
-      for (int j = 0; j < static_cast<int>(m.members.size()); ++j) {
-        if (j == m.node_rank || rdzv_->finished(m.generation, j)) continue;
-        int64_t beat = rdzv_->beat_of(m.generation, j);
-        auto [it, fresh] = beats.try_emplace(j, std::make_pair(beat, now));
-        if (fresh || it->second.first != beat) it->second = {beat, now};
-        if (now - it->second.second <= o_.heartbeat_timeout) all = false;  // alive and not done yet
-      }
-      if (all) return;
-      std::this_thread::sleep_for(o_.heartbeat_interval);
-    }
+    agents.wait_until_finished_or_gone(*rdzv_, m, o_.heartbeat_interval);
   }
 
   ElasticResult finish(const Membership& m) {
@@ -579,12 +396,9 @@ class Agent {
   std::string fatal_;
   bool local_failure_ = false;  // this generation ended because one of our workers failed
   bool drop_slot_ = false;      // ... by a signal: its slot is not used again
-  std::map<int, pid_t> pids_;
-  std::map<int, std::string> stall_reports_;
-  std::map<int, std::pair<int64_t, Clock::time_point>> worker_beats_, agent_beats_;
-  StragglerDetector stragglers_{std::chrono::duration_cast<std::chrono::milliseconds>(o_.straggler_window)};
-  std::set<int64_t> reported_;
-  int64_t last_step_ = -1;
+  std::optional<WorkerWatch> workers_;     // this generation's workers
+  std::optional<AgentHeartbeats> agents_;  // this generation's other agents
+  std::set<int64_t> reported_;             // generations whose recovery was reported
   Clock::time_point next_beat_, next_window_;
 };
 
