@@ -83,9 +83,10 @@ up() {
     rm -f "$fifo"
     local pid; pid=$(cat "$state/$host.pid")
     local inside=t$name$i outside=s$name$i
-    ip link add "$inside" type veth peer name "$outside"
-    ip link set "$inside" netns "$pid"
-    ip link set "$outside" netns "$switch"
+    # Both ends are made in their namespaces: an interface that appears and vanishes in this machine's
+    # own namespace would disturb what runs there meanwhile (Open MPI picks its interfaces at start,
+    # and a job of the suite hung on one that had moved away).
+    ip link add "$inside" netns "$pid" type veth peer name "$outside" netns "$switch"
     ip -n "$switch" link set "$outside" master br0 up
     nsenter -t "$pid" -n sh -c "ip link set lo up && ip link set $inside name eth0 && \
       ip addr add 198.18.0.$i/24 dev eth0 && ip link set eth0 up"
