@@ -1,6 +1,6 @@
 // The heartbeat a worker's process group publishes and an elastic agent reads: the one contract
-// between the two processes (written by dist/process_group.cpp's watchdog, parsed by
-// elastic/elastic_agent.cpp). Text, three lines:
+// between the two processes (written by dist/process_group_watchdog.cpp, parsed by
+// elastic/worker_watch.cpp). Text, three lines:
 //   "<count> <busy_us> <in_flight 0|1> <sequence> <op>"
 //   the whole call in flight ("allreduce #30 (sum, float32 x 203530)"), empty when idle
 //   "<sequence>:<unix us> ..." when this rank issued each of its latest collectives

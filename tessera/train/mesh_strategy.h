@@ -40,6 +40,7 @@ class MeshStrategy : public Strategy {
   DataShare data_share() const override { return {mesh_->coordinates().dp, mesh_->shape().dp}; }
 
   std::vector<Tensor> prepare(std::shared_ptr<nn::Module> model) override;
+  bool keeps_whole_model() const override { return false; }  // its stage's shards only
   void set_training(bool training) override { stage_->train(training); }
   double forward_backward(const data::Batch& batch) override;
   void clip_gradients(double max_norm) override;

@@ -10,8 +10,9 @@ PsStrategy::PsStrategy(parallel::ps::ClientOptions options, int num_workers)
                 options_.rank, " of ", num_workers);
 }
 
-std::string PsStrategy::shard_dir(const std::string& output_dir) {
-  return (std::filesystem::path(output_dir) / "ps-shards").string();
+std::string PsStrategy::shard_dir(const RunOutput& run) {
+  TESSERA_CHECK(!run.run_id.empty(), "[train] the parameter servers' checkpoints need the run's id");
+  return (std::filesystem::path(run.dir) / "ps-shards" / run.run_id).string();
 }
 
 std::vector<Tensor> PsStrategy::prepare(std::shared_ptr<nn::Module> model) {
@@ -19,10 +20,10 @@ std::vector<Tensor> PsStrategy::prepare(std::shared_ptr<nn::Module> model) {
   return LocalStrategy::prepare(std::move(model));
 }
 
-void PsStrategy::on_fit_start(int64_t step, bool resumed, const std::string& output_dir) {
+void PsStrategy::on_fit_start(int64_t step, bool resumed, const RunOutput& run) {
   if (started_) return;
   // Worker 0 initialises the servers, or has them load the resumed step's shards.
-  worker_->start(step, resumed ? shard_dir(output_dir) : "");
+  worker_->start(step, resumed ? shard_dir(run) : "");
   started_ = true;
 }
 
@@ -35,9 +36,9 @@ void PsStrategy::before_evaluation() {
   if (started_) worker_->refresh();  // asynchronous modes: evaluate the newest values
 }
 
-void PsStrategy::before_checkpoint(const std::string& output_dir, int64_t step) {
+void PsStrategy::before_checkpoint(const RunOutput& run, int64_t step) {
   // The servers' shards first: the worker's checkpoint, written last, is what makes step N resumable.
-  worker_->save(shard_dir(output_dir), step);
+  worker_->save(shard_dir(run), step);
 }
 
 nn::StateDict PsStrategy::model_state() {

@@ -28,15 +28,16 @@ class PsStrategy : public LocalStrategy {
   nn::StateDict model_state() override;
   bool holds_whole_state() const override { return false; }
 
-  void on_fit_start(int64_t step, bool resumed, const std::string& output_dir) override;
+  void on_fit_start(int64_t step, bool resumed, const RunOutput& run) override;
   void on_fit_end() override { worker_->finish(); }
-  void before_checkpoint(const std::string& output_dir, int64_t step) override;
+  void before_checkpoint(const RunOutput& run, int64_t step) override;
   void add_step_metrics(nlohmann::json& record) const override;
 
   const parallel::ps::PsWorker& worker() const { return *worker_; }
 
  private:
-  static std::string shard_dir(const std::string& output_dir);
+  // <output_dir>/ps-shards/<run id>: the servers' files of this run only (server_checkpoint.h).
+  static std::string shard_dir(const RunOutput& run);
 
   parallel::ps::ClientOptions options_;
   int num_workers_;

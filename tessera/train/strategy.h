@@ -44,6 +44,13 @@ struct EvalContribution {
   Tensor output;  // logits (N, classes) for a classifier; undefined where there is no accuracy
 };
 
+// Where a run writes: the output directory and the run's id. A strategy keeps its own files under
+// <dir>/<its folder>/<run id>/, so a run prunes only what it wrote (a longer run's files left in the
+// same directory never push this run's out of the retention).
+struct RunOutput {
+  std::string dir, run_id;
+};
+
 // The sums an evaluation adds up over the job.
 struct EvalSums {
   double loss_sum = 0.0;         // mean loss × weight, summed
@@ -102,14 +109,17 @@ class Strategy {
   virtual void load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) {
     optimizer.load_state_dict(state);
   }
+  // Whether this process keeps the whole model after prepare (the mesh keeps only its stage's shards,
+  // so Trainer::model() is refused there and full_state_dict() gathers it).
+  virtual bool keeps_whole_model() const { return true; }
   // Whether every rank holds the whole training state (the survivors of an elastic job can save it).
   virtual bool holds_whole_state() const { return false; }
 
   // Around fit: the parameter-server workers start (or restore) the servers and finish them.
-  virtual void on_fit_start(int64_t /*step*/, bool /*resumed*/, const std::string& /*output_dir*/) {}
+  virtual void on_fit_start(int64_t /*step*/, bool /*resumed*/, const RunOutput& /*run*/) {}
   virtual void on_fit_end() {}
   // Before rank 0 writes the checkpoint of `step` (the servers write their shards first).
-  virtual void before_checkpoint(const std::string& /*output_dir*/, int64_t /*step*/) {}
+  virtual void before_checkpoint(const RunOutput& /*run*/, int64_t /*step*/) {}
   // The strategy's figures for this step's metrics record.
   virtual void add_step_metrics(nlohmann::json& /*record*/) const {}
   // The one-line description the lead rank logs at the start ("" for none).

@@ -79,7 +79,7 @@ void Trainer::build(StrategyEnvironment env) {
     model = build_model(config_, vocab_ ? vocab_->size() : 0);
   }
   std::vector<Tensor> params = strategy_->prepare(model);
-  if (strategy_->name() != "mesh") model_ = model;  // the mesh's ranks keep their part only
+  if (strategy_->keeps_whole_model()) model_ = model;
   // The linear (or square-root) scaling rule: the global batch grows with the replicas, so may the lr.
   const double lr = scaled_lr(config_.optimizer.lr, config_.optimizer.scale_lr, strategy_->data_share().count);
   optimizer_ = build_optimizer(config_.optimizer, lr, params);
@@ -176,7 +176,7 @@ FitResult Trainer::fit() {
   Progress progress(lead && Progress::stderr_is_terminal(), lead ? run.log_every : INT64_MAX);
   FitResult result;
   stop_requested_ = false;
-  strategy_->on_fit_start(step_, resumed_, run.output_dir);
+  strategy_->on_fit_start(step_, resumed_, RunOutput{run.output_dir, run_id_});
   strategy_->set_training(true);
   elastic_ = ElasticReport::from_environment(rank());
   if (elastic_) elastic_->started(step_);
@@ -369,7 +369,7 @@ std::string Trainer::save_checkpoint() {
   nn::StateDict state = strategy_->model_state();                        // collective for the mesh
   nn::StateDict optimizer_state = strategy_->optimizer_state(*optimizer_);  // likewise
   if (rank() != 0) return "";  // rank 0 writes for all
-  strategy_->before_checkpoint(config_.train.output_dir, step_);
+  strategy_->before_checkpoint(RunOutput{config_.train.output_dir, run_id_}, step_);
   std::lock_guard lock(state_mu_);  // not at the same time as a survivor's save
   auto [model, trainer] = checkpoint_files(std::move(state), std::move(optimizer_state), default_generator().state());
   return io::save_checkpoint(checkpoints_dir(), step_, model, trainer, config_.train.keep_checkpoints, run_id_);

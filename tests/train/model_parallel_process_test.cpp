@@ -75,7 +75,7 @@ TEST(ModelParallelProcesses, TooFewProcessesAreRefusedClearly) {
 // A pipeline-parallel job stopped at step 5 and resumed with --resume ends bit for bit where the
 // uninterrupted job does; its checkpoint, written in one process's layout, also resumes on a
 // tensor-parallel layout and in one process, and they end where the uninterrupted job does (within
-// the layouts' summation-order tolerance).
+// the layouts' summation-order tolerance); a one-process checkpoint resumes on PP and on TP likewise.
 TEST(ModelParallelProcesses, ResumedPipelineJobEqualsTheUninterruptedOneAndResumesAtOtherLayouts) {
   const std::string dir = tessera::testing::fresh_dir("mpproc", "resume");
   const std::string config = write_config(dir);
@@ -90,6 +90,14 @@ TEST(ModelParallelProcesses, ResumedPipelineJobEqualsTheUninterruptedOneAndResum
   nn::StateDict one = train(config, dir + "/one", 1, 8, "--resume");
   EXPECT_LT(tessera::testing::worst_relative_error(one, whole), 1e-4);
   EXPECT_EQ(io::latest_checkpoint_step(dir + "/one/checkpoints"), 10);
+  // And back: a one-process checkpoint resumes on a pipeline and on a tensor-parallel layout.
+  train(config, dir + "/from_one", 1, 8, "--set train.max_steps=5");
+  fs::copy(dir + "/from_one", dir + "/from_one_tp", fs::copy_options::recursive);
+  nn::StateDict pp_from_one = train(config, dir + "/from_one", 2, 8, "--set parallel.pp=2 --resume");
+  EXPECT_LT(tessera::testing::worst_relative_error(pp_from_one, whole), 1e-4);
+  nn::StateDict tp_from_one =
+      train(config, dir + "/from_one_tp", 2, 8, "--set parallel.tp=2 --set parallel.schedule=gpipe --resume");
+  EXPECT_LT(tessera::testing::worst_relative_error(tp_from_one, whole), 1e-4);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <regex>
 #include <unistd.h>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -63,6 +64,18 @@ nlohmann::json server_report(const std::string& out, int server) {
   return in.good() ? nlohmann::json::parse(in) : nlohmann::json::object();
 }
 
+// ps-shards/<run id>/server-<s>/step-<step>.safetensors under `out`, whatever the run's id.
+std::vector<std::string> shard_files(const std::string& out, int server, int step) {
+  std::vector<std::string> found;
+  const fs::path root = fs::path(out) / "ps-shards";
+  if (!fs::exists(root)) return found;
+  for (const auto& run : fs::directory_iterator(root)) {
+    const fs::path file = run.path() / ("server-" + std::to_string(server)) / ("step-" + std::to_string(step) + ".safetensors");
+    if (fs::exists(file)) found.push_back(file.string());
+  }
+  return found;
+}
+
 class PsTraining : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PsTraining, SynchronousEqualsOneProcessOnTheGlobalBatch) {
@@ -88,12 +101,45 @@ TEST(PsTrainingResume, StoppedAtStep10AndResumedFromTheShardsEqualsAnUninterrupt
   ASSERT_EQ(whole.status, 0) << whole.log;
   JobRun first = train(config, dir + "/split", 2, 16, "--set train.max_steps=10");
   ASSERT_EQ(first.status, 0) << first.log;
-  ASSERT_TRUE(fs::exists(dir + "/split/ps-shards/server-1/step-10.safetensors"));
+  ASSERT_EQ(shard_files(dir + "/split", 1, 10).size(), 1u);
   JobRun second = train(config, dir + "/split", 2, 16, "--resume");
   ASSERT_EQ(second.status, 0) << second.log;
   EXPECT_NE(second.log.find("restored step 10"), std::string::npos) << second.log;
   EXPECT_EQ(tessera::testing::max_state_difference(io::load_checkpoint(dir + "/whole/checkpoints").model.tensors,
                            io::load_checkpoint(dir + "/split/checkpoints").model.tensors),
+            0.0);
+}
+
+// The lost-checkpoint case of the parameter servers: a longer run's shards (step 20) left in the
+// directory must not push a new run's own shards (step 10, keep 1) out of the retention, or that
+// run's --resume finds its checkpoint without the servers' half.
+TEST(PsTrainingResume, AnotherRunsLaterShardsNeverDeleteThisRunsOwn) {
+  std::string dir = tessera::testing::fresh_dir("ps", "two_runs");
+  std::string config = write_config(dir, "sync", "adam");
+  const std::string keep1 = "--set train.keep_checkpoints=1";
+  JobRun longer = train(config, dir + "/out", 2, 16, keep1);
+  ASSERT_EQ(longer.status, 0) << longer.log;
+  ASSERT_EQ(shard_files(dir + "/out", 0, 20).size(), 1u);
+  JobRun refused = train(config, dir + "/out", 2, 16, keep1 + " --set train.max_steps=10");
+  EXPECT_NE(refused.status, 0) << refused.log;
+  EXPECT_NE(refused.log.find("holds another run's checkpoints"), std::string::npos) << refused.log;
+  JobRun shorter = train(config, dir + "/out", 2, 16, keep1 + " --set train.max_steps=10 --overwrite");
+  ASSERT_EQ(shorter.status, 0) << shorter.log;
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(shard_files(dir + "/out", s, 10).size(), 1u) << "server " << s << "'s own step 10 was pruned";
+    EXPECT_EQ(shard_files(dir + "/out", s, 20).size(), 1u) << "the other run's step 20 was deleted";
+  }
+  JobRun resumed = train(config, dir + "/out", 2, 16, keep1 + " --set train.max_steps=20 --resume");
+  ASSERT_EQ(resumed.status, 0) << resumed.log;
+  EXPECT_NE(resumed.log.find("restored step 10"), std::string::npos) << resumed.log;
+  // The resumed run equals the longer one, which trained the same 20 steps from the same seed.
+  std::vector<fs::path> moved_aside;
+  for (const auto& e : fs::directory_iterator(dir + "/out"))
+    if (e.path().filename().string().rfind("previous-", 0) == 0) moved_aside.push_back(e.path());
+  ASSERT_EQ(moved_aside.size(), 1u);
+  EXPECT_EQ(tessera::testing::max_state_difference(
+                io::load_checkpoint((moved_aside[0] / "checkpoints").string()).model.tensors,
+                io::load_checkpoint(dir + "/out/checkpoints").model.tensors),
             0.0);
 }
 
