@@ -68,10 +68,15 @@ struct PsBenchOptions {
   int64_t staleness = 2;
   bool worker = false;      // internal: one process of a measured job
   std::string model, mode;
+  // Across test hosts (bench/ps_hosts.cpp) when hosts > 1: `workers` and `servers` on each host.
+  int hosts = 1;
+  std::string links = "unshaped,1gbit";
 };
 // Parameter-server samples/s and bytes per step in each mode against DDP, for the MLP and for an
 // embedding-heavy bag-of-words model where only the rows a batch touches move.
 int ps(const PsBenchOptions& options);
+// The same jobs across `hosts` test hosts at each link rate (needs root).
+int ps_across_hosts(const PsBenchOptions& options);
 
 struct ModelParallelBenchOptions {
   int64_t embed = 128, layers = 8, heads = 4, context = 64;

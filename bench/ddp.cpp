@@ -22,6 +22,7 @@
 #include "tessera/core/rng.h"
 #include "tessera/dist/init.h"
 #include "tessera/dist/launcher/launcher.h"
+#include "tessera/nn/char_transformer.h"
 #include "tessera/nn/models.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/sgd.h"
@@ -34,24 +35,43 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kTorchTimeoutSeconds = 600;
 
+// The GPT-style model of `bench model-parallel` at its defaults (embed 128, 4 layers, 4 heads,
+// context 64) over a 96-symbol vocabulary: 826k parameters, a batch of `batch` sequences.
+constexpr int64_t kGptVocab = 96, kGptContext = 64;
+
+std::shared_ptr<nn::Module> bench_model(const std::string& name) {
+  if (name == "mlp") return nn::make_mlp({784, 512, 256, 10});
+  if (name == "cnn") return nn::make_cnn();
+  if (name == "gpt") {
+    nn::CharTransformerConfig c;
+    c.vocab_size = kGptVocab;
+    c.context = kGptContext;
+    return std::make_shared<nn::CharTransformer>(c);
+  }
+  throw ValueError("[bench ddp] unknown model '" + name + "': mlp, cnn or gpt");
+}
+
 // One rank's timed loop; rank 0 prints the job's figures as one JSON line.
 int run_worker(const DdpBenchOptions& o) {
   dist::InitOptions init;
   init.backend = o.backend;
   auto group = dist::init_process_group(init);
   manual_seed(0);
-  std::shared_ptr<nn::Module> model =
-      o.model == "mlp" ? std::static_pointer_cast<nn::Module>(nn::make_mlp({784, 512, 256, 10})) : nn::make_cnn();
+  std::shared_ptr<nn::Module> model = bench_model(o.model);
   parallel::ddp::DdpOptions options;
   options.comm_hook = o.comm_hook;
   parallel::ddp::DistributedDataParallel ddp(model, group, options);
   Generator gen(static_cast<uint64_t>(group->rank()) + 1);
-  Tensor x = o.model == "mlp" ? randn({o.batch, 784}, gen) : randn({o.batch, 1, 28, 28}, gen);
-  Tensor y = randint(0, 10, {o.batch}, gen);
+  const bool gpt = o.model == "gpt";
+  Tensor x = gpt ? randint(0, kGptVocab, {o.batch, kGptContext}, gen)
+                 : (o.model == "mlp" ? randn({o.batch, 784}, gen) : randn({o.batch, 1, 28, 28}, gen));
+  Tensor y = gpt ? randint(0, kGptVocab, {o.batch * kGptContext}, gen) : randint(0, 10, {o.batch}, gen);
   optim::SGD opt(model->parameters(), optim::SGDOptions{0.01, 0.9});
   auto step = [&] {
     opt.zero_grad();
-    cross_entropy(ddp(x), y).backward();
+    Tensor out = ddp(x);  // (B, classes), or (B, T, V) for the GPT
+    if (gpt) out = reshape(out, {-1, kGptVocab});
+    cross_entropy(out, y).backward();
     opt.step();
   };
   for (int i = 0; i < o.warmup; ++i) step();
@@ -151,7 +171,7 @@ int ddp(const DdpBenchOptions& o) {
         comm.push_back(t["comm_ms"]);
         bytes = t["bytes_per_step"];
       }
-      if (o.with_torch) {
+      if (o.with_torch && model != "gpt") {  // bench/torch_ddp.py has the MLP and the CNN
         nlohmann::json p = run_torch(o, model);
         if (!p.is_null()) theirs.push_back(p["samples_per_s"]);
       }

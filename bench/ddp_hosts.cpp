@@ -18,58 +18,21 @@
 #include <sstream>
 
 #include "bench/bench.h"
+#include "bench/test_hosts.h"
 #include "tessera/dist/launcher/job_token.h"
 
 namespace tessera::bench {
 
 namespace {
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
-
-struct Hosts {
-  std::string cluster;  // "env TESSERA_CLUSTER=NAME bash .../cluster.sh"
-  bool up = false;
-  Hosts(const std::string& name, int hosts, const std::string& link, const std::string& log) {
-    cluster = "env TESSERA_CLUSTER=" + name + " bash " + quoted(std::string(TESSERA_SOURCE_DIR) + "/scripts/cluster.sh");
-    std::string cmd = cluster + " up " + std::to_string(hosts) + (link == "unshaped" ? "" : " --link " + link) + " > " + log + " 2>&1";
-    up = std::system(cmd.c_str()) == 0;
-  }
-  ~Hosts() { std::system((cluster + " down > /dev/null 2>&1").c_str()); }
-};
-
-// One job across the hosts; rank 0's JSON line, or null (its log printed) when it failed.
-nlohmann::json run_across(const Hosts& hosts, const DdpBenchOptions& o, const std::string& model, const std::string& hook,
-                          const std::string& dir, const std::string& token) {
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::string script = "export TESSERA_JOB_TOKEN=" + token + " TESSERA_NUM_THREADS=1; ";
-  for (int node = 0; node < o.hosts; ++node) {
-    script += "timeout -k 5 600 " + hosts.cluster + " exec host" + std::to_string(node + 1) + " " + quoted(self) + " run --nnodes " +
-              std::to_string(o.hosts) + " --node-rank " + std::to_string(node) + " --nproc-per-node " + std::to_string(o.nproc) +
-              " --master-addr 198.18.0.1 --master-port 29500 -- " + quoted(self) +
-              " bench ddp --worker --models " + model + " --batch " + std::to_string(o.batch) + " --steps " +
-              std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) + " --backend " + o.backend + " --comm-hook " +
-              hook + " > " + dir + "/node" + std::to_string(node) + ".log 2>&1 & p" + std::to_string(node) + "=$!; ";
-  }
-  script += "s=0; for p in";
-  for (int node = 0; node < o.hosts; ++node) script += " $p" + std::to_string(node);
-  script += "; do wait $p || s=1; done; exit $s";
-  std::ofstream(dir + "/job.sh") << script << "\n";
-  const int rc = std::system(("bash " + dir + "/job.sh").c_str());
-  const std::string out = read_all(dir + "/node0.log");
-  if (rc != 0) {
-    std::fprintf(stderr, "bench ddp: the job across %d hosts failed (%s, %s):\n%s%s", o.hosts, model.c_str(), hook.c_str(), out.c_str(),
-                 read_all(dir + "/node1.log").c_str());
-    return nullptr;
-  }
-  return last_json_line(out);
+// One job across the hosts; rank 0's JSON line, or null (the logs printed) when it failed.
+nlohmann::json run_across(const TestHosts& hosts, const DdpBenchOptions& o, const std::string& model,
+                          const std::string& hook, const std::string& dir, const std::string& token) {
+  return run_on_hosts(hosts, "--nproc-per-node " + std::to_string(o.nproc),
+                      "bench ddp --worker --models " + model + " --batch " + std::to_string(o.batch) + " --steps " +
+                          std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) + " --backend " + o.backend +
+                          " --comm-hook " + hook,
+                      dir, token, model + ", " + hook);
 }
 
 }  // namespace
@@ -102,7 +65,7 @@ int ddp_across_hosts(const DdpBenchOptions& o, const std::function<nlohmann::jso
   int failures = 0;
   const std::string name = "b" + std::to_string(::getpid() % 100000);
   for (const auto& link : links) {
-    Hosts hosts(name, o.hosts, link, dir + "/cluster.log");
+    TestHosts hosts(name, o.hosts, link, dir + "/cluster.log");
     if (!hosts.up) {
       std::fprintf(stderr, "bench ddp: could not make %d test hosts at link %s:\n%s", o.hosts, link.c_str(),
                    read_all(dir + "/cluster.log").c_str());

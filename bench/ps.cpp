@@ -10,6 +10,7 @@
 // asynchronous modes workers run at their own pace); bytes/step is worker 0's payload per step,
 // both directions (PS: values, gradients and row ids; DDP: the reducer's all-reduce bytes).
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "tessera/dist/init.h"
 #include "tessera/dist/launcher/env.h"
 #include "tessera/dist/launcher/launcher.h"
+#include "tessera/dist/net/interface.h"
 #include "tessera/dist/store/store_from_env.h"
 #include "tessera/nn/embedding_bag.h"
 #include "tessera/nn/layers.h"
@@ -66,6 +68,9 @@ int run_server(const PsBenchOptions& o, const dist::launcher::PsRoleEnv& role) {
   s.staleness = o.staleness;
   s.optimizer = sgd_momentum();
   if (const char* token = env_setting("TESSERA_JOB_TOKEN")) s.token = token;
+  // Loopback on one machine; across test hosts, the interface that reaches the master.
+  const char* master = std::getenv("MASTER_ADDR");  // the launcher's env contract (launcher/env.h)
+  s.host = dist::detail::listen_address(master && *master ? master : "127.0.0.1", "MASTER_ADDR");
   s.timeout = kTimeout;
   s.log = [](const std::string&) {};
   parallel::ps::ParameterServer server(s);
@@ -173,6 +178,7 @@ int ps(const PsBenchOptions& options) {
     return o.mode == "ddp" ? run_ddp_worker(o) : run_ps_worker(o);
   }
   const auto& o = options;
+  if (o.hosts > 1) return ps_across_hosts(o);
   std::printf("tessera bench ps: %d workers (+ %d servers for PS) x 1 thread, batch %d per worker, SGD(momentum 0.9), "
               "%d steps after %d warm-up, median [min-max] of %d repeats; bow: EmbeddingBag(%lld, %lld), %lld ids per "
               "sample; ssp staleness %lld\n",

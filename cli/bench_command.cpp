@@ -45,7 +45,7 @@ Command add_bench_command(CLI::App& app) {
   auto dd = std::make_shared<bench::DdpBenchOptions>();
   dd->script = std::string(TESSERA_SOURCE_DIR) + "/bench/torch_ddp.py";
   auto* ddp = bench->add_subcommand("ddp", "DDP training samples/s with N processes x 1 thread, vs PyTorch DDP (gloo)");
-  ddp->add_option("--models", dd->models, "Comma-separated models (mlp, cnn)")->capture_default_str();
+  ddp->add_option("--models", dd->models, "Comma-separated models (mlp, cnn, gpt)")->capture_default_str();
   ddp->add_option("--nproc", dd->nproc, "Processes")->capture_default_str()->check(CLI::Range(1, 64));
   ddp->add_option("--batch", dd->batch, "Batch per process")->capture_default_str()->check(CLI::Range(1, 65536));
   ddp->add_option("--steps", dd->steps, "Timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
@@ -76,6 +76,12 @@ Command add_bench_command(CLI::App& app) {
   psb->add_option("--repeats", pb->repeats, "Runs of each")->capture_default_str()->check(CLI::Range(1, 100));
   psb->add_option("--vocab", pb->vocab, "Rows of the bow embedding")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   psb->add_option("--staleness", pb->staleness, "Bound of the ssp mode")->capture_default_str()->check(CLI::Range(0, 1000));
+  psb->add_option("--hosts", pb->hosts, "Run across this many test hosts (scripts/cluster.sh; needs root), --workers "
+                                       "and --servers on each")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  psb->add_option("--links", pb->links, "With --hosts: comma-separated link rates (unshaped, or tc rates such as 1gbit)")
+      ->capture_default_str();
   psb->add_flag("--worker", pb->worker, "Internal: one process of a measured job")->group("");
 
   auto mo = std::make_shared<bench::ModelParallelBenchOptions>();
