@@ -147,8 +147,8 @@ TEST(GlooCollectives, BFloat16MaxAndMinUseTheSharedKernel) {
 TEST(GlooRendezvous, BindsLoopbackWhenEveryRankIsLocal) {
   EXPECT_EQ(dist::detail::gloo_bind_host(4, 4), "127.0.0.1");
   EXPECT_EQ(dist::detail::gloo_bind_host(0, 1), "127.0.0.1");
-  ::setenv("TESSERA_GLOO_HOST", "10.1.2.3", 1);
-  EXPECT_EQ(dist::detail::gloo_bind_host(2, 4), "10.1.2.3");
+  ::setenv("TESSERA_GLOO_HOST", "198.18.2.3", 1);
+  EXPECT_EQ(dist::detail::gloo_bind_host(2, 4), "198.18.2.3");
   EXPECT_EQ(dist::detail::gloo_bind_host(4, 4), "127.0.0.1");
   ::unsetenv("TESSERA_GLOO_HOST");
   EXPECT_FALSE(dist::detail::gloo_bind_host(0, 4).empty());  // this machine's hostname

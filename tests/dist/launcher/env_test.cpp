@@ -17,7 +17,7 @@ WorkerEnv sample() {
   env.local_rank = 1;
   env.local_world_size = 4;
   env.node_rank = 1;
-  env.master_addr = "10.0.0.7";
+  env.master_addr = "198.18.0.7";
   env.master_port = 29500;
   env.job_token = "00112233445566778899aabbccddeeff";
   env.num_threads = 3;
@@ -77,7 +77,7 @@ ServerEnv sample_server() {
   env.num_servers = 4;
   env.num_workers = 6;
   env.node_rank = 1;
-  env.master_addr = "10.0.0.7";
+  env.master_addr = "198.18.0.7";
   env.master_port = 29500;
   env.job_token = "00112233445566778899aabbccddeeff";
   env.num_threads = 2;
@@ -105,7 +105,7 @@ TEST(PsRoleEnv, ServerRoundTripsAndHasNoRank) {
   EXPECT_EQ(ps_role_from_variables(v), role(PsRoleEnv::Role::kServer, 3, 4, 6));
   EXPECT_EQ(v.at("TESSERA_ROLE"), "server");
   EXPECT_EQ(v.at("NODE_RANK"), "1");
-  EXPECT_EQ(v.at("MASTER_ADDR"), "10.0.0.7");
+  EXPECT_EQ(v.at("MASTER_ADDR"), "198.18.0.7");
   EXPECT_EQ(v.at("MASTER_PORT"), "29500");
   EXPECT_EQ(v.at("TESSERA_JOB_TOKEN"), sample_server().job_token);
   EXPECT_EQ(v.at("TESSERA_NUM_THREADS"), "2");

@@ -66,7 +66,7 @@ TEST(Launch, SetsTheEnvContractPerRank) {
   LaunchOptions o = sh_job(3, kPrintEnv);
   o.nnodes = 2;
   o.node_rank = 1;
-  o.master_addr = "10.1.2.3";
+  o.master_addr = "198.18.2.3";
   o.master_port = 29555;
   o.job_token = "feedface";
   o.threads_per_worker = 2;
@@ -77,7 +77,7 @@ TEST(Launch, SetsTheEnvContractPerRank) {
   ASSERT_EQ(lines.size(), 3u) << c.out;
   for (int local = 0; local < 3; ++local) {
     int rank = 3 + local;
-    EXPECT_EQ(lines[rank], std::to_string(rank) + " 6 " + std::to_string(local) + " 3 1 10.1.2.3 29555 feedface 2");
+    EXPECT_EQ(lines[rank], std::to_string(rank) + " 6 " + std::to_string(local) + " 3 1 198.18.2.3 29555 feedface 2");
   }
 }
 

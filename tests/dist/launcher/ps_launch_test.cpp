@@ -96,13 +96,13 @@ TEST(LaunchPs, SetsTheContractOfServersAndWorkers) {
   LaunchOptions o = ps_job(2, 3, kPrintEnv);
   o.nnodes = 2;
   o.node_rank = 1;
-  o.master_addr = "10.1.2.3";
+  o.master_addr = "198.18.2.3";
   o.master_port = 29555;
   o.job_token = "feedface";
   o.threads_per_worker = 2;
   Captured c = launch_captured(o, dir);
   ASSERT_EQ(c.result.exit_code, 0) << c.result.message << c.err;
-  const std::string common = " 1 10.1.2.3 29555 feedface 2";
+  const std::string common = " 1 198.18.2.3 29555 feedface 2";
   for (int i = 0; i < 2; ++i) {
     int server = 2 + i;  // node 1's servers of 2 per node
     EXPECT_EQ(lines_of(c.out, "[server " + std::to_string(server) + "] "),
