@@ -39,8 +39,13 @@ across() {  # across NPROC_PER_HOST COMMAND...
   cat "$out/node0.log"
 }
 echo "== $hosts hosts x $per_host, link $link"
-echo "-- plain TCP between the hosts (tessera doctor)"
+echo "-- plain TCP between the hosts (tessera doctor: 4 KiB round trip, one way)"
 across 1 "$bin" doctor
+echo "-- plain TCP both ways at once between host1 and host2 (bench/tcp_both_ways.py, 256 MiB)"
+bash "$cluster" exec host1 python3 "$root/bench/tcp_both_ways.py" serve 29700 268435456 &
+server=$!
+bash "$cluster" exec host2 python3 "$root/bench/tcp_both_ways.py" connect 198.18.0.1 29700 268435456
+wait $server
 for b in ${backends//,/ }; do
   echo "-- tessera $b"
   across "$per_host" "$bin" bench comm --backend "$b" --op allreduce --min-bytes "$min_bytes" --max-bytes "$max_bytes"
