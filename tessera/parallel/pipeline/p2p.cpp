@@ -1,16 +1,15 @@
 #include "tessera/parallel/pipeline/p2p.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "tessera/autograd/node.h"
 #include "tessera/ops/ops.h"
+#include "tessera/parallel/pipeline/stage_header.h"
 
 namespace tessera::parallel::pipeline {
 
 namespace {
-
-constexpr int64_t kMaxDims = 8;
-constexpr int64_t kHeaderSize = 2 + kMaxDims;  // dtype, rank, sizes
 
 int tag_of(int64_t tag) {
   TESSERA_CHECK(tag >= 0 && tag < (int64_t{1} << 30), "[pipeline] message tag ", tag, " out of range");
@@ -43,15 +42,9 @@ StageLink::StageLink(dist::ProcessGroupPtr group) : group_(std::move(group)) {
 }
 
 void StageLink::post_send(const Tensor& x, int peer, int64_t header_tag, int64_t payload_tag) {
-  TESSERA_CHECK(x.dtype() == DType::Float32 || x.dtype() == DType::Int64, "[pipeline] stage ", group_->rank(),
-                " can only send float32 or int64 tensors, got ", dtype_name(x.dtype()));
-  TESSERA_CHECK(x.dim() <= kMaxDims, "[pipeline] stage ", group_->rank(), " cannot send a tensor of ", x.dim(),
-                " dimensions (at most ", kMaxDims, ")");
-  Tensor header = Tensor::empty({kHeaderSize}, DType::Int64);
-  int64_t* h = header.data<int64_t>();
-  h[0] = x.dtype() == DType::Float32 ? 0 : 1;
-  h[1] = x.dim();
-  for (int64_t i = 0; i < kMaxDims; ++i) h[2 + i] = i < x.dim() ? x.shape()[i] : 0;
+  const StageHeader fields = encode_stage_header(x.shape(), x.dtype());
+  Tensor header = Tensor::empty({kStageHeaderSize}, DType::Int64);
+  std::copy(fields.begin(), fields.end(), header.data<int64_t>());
   Tensor payload;
   {
     NoGradGuard no_grad;
@@ -64,16 +57,12 @@ void StageLink::post_send(const Tensor& x, int peer, int64_t header_tag, int64_t
 
 Tensor StageLink::receive(int peer, int64_t header_tag, int64_t payload_tag, const std::string& what) {
   const std::string context = receive_context(what, peer);
-  Tensor header = Tensor::empty({kHeaderSize}, DType::Int64);
+  Tensor header = Tensor::empty({kStageHeaderSize}, DType::Int64);
   wait_with_context(group_->recv(header, peer, tag_of(header_tag)), context, wait_seconds_);
-  const int64_t* h = header.data<int64_t>();
-  if ((h[0] != 0 && h[0] != 1) || h[1] < 0 || h[1] > kMaxDims)
-    throw ValueError(context + ": malformed header (dtype code " + std::to_string(h[0]) + ", rank " +
-                     std::to_string(h[1]) + ")");
-  Shape shape(h + 2, h + 2 + h[1]);
-  for (int64_t d : shape)
-    if (d < 0) throw ValueError(context + ": malformed header (negative size)");
-  Tensor x = Tensor::empty(shape, h[0] == 0 ? DType::Float32 : DType::Int64);
+  StageHeader fields;
+  std::copy(header.data<int64_t>(), header.data<int64_t>() + kStageHeaderSize, fields.begin());
+  const StageTensorSpec spec = decode_stage_header(fields, context);
+  Tensor x = Tensor::empty(spec.shape, spec.dtype);
   if (x.numel() > 0) wait_with_context(group_->recv(x, peer, tag_of(payload_tag)), context, wait_seconds_);
   bytes_received_ += static_cast<int64_t>(x.numel() * dtype_size(x.dtype()));
   return x;

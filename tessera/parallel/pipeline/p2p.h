@@ -8,7 +8,7 @@
 // backward for one micro-batch is `token.backward()` on all but the last stage, `loss.backward()`
 // on the last.
 //
-// Each message is a small header (dtype, rank, sizes) and then the payload, so the receiver needs
+// Each message is a small header (stage_header.h: dtype, rank, sizes) and then the payload, so the receiver needs
 // no shapes in advance. Tags: micro-batch m uses 3m (header), 3m+1 (payload) and 3m+2 (gradient),
 // so several micro-batches can be in flight between a pair of stages without mixing. Sends are
 // posted at once and completed by wait_sends(); every receive waits at most the group's timeout
