@@ -7,6 +7,8 @@
 #   scripts/cluster.sh up N [--link RATE] [--slow HOST=RATE]   start hosts host1..hostN (198.18.0.1..N)
 #   scripts/cluster.sh exec HOST CMD...                        run CMD inside HOST (e.g. host2)
 #   scripts/cluster.sh kill HOST                               lose a host: kill -9 every process in it
+#   scripts/cluster.sh signal HOST SIG ARG1                    send SIG to the host's processes whose
+#                                                              first argument is ARG1 (e.g. KILL train)
 #   scripts/cluster.sh list                                    the hosts, their pids and addresses
 #   scripts/cluster.sh down                                    end every process in the hosts, remove all
 #
@@ -32,6 +34,19 @@ kill_host() {
   ns=$(readlink "/proc/$pid/ns/net")
   for p in /proc/[0-9]*; do
     [ "${p#/proc/}" != "$pid" ] && [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$ns" ] && kill -9 "${p#/proc/}" 2>/dev/null || true
+  done
+}
+
+# Signal $2 to every process in host $1 whose first argument is $3: "train" picks a host's
+# `tessera train` workers and leaves its `tessera run` agent (the hosts share one pid namespace).
+signal_in_host() {
+  local pid ns args
+  pid=$(host_pid "$1")
+  ns=$(readlink "/proc/$pid/ns/net")
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$ns" ] || continue
+    args=$(tr '\0' '\n' < "$p/cmdline" 2>/dev/null | sed -n 2p) || continue
+    [ "$args" = "$3" ] && kill -s "$2" "${p#/proc/}" 2>/dev/null || true
   done
 }
 
@@ -102,12 +117,13 @@ up() {
   cat "$state/hosts"
 }
 
-[ $# -ge 1 ] || die "usage: cluster.sh up N [--link RATE] [--slow HOST=RATE] | exec HOST CMD... | kill HOST | list | down"
+[ $# -ge 1 ] || die "usage: cluster.sh up N [--link RATE] [--slow HOST=RATE] | exec HOST CMD... | kill HOST | signal HOST SIG ARG1 | list | down"
 command=$1; shift
 case "$command" in
   up) [ $# -ge 1 ] || die "usage: cluster.sh up N"; up "$@" ;;
   exec) [ $# -ge 2 ] || die "usage: cluster.sh exec HOST CMD..."; in_host "$@" ;;
   kill) [ $# -eq 1 ] || die "usage: cluster.sh kill HOST"; kill_host "$1" ;;
+  signal) [ $# -eq 3 ] || die "usage: cluster.sh signal HOST SIG ARG1"; signal_in_host "$@" ;;
   list) [ -e "$state/hosts" ] && cat "$state/hosts" || echo "cluster '$name' is not up" ;;
   down) down ;;
   *) die "unknown command '$command'" ;;

@@ -243,9 +243,8 @@ class Agent {
     }
     // The last step rank 0 reached, for the next generation's recovery report.
     if (m.node_rank == 0) {
-      workers_->poll_step();
       try {
-        if (workers_->last_step() >= 0) rdzv_->set(concat("g", g, "/last_step"), std::to_string(workers_->last_step()));
+        if (std::optional<std::string> reach = workers_->generation_reach()) rdzv_->set(concat("g", g, "/last_step"), *reach);
       } catch (const Error&) {
       }
     }

@@ -14,7 +14,8 @@
 //   g<g>/finished/<r>     node r's workers all exited 0
 //   g<g>/end              why generation g ended: "<kind> <unix ms> <text>", kind failure | grow |
 //                         lost; set once, together with gen = g + 1
-//   g<g>/last_step        the step rank 0 had reached when g ended (for the recovery report)
+//   g<g>/last_step        the step rank 0 had reached when g ended, or "none" when it never
+//                         started (for the recovery report)
 //   done, failed          the job finished / gave up (a late agent then exits instead of waiting)
 //
 // Node ranks are join order; a member's workers take the global ranks after those of the members

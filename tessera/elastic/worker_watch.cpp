@@ -110,6 +110,27 @@ void WorkerWatch::poll_step() {
   }
 }
 
+std::optional<std::string> WorkerWatch::generation_reach() {
+  poll_step();
+  if (last_step_ >= 0) return std::to_string(last_step_);
+  try {
+    if (!store_) return std::nullopt;
+    if (store_->check({dist::launcher::kElasticResumedKey})) return store_->get_string(dist::launcher::kElasticResumedKey);
+    return std::string(kNoStepDone);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool WorkerWatch::survivors_saved(int64_t generation) {
+  try {
+    return store_ && store_->check({dist::launcher::kElasticResumedFromKey}) &&
+           store_->get_string(dist::launcher::kElasticResumedFromKey) == std::to_string(generation);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 void WorkerWatch::check_recovery(Rendezvous& rdzv, std::set<int64_t>& reported) {
   if (m_.generation == 0 || reported.count(m_.generation)) return;
   std::optional<GenerationEnd> end = rdzv.end_of(m_.generation - 1);
@@ -129,19 +150,32 @@ void WorkerWatch::check_recovery(Rendezvous& rdzv, std::set<int64_t>& reported) 
   rec.world_size = m_.world_size();
   rec.seconds = static_cast<double>(unix_ms_now() - end->unix_ms) / 1000.0;
   rec.resumed_step = resumed;
-  if (auto last = rdzv.get(concat("g", m_.generation - 1, "/last_step"))) rec.last_step = std::stoll(*last);
-  if (rec.last_step >= 0) rec.steps_lost = std::max<int64_t>(0, rec.last_step - resumed);
+  const int64_t previous = m_.generation - 1;
+  std::string lost = "steps lost: unknown (the last generation's node 0 is gone, and the resumed step is not its "
+                     "survivors' save)";
+  const std::optional<std::string> reach = rdzv.get(concat("g", previous, "/last_step"));
+  if (reach && *reach == kNoStepDone) {
+    rec.steps_lost = 0;
+    lost = "steps lost: 0 (rank 0 completed no step in it)";
+  } else if (reach) {
+    rec.last_step = std::stoll(*reach);
+    rec.steps_lost = std::max<int64_t>(0, rec.last_step - resumed);
+    lost = concat("steps lost: ", rec.steps_lost, " (it had reached step ", rec.last_step, ")");
+  } else if (survivors_saved(previous)) {
+    // Every step needs every replica's gradients, so no replica completed a step its survivors had
+    // not, but for the one the dead rank may have finished as they waited for it: none any survivor
+    // completed is lost.
+    rec.steps_lost = 0;
+    lost = concat("steps lost: 0 (resumed from the last step every surviving replica of generation ", previous,
+                  " finished, saved from their memory; that generation's node 0 is gone with rank 0's own count)");
+  }
   result_.recoveries.push_back(rec);
-  char line[320];
-  char lost[96] = "steps lost: unknown (the last generation's node 0 is gone)";
-  if (rec.last_step >= 0)
-    std::snprintf(lost, sizeof lost, "steps lost: %lld (it had reached step %lld)", static_cast<long long>(rec.steps_lost),
-                  static_cast<long long>(rec.last_step));
+  char line[512];
   std::snprintf(line, sizeof line,
                 "recovery: generation %lld (%d worker(s), after a %s) resumed training at step %lld, %.2f s after "
                 "generation %lld ended; %s",
                 static_cast<long long>(rec.generation), rec.world_size, rec.cause.c_str(), static_cast<long long>(rec.resumed_step),
-                rec.seconds, static_cast<long long>(m_.generation - 1), lost);
+                rec.seconds, static_cast<long long>(previous), lost.c_str());
   detail::say(o_.stderr_fd, line);
 }
 

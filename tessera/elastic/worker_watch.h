@@ -46,6 +46,11 @@ class WorkerWatch {
   // Reads the step rank 0 published; last_step() is -1 until it has.
   void poll_step();
   int64_t last_step() const { return last_step_; }
+  // What node 0 publishes when its generation ends, as `g<g>/last_step`: the step rank 0 completed
+  // last, else the step it resumed at (it completed none), else kNoStepDone (it never started, so no
+  // rank completed a step: each needs rank 0's collectives). nullopt when the store cannot be read.
+  static constexpr const char* kNoStepDone = "none";
+  std::optional<std::string> generation_reach();
   // Node 0 of a generation after a failure, loss or growth: once rank 0 completes a step past the one
   // it resumed at, reports the recovery (once per generation: `reported` is the agent's).
   void check_recovery(Rendezvous& rdzv, std::set<int64_t>& reported);
@@ -57,6 +62,8 @@ class WorkerWatch {
   // closes it when its generation ends, which can race this read on another node (the grow race),
   // and a node 0 that died is found by its agent's missing heartbeat.
   std::optional<std::map<int, dist::Heartbeat>> read_beats();
+  // Whether this generation resumed from a checkpoint the survivors of `generation` saved.
+  bool survivors_saved(int64_t generation);
 
   const Membership m_;
   const int slots_;

@@ -15,8 +15,9 @@ std::unique_ptr<ElasticReport> ElasticReport::from_environment(int rank) {
 }
 
 // A report is never worth failing training over: a store gone away means the agent is restarting us.
-void ElasticReport::started(int64_t step) {
+void ElasticReport::started(int64_t step, int64_t survivors_of) {
   try {
+    store_->set(dist::launcher::kElasticResumedFromKey, std::to_string(survivors_of));
     store_->set(dist::launcher::kElasticResumedKey, std::to_string(step));
   } catch (const std::exception&) {
   }

@@ -1,6 +1,7 @@
 // What rank 0 of a job under the elastic agent (`tessera run --nnodes MIN:MAX ...`, which sets
 // TESSERA_ELASTIC_GENERATION) tells its agent through the generation's store: the step it started
-// (or resumed) at, "elastic/resumed", and each step it completes, "elastic/step". From these the
+// (or resumed) at, "elastic/resumed" (and whether survivors saved it, "elastic/resumed_from_survivors_of"),
+// and each step it completes, "elastic/step". From these the
 // agent reports the time from a failure to training resumed and the steps lost.
 #pragma once
 #include <cstdint>
@@ -14,7 +15,8 @@ class ElasticReport {
  public:
   // Null when this process is not rank 0 of an elastic job.
   static std::unique_ptr<ElasticReport> from_environment(int rank);
-  void started(int64_t step);
+  // `survivors_of`: the generation whose survivors saved the resumed step (-1: none).
+  void started(int64_t step, int64_t survivors_of);
   void stepped(int64_t step);
 
  private:

@@ -65,15 +65,19 @@ RunOutcome run(const TrainConfig& config, const RunOptions& options) {
     std::signal(SIGTERM, SIG_DFL);
   }
   const FitResult& r = outcome.fit;
+  outcome.interrupted = r.stopped_early && !(config.train.max_steps > 0 && r.steps >= config.train.max_steps);
+  // An interrupted run (Ctrl-C, or an elastic agent's SIGTERM before a resize) is not final: its
+  // latest evaluation is reported as such, so the one "final" line is the finished run's.
+  const char* which = outcome.interrupted ? "latest (interrupted at step " : "final";
+  const std::string at = outcome.interrupted ? std::to_string(r.steps) + ")" : "";
   if (r.last_eval && lead) {
     if (trainer->vocabulary())
-      std::printf("final validation loss %.4f\n", r.last_eval->loss);
+      std::printf("%s%s validation loss %.4f\n", which, at.c_str(), r.last_eval->loss);
     else
-      std::printf("final test accuracy %.2f%% (loss %.4f) on %lld samples\n", 100.0 * r.last_eval->accuracy,
-                  r.last_eval->loss, static_cast<long long>(r.last_eval->samples));
+      std::printf("%s%s test accuracy %.2f%% (loss %.4f) on %lld samples\n", which, at.c_str(),
+                  100.0 * r.last_eval->accuracy, r.last_eval->loss, static_cast<long long>(r.last_eval->samples));
   }
   if (lead) std::printf("checkpoint: %s\n", r.last_checkpoint.c_str());
-  outcome.interrupted = r.stopped_early && !(config.train.max_steps > 0 && r.steps >= config.train.max_steps);
   return outcome;
 }
 

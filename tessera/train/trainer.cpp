@@ -164,6 +164,33 @@ double Trainer::train_step(const data::Batch& batch) {
 }
 
 FitResult Trainer::fit() {
+  try {
+    return fit_epochs();
+  } catch (const PeerFailureError&) {
+    save_after_losing_a_peer();
+    throw;
+  } catch (const TimeoutError&) {
+    save_after_losing_a_peer();
+    throw;
+  }
+}
+
+void Trainer::save_after_losing_a_peer() {
+  // Under the elastic agent, a collective that failed on a dead or silent peer may be seen here
+  // before the agent's SIGUSR1 arrives (a machine lost resets its connections at once). The state is
+  // whole (a step's update is applied under state_mu_, after its collectives), so this replica saves
+  // it as the survivors' save would; a save of the same step by another survivor is left as it is.
+  if (!survivor_) return;
+  try {
+    const std::string saved = save_survivor_checkpoint();
+    if (!saved.empty())
+      std::fprintf(stderr, "[elastic] rank %d: a peer is gone; saved the state in memory as %s\n", rank(), saved.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[elastic] rank %d: a peer is gone and saving the state in memory failed: %s\n", rank(), e.what());
+  }
+}
+
+FitResult Trainer::fit_epochs() {
   const auto& run = config_.train;
   const bool lead = rank() == 0;  // the rank that reports and writes
   if (run_id_.empty()) resumed_ ? agree_on_run_id() : claim_output_dir();
@@ -179,7 +206,7 @@ FitResult Trainer::fit() {
   strategy_->on_fit_start(step_, resumed_, RunOutput{run.output_dir, run_id_});
   strategy_->set_training(true);
   elastic_ = ElasticReport::from_environment(rank());
-  if (elastic_) elastic_->started(step_);
+  if (elastic_) elastic_->started(step_, resumed_survivors_of_);
   if (strategy_->holds_whole_state() && world_size() > 1 && !survivor_) {
     {
       std::lock_guard lock(state_mu_);
@@ -198,7 +225,6 @@ FitResult Trainer::fit() {
       auto t0 = std::chrono::steady_clock::now();
       const double loss = train_step(*batch);
       ++batch_in_epoch_;
-      if (elastic_) elastic_->stepped(step_);
       apply_fault_injection();
       TESSERA_CHECK(std::isfinite(loss), "[train] the loss became ", loss, " at step ", step_,
                     "; lower optimizer.lr or set optimizer.clip_grad_norm");
@@ -208,6 +234,11 @@ FitResult Trainer::fit() {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double now_rate = static_cast<double>(global_batch_size()) / std::max(seconds, 1e-9);
       rate = rate == 0.0 ? now_rate : 0.9 * rate + 0.1 * now_rate;
+      // The stop flag's all-reduce comes first: once it completes, every rank has finished this
+      // step's optimizer update, so a step in the metrics or in the elastic agent's count is one every
+      // surviving replica holds (a survivors' save keeps it; none is lost or done twice).
+      const bool stop = strategy_->any_rank(stop_requested_) || (run.max_steps > 0 && step_ >= run.max_steps);
+      if (elastic_) elastic_->stepped(step_);
       if (lead) {
         progress.step(batch_in_epoch_ - 1, step_, loss, optimizer_->lr(), rate);
         nlohmann::json record{{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss},
@@ -217,7 +248,6 @@ FitResult Trainer::fit() {
         strategy_->add_step_metrics(record);
         metrics->write(record);
       }
-      const bool stop = strategy_->any_rank(stop_requested_) || (run.max_steps > 0 && step_ >= run.max_steps);
       if (stop || (run.checkpoint_every > 0 && step_ % run.checkpoint_every == 0)) result.last_checkpoint = save_checkpoint();
       if (stop) {
         result.stopped_early = true;
@@ -388,6 +418,10 @@ std::string Trainer::save_survivor_checkpoint() {
   if (io::latest_checkpoint_step(dir.string()) >= step_)
     return "";  // a scheduled checkpoint of this step (or a later one) is there already
   auto [model, trainer] = checkpoint_files(model_->state_dict(), optimizer_->state_dict(), rng_at_step_.state());
+  // Which generation's survivors wrote it: the next generation's recovery report can then say that
+  // no step a surviving replica completed was lost, even when the count of rank 0 is gone with it.
+  if (const char* generation = env_setting(dist::launcher::kElasticGenerationVariable))
+    trainer.metadata["tessera.survivors_of_generation"] = generation;
   return io::save_checkpoint(dir.string(), step_, model, trainer, config_.train.keep_checkpoints, run_id_);
 }
 
@@ -426,6 +460,8 @@ void Trainer::resume(const std::string& path_in) {
   }
   // The run continues under the id of the run that wrote the checkpoint (one written before runs had
   // ids starts a new one).
+  auto survivors = files.trainer.metadata.find("tessera.survivors_of_generation");
+  resumed_survivors_of_ = survivors == files.trainer.metadata.end() ? -1 : std::atoll(survivors->second.c_str());
   auto id = files.trainer.metadata.find("tessera.run_id");
   if (id != files.trainer.metadata.end() && !id->second.empty()) run_id_ = id->second;
   if (batch_in_epoch_ == loader_->batches_per_epoch()) {  // saved right at an epoch's end, before evaluation

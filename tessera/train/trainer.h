@@ -71,6 +71,9 @@ class Trainer {
   // Loads model, optimizer, schedule, data position and RNG state. `path` as io::load_checkpoint
   // takes it; "" means the latest checkpoint of this run's output_dir (an IoError if there is none).
   void resume(const std::string& path = "");
+  // Trains to the configured end (or max_steps, or a stop request). Under the elastic agent, a
+  // collective that fails on a lost peer first saves this replica's last whole step (as the
+  // survivors' save does), then rethrows.
   FitResult fit();
   // One optimizer step on one batch (this replica's share): forward, backward, clipping, optimizer,
   // schedule. Returns the loss the strategy reports. What fit runs each step; benchmarks call it.
@@ -108,6 +111,8 @@ class Trainer {
   // A fresh run: agrees on a run id and refuses (or with train.overwrite, moves aside) another
   // run's checkpoints in output_dir.
   void claim_output_dir();
+  FitResult fit_epochs();  // fit's loop; fit adds the save after a peer's loss
+  void save_after_losing_a_peer();
   void agree_on_run_id();  // collective
   std::string checkpoints_dir() const;
   // The two files of a checkpoint at step_, with `rng` as the generator state.
@@ -139,6 +144,7 @@ class Trainer {
   Generator rng_at_step_;
   // Last, so destroyed first: its thread may read every member above.
   std::unique_ptr<SurvivorSave> survivor_;
+  int64_t resumed_survivors_of_ = -1;  // the generation whose survivors saved the resumed checkpoint
   static std::atomic<bool> stop_requested_;
 };
 

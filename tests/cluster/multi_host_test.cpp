@@ -19,34 +19,14 @@
 #include "tessera/io/checkpoint.h"
 #include "tessera/ops/ops.h"
 #include "testing/state_compare.h"
+#include "testing/cluster.h"
 #include "testing/temp_dir.h"
 
 namespace tessera {
 namespace {
 
-const std::string kCluster = std::string(TESSERA_SOURCE_DIR) + "/scripts/cluster.sh";
-
-// A cluster of `n` hosts for one test, removed on every exit path (destructor).
-class Cluster {
- public:
-  Cluster(int n, const std::string& dir) : name_("m" + std::to_string(::getpid() % 100000)), dir_(dir) {
-    const std::string cmd = env() + " bash " + kCluster + " up " + std::to_string(n) + " > " + dir + "/cluster.log 2>&1";
-    up_ = std::system(cmd.c_str()) == 0;
-  }
-  ~Cluster() { std::system((env() + " bash " + kCluster + " down > /dev/null 2>&1").c_str()); }
-  bool up() const { return up_; }
-  const std::string& name() const { return name_; }
-  std::string why_not() const { return tessera::testing::read_text(dir_ + "/cluster.log"); }
-  // `command` inside host `host` (1-based).
-  std::string in(int host, const std::string& command) const {
-    return "env " + env() + " bash " + kCluster + " exec host" + std::to_string(host) + " " + command;
-  }
-
- private:
-  std::string env() const { return "TESSERA_CLUSTER=" + name_; }
-  std::string name_, dir_;
-  bool up_ = false;
-};
+using tessera::testing::Cluster;
+const std::string& kCluster = tessera::testing::kClusterScript;
 
 std::string write_config(const std::string& dir) {
   std::ofstream(dir + "/config.toml") << "[model]\nname = \"mlp\"\nhidden = [32, 16]\n"
@@ -97,10 +77,6 @@ nn::StateDict train_alone(const std::string& dir, const std::string& name, const
   EXPECT_EQ(std::system(cmd.c_str()), 0) << tessera::testing::read_text(dir + "/" + name + ".log");
   return io::load_checkpoint(dir + "/" + name + "/checkpoints").model.tensors;
 }
-
-#define UP_OR_SKIP(cluster)                                                                    \
-  if (::geteuid() != 0) GTEST_SKIP() << "test hosts need root (network namespaces, veth, tc)"; \
-  if (!(cluster).up()) GTEST_SKIP() << "could not make test hosts here: " << (cluster).why_not()
 
 // DDP across 2 hosts × 1 and 2 hosts × 2 processes equals one process on the global batch (the
 // single-host DDP test's tolerance), for the MLP and the CNN. The first layout finds its interface by

@@ -66,6 +66,10 @@ inline constexpr const char* kRestartCountVariable = "TESSERA_RESTART_COUNT";
 inline constexpr const char* kHeartbeatMsVariable = "TESSERA_HEARTBEAT_MS";
 inline constexpr const char* kElasticResumedKey = "elastic/resumed";  // the step the generation started at
 inline constexpr const char* kElasticStepKey = "elastic/step";        // the last step it completed
+// The generation whose survivors saved the step this generation resumed from ("-1": a scheduled
+// checkpoint, or a fresh start): a survivors' save of the generation just ended loses no step that
+// any surviving replica completed, even when that generation's node 0 (and its count) is gone.
+inline constexpr const char* kElasticResumedFromKey = "elastic/resumed_from_survivors_of";
 
 struct WorkerEnv {
   int rank = 0;
