@@ -18,6 +18,9 @@ class IoError : public Error { using Error::Error; };
 class TimeoutError : public Error { using Error::Error; };
 class PeerFailureError : public Error { using Error::Error; };
 class NotSupportedError : public Error { using Error::Error; };
+// An allocation refused: past the process's memory budget (cpu_allocator::set_memory_budget) or
+// refused by the system. Its own type so that a caller can retry with a smaller batch.
+class OutOfMemoryError : public Error { using Error::Error; };
 // A bug in tessera itself (TESSERA_ASSERT).
 class InternalError : public Error { using Error::Error; };
 

@@ -12,7 +12,13 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape)
     TESSERA_CHECK(d >= 0, "[empty] negative dimension in shape ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  try {
+    impl->storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  } catch (const OutOfMemoryError& e) {
+    // The allocator sees only bytes; the shape is what tells the user which tensor was too big.
+    throw OutOfMemoryError(detail::concat("[empty] no memory for a ", dtype_name(dtype), " tensor of shape ",
+                                          shape_str(shape), ": ", e.what()));
+  }
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

@@ -10,6 +10,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
+#include <vector>
 
 #include "tessera/core/error.h"
 #include "tessera/io/atomic_file.h"
@@ -18,6 +20,7 @@ namespace tessera::io {
 
 // The format is little-endian; we copy tensor bytes as they lie in memory.
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+static_assert(sizeof(z_off_t) == 8, "crc32_combine must take tensor sizes past 2 GiB");
 
 namespace {
 
@@ -27,6 +30,7 @@ using Json = nlohmann::ordered_json;
 
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference implementation's limit
 constexpr const char* kChecksumKey = "tessera.checksum";
+constexpr std::string_view kTensorChecksumPrefix = "tessera.crc32.";  // + the tensor's name
 
 const char* dtype_code(DType t) {
   switch (t) {
@@ -138,18 +142,43 @@ Metadata parse_metadata(const Json& j, const std::string& source) {
   return m;
 }
 
-void verify_checksum(const Metadata& m, std::string_view data, const std::string& source) {
-  auto it = m.find(kChecksumKey);
-  if (it == m.end()) return;
-  const std::string& s = it->second;
+// "crc32:<8 hex digits>" -> its value; IoError naming `what` (the checksum's key) otherwise.
+uint32_t parse_checksum(const std::string& s, const std::string& what, const std::string& source) {
   bool well_formed = s.size() == 14 && s.compare(0, 6, "crc32:") == 0 &&
                      std::all_of(s.begin() + 6, s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
-  if (!well_formed) fail(source, "malformed checksum '" + s + "' (expected crc32:<8 hex digits>)");
-  uint32_t expected = static_cast<uint32_t>(std::stoul(s.substr(6), nullptr, 16));
-  uint32_t actual = crc32_update(0, data.data(), data.size());
+  if (!well_formed) fail(source, "malformed checksum '" + s + "' in " + what + " (expected crc32:<8 hex digits>)");
+  return static_cast<uint32_t>(std::stoul(s.substr(6), nullptr, 16));
+}
+
+// Each tensor's own CRC-32 first, so that a flipped bit is reported against the tensor it hit. The
+// tensors tile the data section (checked before this), so when every tensor has its own checksum
+// they cover every byte and the whole-section checksum would only read the data a second time; it
+// is checked when some tensor has none: tessera files written before the per-tensor checksums.
+// Files from other tools carry neither and load unchecked. A checksum naming a tensor the file does
+// not hold is ignored: a tool that drops tensors from a file may keep its metadata.
+void verify_checksums(const Metadata& m, const std::vector<Entry>& entries, std::string_view data,
+                      const std::string& source) {
+  bool every_tensor_checked = true;
+  for (const Entry& e : entries) {
+    auto it = m.find(std::string(kTensorChecksumPrefix) + e.name);
+    if (it == m.end()) {
+      every_tensor_checked = false;
+      continue;
+    }
+    const uint32_t expected = parse_checksum(it->second, "'" + it->first + "'", source);
+    const uint32_t actual = crc32_update(0, data.data() + e.begin, e.end - e.begin);
+    if (expected != actual)
+      fail(source, "tensor '" + e.name + "' is corrupt: its bytes [" + std::to_string(e.begin) + ", " +
+                       std::to_string(e.end) + ") of the data section have " + checksum_string(actual) +
+                       " but the metadata says " + it->second + "; restore the file from a copy or an older checkpoint");
+  }
+  auto it = m.find(kChecksumKey);
+  if (it == m.end() || (every_tensor_checked && !entries.empty())) return;
+  const uint32_t expected = parse_checksum(it->second, kChecksumKey, source);
+  const uint32_t actual = crc32_update(0, data.data(), data.size());
   if (expected != actual)
-    fail(source, "checksum mismatch: the file is corrupt (metadata says " + s + ", data has " + checksum_string(actual) +
-                     ")");
+    fail(source, "checksum mismatch: the file is corrupt (metadata says " + it->second + ", data has " +
+                     checksum_string(actual) + "); restore the file from a copy or an older checkpoint");
 }
 
 SafetensorsFile decode_impl(std::string_view bytes, const std::string& source) {
@@ -210,7 +239,7 @@ SafetensorsFile decode_impl(std::string_view bytes, const std::string& source) {
     fail(source, "bytes [" + std::to_string(pos) + ", " + std::to_string(data.size()) +
                      ") of the data section are not covered by any tensor");
 
-  verify_checksum(out.metadata, data, source);
+  verify_checksums(out.metadata, entries, data, source);
 
   out.tensors.reserve(entries.size());
   for (const Entry& e : entries) {
@@ -229,6 +258,8 @@ std::string encode_impl(const nn::StateDict& tensors, const Metadata& metadata, 
   contiguous.reserve(tensors.size());
   uint32_t crc = 0;
   uint64_t total = 0;
+  Metadata meta = metadata;
+  std::erase_if(meta, [](const auto& kv) { return kv.first.starts_with(kTensorChecksumPrefix); });  // stale ones
   for (const auto& [name, t] : tensors) {
     TESSERA_CHECK(!name.empty(), prefix, "a tensor has an empty name");
     TESSERA_CHECK(name != "__metadata__", prefix, "'__metadata__' is reserved by the format and cannot name a tensor");
@@ -237,13 +268,15 @@ std::string encode_impl(const nn::StateDict& tensors, const Metadata& metadata, 
     // detach: serialising must not record autograd history.
     Tensor c = t.is_contiguous() ? t : t.detach().contiguous();
     size_t nbytes = static_cast<size_t>(c.numel()) * dtype_size(c.dtype());
-    crc = crc32_update(crc, c.raw_data(), nbytes);
+    // One pass over the bytes: the whole-section CRC is combined from the tensors' own.
+    const uint32_t tensor_crc = crc32_update(0, c.raw_data(), nbytes);
+    crc = static_cast<uint32_t>(crc32_combine(crc, tensor_crc, static_cast<z_off_t>(nbytes)));
+    meta[std::string(kTensorChecksumPrefix) + name] = checksum_string(tensor_crc);
     total += nbytes;
     contiguous.push_back(std::move(c));
   }
 
   Json header = Json::object();
-  Metadata meta = metadata;
   meta[kChecksumKey] = checksum_string(crc);
   header["__metadata__"] = meta;
   uint64_t offset = 0;

@@ -44,7 +44,8 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"train.epochs", &c.train.epochs}, {"train.batch_size", &c.train.batch_size},
       {"train.global_batch_size", &c.train.global_batch_size},
       {"train.eval_batch_size", &c.train.eval_batch_size}, {"train.seed", &c.train.seed},
-      {"train.threads", &c.train.threads}, {"train.output_dir", &c.train.output_dir},
+      {"train.threads", &c.train.threads}, {"train.memory_budget_mb", &c.train.memory_budget_mb},
+      {"train.output_dir", &c.train.output_dir},
       {"train.log_every", &c.train.log_every}, {"train.checkpoint_every", &c.train.checkpoint_every},
       {"train.keep_checkpoints", &c.train.keep_checkpoints}, {"train.max_steps", &c.train.max_steps},
       {"train.overwrite", &c.train.overwrite},
@@ -263,6 +264,9 @@ void validate(const TrainConfig& c) {
                 "optimizer.scale_lr must be \"none\" (got \"", c.optimizer.scale_lr,
                 "\"); set optimizer.lr to the rate for the global batch instead");
   non_negative("train.threads", c.train.threads);
+  non_negative("train.memory_budget_mb", c.train.memory_budget_mb);
+  TESSERA_CHECK(c.train.memory_budget_mb < (int64_t{1} << 40), "[config] train.memory_budget_mb ",
+                c.train.memory_budget_mb, " MiB is past any machine; use 0 for no budget");
   positive("train.log_every", c.train.log_every);
   non_negative("train.checkpoint_every", c.train.checkpoint_every);
   positive("train.keep_checkpoints", c.train.keep_checkpoints);

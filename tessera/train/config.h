@@ -54,6 +54,7 @@ struct RunConfig {
   int64_t eval_batch_size = 1000;
   uint64_t seed = 0;
   int64_t threads = 0;            // 0: TESSERA_NUM_THREADS or all cores
+  int64_t memory_budget_mb = 0;   // MiB live tensors may hold (cpu_allocator.h); 0: TESSERA_MEMORY_BUDGET
   std::string output_dir = "runs/default";
   int64_t log_every = 50;         // steps between log lines (metrics.jsonl gets every step)
   int64_t checkpoint_every = 0;   // steps between checkpoints; 0: at the end of each epoch only

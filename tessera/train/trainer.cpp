@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "tessera/core/cpu_allocator.h"
 #include "tessera/data/sampler.h"
 #include "tessera/io/checkpoint.h"
 #include "tessera/ops/ops.h"
@@ -66,6 +67,9 @@ Trainer::~Trainer() = default;
 
 void Trainer::build(StrategyEnvironment env) {
   validate(config_);
+  // Before the datasets, so that they count against it too.
+  if (config_.train.memory_budget_mb > 0)
+    cpu_allocator::set_memory_budget(static_cast<size_t>(config_.train.memory_budget_mb) << 20);
   Datasets sets = load_datasets(config_);
   train_set_ = sets.train, eval_set_ = sets.eval, vocab_ = sets.vocabulary;
   env.train_set = train_set_;

@@ -20,6 +20,10 @@ constexpr std::array kSettings{
             "secret every store and parameter-server client presents; the nodes of a multi-node job must share one",
             kUser},
     Setting{"TESSERA_CPU_CACHE_MB", "2048", "MiB of freed CPU tensor memory the allocator keeps for reuse", kUser},
+    Setting{"TESSERA_MEMORY_BUDGET", "unset (no budget)",
+            "most bytes live CPU tensors may hold (e.g. 512M, 8G; K/M/G are powers of 1024); an allocation past "
+            "it raises OutOfMemoryError",
+            kUser},
     Setting{"TESSERA_CONV", "onednn", "convolution kernels: onednn, or im2col (im2col + OpenBLAS GEMM)", kUser},
     Setting{"TESSERA_DIST_DEBUG", "0",
             "1: every collective's op, dtype and shape are compared across ranks before it runs", kUser},

@@ -131,3 +131,56 @@ TEST(TextCorpus, FortunesDirectory) {
   EXPECT_GT(split.validation->size(), 100);
   EXPECT_EQ(Vocabulary::from_string(split.vocabulary->to_string()).symbols(), split.vocabulary->symbols());
 }
+
+// Bad corpora behave clearly: an empty file is an IoError naming it; bytes that are not UTF-8 are
+// still bytes (the vocabulary is of bytes), so they make a valid dataset that round-trips; a file cut
+// anywhere, even inside a multi-byte character, is a valid dataset or a ValueError saying it is too
+// short for the context.
+TEST(TextCorpus, AnEmptyFileIsAnIoErrorNamingIt) {
+  const std::string dir = fresh_dir("corpus_bad_empty");
+  write(fs::path(dir) / "empty", "");
+  expect_error<IoError>([&] { read_text_corpus(dir + "/empty"); }, {"[text] corpus", (dir + "/empty").c_str(), "is empty"});
+}
+
+TEST(TextCorpus, OnlyInvalidUtf8BytesMakeAValidByteDataset) {
+  const std::string dir = fresh_dir("corpus_bad_utf8");
+  std::string junk;
+  for (int i = 0; i < 400; ++i) junk += static_cast<char>(0x80 + (i * 37) % 0x80);  // continuation bytes, 0xc0.., 0xff
+  write(fs::path(dir) / "junk", junk);
+  const std::string text = read_text_corpus(dir + "/junk");
+  ASSERT_EQ(text, junk);
+  CharSplit split = split_char_corpus(text, 16, 0.1);
+  EXPECT_EQ(split.vocabulary->size(), 128);
+  EXPECT_GT(split.train->size(), 0);
+  EXPECT_GT(split.validation->size(), 0);
+  EXPECT_EQ(split.vocabulary->decode(split.vocabulary->encode(text)), text);
+  // The vocabulary is stored in a checkpoint's JSON metadata as hex, so these bytes survive it.
+  EXPECT_EQ(Vocabulary::from_string(split.vocabulary->to_string()).symbols(), split.vocabulary->symbols());
+  Batch batch = split.train->get_batch({0});
+  EXPECT_EQ(batch.inputs.shape(), (Shape{1, 16}));
+}
+
+TEST(TextCorpus, ATruncatedFileIsADatasetOrTooShortForTheContext) {
+  const std::string dir = fresh_dir("corpus_bad_cut");
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += "Grüße, 世界 — line " + std::to_string(i) + "\n";  // multi-byte characters
+  for (size_t k = 0; k < 16; ++k) {
+    const size_t length = text.size() * k / 16;
+    const std::string path = dir + "/cut" + std::to_string(k);
+    write(path, text.substr(0, length));
+    SCOPED_TRACE("cut at " + std::to_string(k) + "/16: " + std::to_string(length) + " bytes");
+    if (length == 0) {
+      expect_error<IoError>([&] { read_text_corpus(path); }, {"[text] corpus", path.c_str(), "is empty"});
+      continue;
+    }
+    const std::string read = read_text_corpus(path);
+    ASSERT_EQ(read, text.substr(0, length));
+    try {
+      CharSplit split = split_char_corpus(read, 32, 0.1);
+      EXPECT_GT(split.train->size(), 0);
+      EXPECT_EQ(split.vocabulary->decode(split.vocabulary->encode(read)), read);
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("fewer than context + 1 = 33"), std::string::npos) << e.what();
+    }
+  }
+}

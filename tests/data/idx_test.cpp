@@ -140,3 +140,50 @@ TEST(Idx, HugeDimensionsFailBeforeAllocating) {
   std::string wrap = write_file("wrap.idx", idx(0x08, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {}));
   expect_error<IoError>([&] { read_idx(wrap); }, {"[idx]", "more than 2^31 elements"});
 }
+
+// A plain file cut at every sixteenth of its length (k = 0..15) is refused, never read as a shorter
+// dataset: the header's dims fix the length exactly.
+TEST(Idx, TruncatedAtEverySixteenthIsRefused) {
+  const Bytes full = idx(0x08, {10, 7, 3}, iota_bytes(210));  // 16 header bytes + 210 data bytes
+  for (size_t k = 0; k < 16; ++k) {
+    const size_t length = full.size() * k / 16;
+    const std::string path = write_file("cut_" + std::to_string(k) + ".idx", Bytes(full.begin(), full.begin() + length));
+    SCOPED_TRACE("cut at " + std::to_string(k) + "/16: " + std::to_string(length) + " of " + std::to_string(full.size()) + " bytes");
+    expect_error<IoError>([&] { read_idx(path); }, {"[idx]", path.c_str()});
+  }
+  EXPECT_EQ(read_idx(write_file("uncut.idx", full)).data, iota_bytes(210));
+}
+
+// Every single-byte change in a plain file's header is refused with an error naming the file: the
+// magic and type are checked, and a changed dim or dim count no longer matches the file's length.
+// A flipped byte in the payload of a plain file cannot be detected: IDX has no checksum (a gzipped
+// file does: its CRC-32, checked below).
+TEST(Idx, AFlippedHeaderByteIsRefused) {
+  const Bytes full = idx(0x08, {10, 7, 3}, iota_bytes(210));
+  for (size_t at = 0; at < 16; ++at) {
+    for (uint8_t mask : {0x01, 0x02, 0x10, 0x80, 0xff}) {
+      Bytes bytes = full;
+      bytes[at] ^= mask;
+      const std::string path = write_file("flip.idx", bytes);
+      SCOPED_TRACE("header byte " + std::to_string(at) + " ^ " + std::to_string(mask));
+      try {
+        read_idx(path);
+        ADD_FAILURE() << "a changed header was read as a valid file";
+      } catch (const Error& e) {  // IoError, or NotSupportedError for another element type
+        EXPECT_NE(std::string(e.what()).find("[idx] " + path), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+TEST(Idx, AFlippedPayloadByteOfAGzippedFileIsRefused) {
+  const Bytes gz = gzip(idx(0x08, {10, 7, 3}, iota_bytes(210)));
+  // The deflate data and the trailer; the gzip header's own fields (mtime, OS) are not checksummed.
+  for (size_t at = 10; at < gz.size(); ++at) {
+    Bytes bytes = gz;
+    bytes[at] ^= 0x04;
+    const std::string path = write_file("flip.idx.gz", bytes);
+    SCOPED_TRACE("byte " + std::to_string(at) + " of " + std::to_string(gz.size()));
+    expect_error<IoError>([&] { read_idx(path); }, {"[idx]", path.c_str()});
+  }
+}

@@ -115,7 +115,14 @@ TEST_F(SafetensorsTest, MetadataRoundTripAndChecksumIsOurs) {
   EXPECT_EQ(f.metadata.at("tessera.step"), "12");
   EXPECT_EQ(f.metadata.at("unicode"), "λ ✓");
   EXPECT_NE(f.metadata.at("tessera.checksum"), "crc32:00000000") << "a stale checksum must be replaced";
-  EXPECT_EQ(f.metadata.size(), 4u);
+  EXPECT_EQ(f.metadata.at("tessera.crc32.x"), f.metadata.at("tessera.checksum")) << "x is the whole data section";
+  EXPECT_EQ(f.metadata.size(), 5u);
+  // Stale per-tensor checksums given as metadata are dropped, not carried into the new file.
+  meta["tessera.crc32.gone"] = "crc32:00000000";
+  meta["tessera.crc32.x"] = "crc32:00000000";
+  SafetensorsFile g = decode_exact(encode_safetensors({{"x", ones({2})}}, meta));
+  EXPECT_EQ(g.metadata.count("tessera.crc32.gone"), 0u);
+  EXPECT_EQ(g.metadata.at("tessera.crc32.x"), f.metadata.at("tessera.crc32.x"));
   // An empty state dict is a valid file too.
   EXPECT_TRUE(decode_exact(encode_safetensors({})).tensors.empty());
 }
@@ -126,10 +133,11 @@ TEST_F(SafetensorsTest, EncodesExactBytes) {
                                         {"n", from_vector(std::vector<int64_t>{7}, {})}},
                                        {{"format", "pt"}});
   std::string header =
-      R"({"__metadata__":{"format":"pt","tessera.checksum":"crc32:fdc396fc"},)"
+      R"({"__metadata__":{"format":"pt","tessera.checksum":"crc32:fdc396fc","tessera.crc32.n":"crc32:6fe7d670",)"
+      R"("tessera.crc32.w":"crc32:c3872656"},)"
       R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"n":{"dtype":"I64","shape":[],"data_offsets":[8,16]}})"
-      "  ";  // 174 bytes of JSON + 2 spaces = 176
-  std::string expected("\xb0\0\0\0\0\0\0\0", 8);
+      "    ";  // 244 bytes of JSON + 4 spaces = 248
+  std::string expected("\xf8\0\0\0\0\0\0\0", 8);
   expected += header;
   expected += std::string("\x00\x00\x80\x3f\x00\x00\x00\xc0\x07\x00\x00\x00\x00\x00\x00\x00", 16);
   EXPECT_EQ(got, expected);
@@ -208,12 +216,58 @@ TEST_F(SafetensorsTest, RejectsBadLayout) {
                   {"duplicate name 'a'"});
 }
 
-TEST_F(SafetensorsTest, RejectsChecksumMismatch) {
-  std::string bytes = encode_safetensors(sample_tensors());
-  bytes[bytes.size() - 3] ^= 0x10;  // one bit in the last tensor's data
-  expect_rejected(bytes, {"checksum mismatch: the file is corrupt"});
-  std::string header = R"({"__metadata__":{"tessera.checksum":"md5:abc"},)" + entry("a", "F32", "[2]", "[0,8]") + "}";
-  expect_rejected(make_file(header, std::string(8, '\0')), {"malformed checksum 'md5:abc'"});
+// A flipped bit anywhere in a tensor's payload is refused with that tensor and the file named.
+TEST_F(SafetensorsTest, AFlippedPayloadByteNamesTheTensorItHit) {
+  const nn::StateDict tensors = sample_tensors();
+  const std::string valid = encode_safetensors(tensors);
+  uint64_t n;
+  std::memcpy(&n, valid.data(), 8);
+  size_t begin = 8 + n;
+  for (const auto& [name, t] : tensors) {
+    const size_t nbytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
+    for (size_t at : {begin, begin + nbytes / 2, begin + nbytes - 1}) {
+      if (nbytes == 0) break;  // "empty" and "empty_i64" own no bytes
+      std::string bytes = valid;
+      bytes[at] ^= 0x10;
+      const std::string named = "tensor '" + name + "' is corrupt";
+      expect_rejected(bytes, {named.c_str(), "but the metadata says crc32:", "restore the file"});
+    }
+    begin += nbytes;
+  }
+  ASSERT_EQ(begin, valid.size());
+  // From disk, the error names the file.
+  std::string on_disk = valid;
+  on_disk[valid.size() - 1] ^= 0x01;  // the last byte of "last"
+  write_file_atomic(path("model.safetensors"), on_disk);
+  const std::string file = path("model.safetensors");
+  expect_error<IoError>([&] { load_safetensors(file); }, {("[safetensors] " + file + ": tensor 'last' is corrupt").c_str()});
+  std::string header = R"({"__metadata__":{"tessera.crc32.a":"crc32:12"},)" + entry("a", "F32", "[2]", "[0,8]") + "}";
+  expect_rejected(make_file(header, std::string(8, '\0')), {"malformed checksum 'crc32:12' in 'tessera.crc32.a'"});
+}
+
+// tessera files from before the per-tensor checksums carry only the whole-section one: still checked.
+TEST_F(SafetensorsTest, TheWholeSectionChecksumOfOlderFilesIsStillChecked) {
+  const std::string data("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8);  // 1, -2
+  const std::string header = R"({"__metadata__":{"tessera.checksum":"crc32:c3872656"},)" + entry("w", "F32", "[2]", "[0,8]") + "}";
+  EXPECT_EQ(decode_exact(make_file(header, data)).tensors.at(0).second.to_vector<float>(), (std::vector<float>{1, -2}));
+  std::string flipped = data;
+  flipped[5] ^= 0x01;
+  expect_rejected(make_file(header, flipped), {"checksum mismatch: the file is corrupt"});
+  std::string bad = R"({"__metadata__":{"tessera.checksum":"md5:abc"},)" + entry("a", "F32", "[2]", "[0,8]") + "}";
+  expect_rejected(make_file(bad, std::string(8, '\0')), {"malformed checksum 'md5:abc'"});
+  // A checksum for a tensor the file does not hold (a tool dropped it) is no reason to refuse the rest.
+  const std::string dropped =
+      R"({"__metadata__":{"tessera.crc32.gone":"crc32:00000000"},)" + entry("w", "F32", "[2]", "[0,8]") + "}";
+  EXPECT_EQ(decode_exact(make_file(dropped, data)).tensors.size(), 1u);
+}
+
+TEST_F(SafetensorsTest, AFileWithoutChecksumsLoadsFromDisk) {
+  // As PyTorch's safetensors writes it: no tessera metadata at all.
+  const std::string header = R"({"__metadata__":{"format":"pt"},)" + entry("w", "F32", "[2]", "[0,8]") + "}";
+  write_file_atomic(path("torch.safetensors"), make_file(header, std::string("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8)));
+  SafetensorsFile f = load_safetensors(path("torch.safetensors"));
+  EXPECT_EQ(f.tensors.at(0).second.to_vector<float>(), (std::vector<float>{1, -2}));
+  EXPECT_EQ(f.metadata, (Metadata{{"format", "pt"}}));
 }
 
 TEST_F(SafetensorsTest, EncodeRejectsCallerMistakes) {

@@ -1,7 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <string>
+#include <vector>
+
 #include "tessera/train/config.h"
 #include "testing/expect.h"
+#include "testing/temp_dir.h"
 
 using namespace tessera;
 using namespace tessera::train;
@@ -90,4 +95,80 @@ TEST(Config, CanonicalTomlRoundTrips) {
   }
   apply_override(c, "distributed.comm_hook=bf16");
   EXPECT_EQ(parse_config(to_toml(c), "roundtrip").distributed.comm_hook, "bf16");
+}
+
+namespace {
+
+// Loads `path` (and validates what loads): either it works, or a ValueError / IoError names the file
+// (or, from validate, the key). Anything else, another exception type or a crash, fails the test.
+void expect_loads_or_names_the_file(const std::string& path) {
+  TrainConfig config;
+  try {
+    config = load_config(path);
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    return;
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    return;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "load_config(" << path << ") threw another type: " << e.what();
+    return;
+  }
+  try {
+    validate(config);
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("[config]"), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "validate after load_config(" << path << ") threw another type: " << e.what();
+  }
+}
+
+std::vector<std::string> example_configs() {
+  std::vector<std::string> texts;
+  for (const char* name : {"mlp.toml", "cnn.toml", "char_lm.toml", "bow.toml", "mlp_ps.toml"})
+    texts.push_back(tessera::testing::read_text(std::string(TESSERA_SOURCE_DIR) + "/examples/" + name));
+  return texts;
+}
+
+std::string write_config(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+}  // namespace
+
+// The example configs cut at every sixteenth of their length (k = 0..15).
+TEST(Config, ATruncatedConfigLoadsOrNamesTheFile) {
+  const std::string dir = tessera::testing::fresh_dir("config", "truncated");
+  for (const std::string& text : example_configs()) {
+    ASSERT_FALSE(text.empty());
+    expect_loads_or_names_the_file(write_config(dir, "whole.toml", text));
+    for (size_t k = 0; k < 16; ++k) {
+      SCOPED_TRACE(std::to_string(k) + "/16 of\n" + text);
+      expect_loads_or_names_the_file(write_config(dir, "cut.toml", text.substr(0, text.size() * k / 16)));
+    }
+  }
+}
+
+// One byte changed at every position of each example (three ways: a low bit, a case bit, the top bit,
+// which makes invalid UTF-8).
+TEST(Config, AFlippedByteLoadsOrNamesTheFile) {
+  const std::string dir = tessera::testing::fresh_dir("config", "flipped");
+  for (const std::string& text : example_configs()) {
+    for (size_t at = 0; at < text.size(); ++at) {
+      for (char mask : {'\x01', '\x20', '\x80'}) {
+        std::string flipped = text;
+        flipped[at] = static_cast<char>(flipped[at] ^ mask);
+        SCOPED_TRACE("byte " + std::to_string(at) + " ^ " + std::to_string(static_cast<unsigned char>(mask)));
+        expect_loads_or_names_the_file(write_config(dir, "flipped.toml", flipped));
+      }
+    }
+  }
+}
+
+TEST(Config, AMissingConfigIsAnIoErrorNamingIt) {
+  const std::string path = tessera::testing::fresh_dir("config", "missing") + "/absent.toml";
+  expect_error<IoError>([&] { load_config(path); }, {path.c_str()});
 }

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <set>
 
+#include "tessera/core/cpu_allocator.h"
 #include "tessera/io/atomic_file.h"
 #include "tessera/io/checkpoint.h"
 #include "tessera/ops/ops.h"
@@ -179,7 +180,7 @@ TEST(Trainer, CorruptOrTruncatedCheckpointIsRejected) {
   flipped[flipped.size() - 3] ^= 0x40;  // one bit in the last tensor's data
   io::write_file_atomic(model_file, flipped);
   Trainer t(synthetic_config(dir));
-  tessera::testing::expect_error<IoError>([&] { t.resume(); }, {"model.safetensors", "checksum mismatch"});
+  tessera::testing::expect_error<IoError>([&] { t.resume(); }, {"model.safetensors", "tensor '4.bias' is corrupt"});  // the last tensor
   io::write_file_atomic(model_file, bytes.substr(0, bytes.size() / 2));
   tessera::testing::expect_error<IoError>([&] { t.resume(); }, {"model.safetensors"});
 }
@@ -230,4 +231,16 @@ TEST(Trainer, MlpOnRealFashionMnistLearnsQuickly) {
   EvalResult e = t.evaluate();
   EXPECT_EQ(e.samples, 10000);
   EXPECT_GT(e.accuracy, 0.75) << "150 Adam steps on Fashion-MNIST should pass 75% test accuracy";
+}
+
+// train.memory_budget_mb sets the process's memory budget before the data is loaded: 512 synthetic
+// images of 28 x 28 float32 (1.6 MB) are past 1 MiB, and the run stops with the budget named.
+TEST(Trainer, MemoryBudgetFromTheConfigRefusesARunPastIt) {
+  const size_t saved = cpu_allocator::memory_budget();
+  TrainConfig c = synthetic_config(fresh_dir("memory_budget"));
+  c.train.memory_budget_mb = 1;
+  tessera::testing::expect_error<OutOfMemoryError>([&] { Trainer(c).fit(); },
+                                                   {"[empty]", "memory budget of 1048576 bytes"});
+  EXPECT_EQ(cpu_allocator::memory_budget(), size_t{1} << 20);
+  cpu_allocator::set_memory_budget(saved);
 }

@@ -10,6 +10,8 @@
 #include "tessera/dist/net/framed_client.h"
 #include "tessera/dist/net/framed_server.h"
 #include "tessera/dist/net/socket.h"
+#include "testing/connection_flood.h"
+#include "testing/fd_limit.h"
 
 namespace tessera::dist::net {
 namespace {
@@ -123,6 +125,58 @@ TEST(FramedServer, HostileClientsAreClosedAndHonestOnesServed) {
   while (!served && detail::Clock::now() < until) {  // the flood's slots free after 300 ms
     try {
       served = honest_round_trip();
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_TRUE(served);
+  server.stop();
+  loop.join();
+}
+
+// 1,000 connections at once: 100 honest clients, then 900 silent ones against a limit of 500. The
+// 500 past the limit are closed at once, each with a log line; the 400 silent ones that got a slot
+// keep it (the hello timeout is long here); the honest ones are served throughout, and once the
+// flood goes away a new client gets in. Both ends live in this process, hence ~2,000 descriptors.
+TEST(FramedServer, AThousandConnectionsLeaveItUpAndServingTheHonestOnes) {
+  const std::string why = tessera::testing::raise_fd_limit(2300);
+  if (!why.empty()) GTEST_SKIP() << why;
+  FramedServerOptions o;
+  o.name = "test server";
+  o.token = kToken;
+  o.max_connections = 500;
+  o.hello_timeout = Milliseconds(120000);  // only max_connections closes the flood here
+  std::mutex mu;
+  size_t refusals = 0;
+  o.log = [&](const std::string& line) {
+    std::lock_guard lock(mu);
+    if (line.find("already 500 connections (max_connections)") != std::string::npos) ++refusals;
+  };
+  FramedServer server(o);
+  Echo echo(server);
+  std::thread loop([&] { server.run(echo); });
+  auto round_trip = [](FramedClient& c, uint8_t opcode) {
+    const auto deadline = detail::deadline_after(Milliseconds(5000));
+    c.send(FrameWriter(opcode).finish(), deadline, "echo");
+    return c.receive(deadline, "echo").at(0) == opcode + 1;
+  };
+
+  std::vector<std::unique_ptr<FramedClient>> honest;
+  for (int i = 0; i < 100; ++i) honest.push_back(std::make_unique<FramedClient>(client_options(server.port())));
+  std::vector<detail::Socket> flood = tessera::testing::open_silent_connections(server.port(), 900);
+  EXPECT_EQ(tessera::testing::wait_until_closed(flood, 500, detail::deadline_after(Milliseconds(20000))), 500u);
+  for (auto& c : honest) EXPECT_TRUE(round_trip(*c, 30));
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(refusals, 500u) << "each refused connection is logged once";
+  }
+
+  flood.clear();  // the 400 silent ones holding slots go away
+  bool served = false;
+  const auto until = detail::deadline_after(Milliseconds(20000));
+  while (!served && detail::Clock::now() < until) {  // until the server has seen them close
+    try {
+      FramedClient late(client_options(server.port()));
+      served = round_trip(late, 40);
     } catch (const Error&) {
     }
   }
