@@ -38,7 +38,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kAgentHosts = 4;          // hosts 2..5; host 1 runs etcd
 constexpr int kFaults = 20;
-constexpr int kEpochs = 3, kStepsPerEpoch = 500;  // Fashion-MNIST's 60000 in global batches of 120
+constexpr int kEpochs = 10, kStepsPerEpoch = 500;  // Fashion-MNIST's 60000 in global batches of 120
+// Faults fall in the first steps; each (detection, recovery, a new agent, the job grown back) takes
+// 4 to 10 s while the job trains on at up to 40 steps/s (rank 0 is slowed by 25 ms a step), so the
+// rest of the run leaves room for every fault even on a loaded machine.
+constexpr int64_t kLastFaultStep = 2000;
 const std::string kToken = "0123456789abcdef0123456789abcdef";
 
 std::string write_config(const std::string& dir, int seed, const std::string& out) {
@@ -178,7 +182,7 @@ TEST(ChaosLongTier, AnElasticJobOnFourHostsSurvivesTwentySeededFaults) {
   std::mt19937 rng(2026);
   std::vector<int64_t> at;
   for (int i = 0; i < kFaults; ++i)
-    at.push_back(std::uniform_int_distribution<int64_t>(40, kEpochs * kStepsPerEpoch - 120)(rng));
+    at.push_back(std::uniform_int_distribution<int64_t>(40, kLastFaultStep)(rng));
   std::sort(at.begin(), at.end());
   const char* kinds[] = {"kill -9 of a worker", "SIGSTOP of a worker", "link down for 5 s", "host lost",
                          "node 0's host lost (the workers' store)"};
@@ -218,7 +222,7 @@ TEST(ChaosLongTier, AnElasticJobOnFourHostsSurvivesTwentySeededFaults) {
         << "the job did not grow back to " << kAgentHosts << " agents after fault " << i + 1 << "\n" << job.all_logs();
     ++faults_done;
   }
-  ASSERT_TRUE(wait_until([&] { return job.finished(); }, 300)) << job.all_logs();
+  ASSERT_TRUE(wait_until([&] { return job.finished(); }, 400)) << job.all_logs();
   const std::string log = job.all_logs();
   // One line per recovery (each agent that was node 0 logs its own; a line can appear in two logs).
   std::set<std::string> recoveries;
