@@ -34,6 +34,10 @@ constexpr std::array kSettings{
             "address (or host name) the other ranks connect to for this rank's gloo connections", kUser},
     Setting{"TESSERA_SHM_SPIN", "4000 when ranks <= cores, else 64",
             "pauses a shared-memory rank spins before it sleeps on a futex (0: sleep at once)", kUser},
+    Setting{"TESSERA_TCP_SPIN_US", "100",
+            "microseconds a tcp collective of at most 64 KiB retries its sockets (yielding the core) before it "
+            "sleeps in poll (0: sleep at once)",
+            kUser},
     Setting{"TESSERA_SHM_CHUNK_BYTES", "the shm backend's default chunk",
             "bytes per pipelined chunk of a shared-memory collective", kUser},
     Setting{"TESSERA_ROLE", "unset (not a parameter-server job)", "worker or server", kPsLauncher},
