@@ -12,6 +12,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/dist/net/socket.h"
+#include "tessera/elastic/etcd_reply.h"
 #include "tessera/elastic/rendezvous_store.h"
 
 namespace tessera::elastic {
@@ -20,62 +21,6 @@ namespace {
 
 using nlohmann::json;
 using tessera::detail::concat;
-
-constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-std::string base64_encode(const std::string& in) {
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
-  }
-  if (i + 1 == in.size()) {
-    uint32_t v = uint8_t(in[i]) << 16;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == in.size()) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
-}
-
-std::string base64_decode(const std::string& in) {
-  std::string out;
-  uint32_t v = 0;
-  int bits = 0;
-  for (char c : in) {
-    const char* p = std::strchr(kAlphabet, c);
-    if (c == '=' || c == '\0' || p == nullptr) continue;
-    v = (v << 6) | static_cast<uint32_t>(p - kAlphabet);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((v >> bits) & 0xff);
-    }
-  }
-  return out;
-}
-
-// Decodes an HTTP/1.1 chunked body.
-std::string dechunk(const std::string& body) {
-  std::string out;
-  size_t pos = 0;
-  while (pos < body.size()) {
-    size_t eol = body.find("\r\n", pos);
-    if (eol == std::string::npos) break;
-    size_t n = std::stoul(body.substr(pos, eol - pos), nullptr, 16);
-    if (n == 0) break;
-    out += body.substr(eol + 2, n);
-    pos = eol + 2 + n + 2;
-  }
-  return out;
-}
 
 class EtcdRendezvous : public RendezvousStore {
  public:
@@ -98,9 +43,7 @@ class EtcdRendezvous : public RendezvousStore {
   }
 
   std::optional<std::string> get(const std::string& key) override {
-    json r = post("/v3/kv/range", json{{"key", base64_encode(kPrefix + key)}});
-    if (!r.contains("kvs") || r["kvs"].empty()) return std::nullopt;
-    return value_of(r["kvs"][0]);
+    return first_value(post("/v3/kv/range", json{{"key", base64_encode(kPrefix + key)}}), "/v3/kv/range");
   }
 
   void set(const std::string& key, const std::string& value) override {
@@ -113,17 +56,18 @@ class EtcdRendezvous : public RendezvousStore {
       json r = post("/v3/kv/range", json{{"key", k}});
       int64_t value = 0;
       json compare;
-      if (r.contains("kvs") && !r["kvs"].empty()) {
-        value = std::stoll(value_of(r["kvs"][0]));
-        compare = {{"key", k}, {"target", "MOD"}, {"result", "EQUAL"},
-                   {"mod_revision", r["kvs"][0].value("mod_revision", std::string("0"))}};
+      if (std::optional<std::string> stored = first_value(r, "/v3/kv/range")) {
+        value = parse_counter(*stored, key);
+        const json& mod = r["kvs"][0].contains("mod_revision") ? r["kvs"][0]["mod_revision"] : json("0");
+        if (!mod.is_string()) throw IoError("[etcd] /v3/kv/range: \"mod_revision\" is not a string");
+        compare = {{"key", k}, {"target", "MOD"}, {"result", "EQUAL"}, {"mod_revision", mod}};
       } else {
         compare = {{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
       }
       const std::string next = std::to_string(value + delta);
       json txn = {{"compare", json::array({compare})},
                   {"success", json::array({json{{"request_put", {{"key", k}, {"value", base64_encode(next)}}}}})}};
-      if (post("/v3/kv/txn", txn).value("succeeded", false)) return value + delta;
+      if (succeeded(post("/v3/kv/txn", txn))) return value + delta;
     }
   }
 
@@ -136,10 +80,9 @@ class EtcdRendezvous : public RendezvousStore {
                 {"success", json::array({json{{"request_put", {{"key", k}, {"value", base64_encode(desired)}}}}})},
                 {"failure", json::array({json{{"request_range", {{"key", k}}}}})}};
     json r = post("/v3/kv/txn", txn);
-    if (r.value("succeeded", false)) return desired;
+    if (succeeded(r)) return desired;
     try {
-      const json& kvs = r.at("responses").at(0).at("response_range").at("kvs");
-      return kvs.empty() ? std::string() : value_of(kvs[0]);
+      return first_value(r.at("responses").at(0).at("response_range"), "/v3/kv/txn").value_or("");
     } catch (const json::exception&) {
       return "";  // the key is absent (the gateway omits empty fields)
     }
@@ -151,7 +94,10 @@ class EtcdRendezvous : public RendezvousStore {
   static constexpr const char* kPrefix = "/tessera/";
   static constexpr size_t kMaxReplyBytes = size_t{16} << 20;
 
-  static std::string value_of(const json& kv) { return base64_decode(kv.value("value", std::string())); }
+  static bool succeeded(const json& r) {
+    auto it = r.is_object() ? r.find("succeeded") : r.end();
+    return it != r.end() && it->is_boolean() && it->get<bool>();
+  }
 
   json post(const std::string& path, const json& body) {
     const std::string payload = body.dump();
@@ -183,21 +129,7 @@ class EtcdRendezvous : public RendezvousStore {
         throw IoError(concat("[etcd] ", path, ": the reply exceeds ", kMaxReplyBytes >> 20, " MiB; is ", host_, ":", port_,
                              " an etcd server?"));
     }
-    size_t head_end = response.find("\r\n\r\n");
-    if (response.compare(0, 5, "HTTP/") != 0 || head_end == std::string::npos)
-      throw IoError(concat("[etcd] ", path, ": malformed reply"));
-    const std::string head = response.substr(0, head_end);
-    std::string text = response.substr(head_end + 4);
-    std::string lower = head;
-    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (lower.find("transfer-encoding: chunked") != std::string::npos) text = dechunk(text);
-    const int status = std::atoi(head.c_str() + head.find(' ') + 1);
-    if (status != 200) throw IoError(concat("[etcd] ", path, " answered ", status, ": ", text));
-    try {
-      return json::parse(text);
-    } catch (const json::exception& e) {
-      throw IoError(concat("[etcd] ", path, ": the reply is not JSON (", e.what(), ")"));
-    }
+    return parse_etcd_reply(response, path);
   }
 
   std::string host_;

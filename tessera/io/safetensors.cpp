@@ -15,240 +15,19 @@
 
 #include "tessera/core/error.h"
 #include "tessera/io/atomic_file.h"
+#include "tessera/io/safetensors_layout.h"
 
 namespace tessera::io {
 
 // The format is little-endian; we copy tensor bytes as they lie in memory.
-static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
 static_assert(sizeof(z_off_t) == 8, "crc32_combine must take tensor sizes past 2 GiB");
 
 namespace {
 
+using namespace safetensors_detail;
 // ordered_json keeps the header in the order we write it (metadata first, then tensors in
 // state_dict order), as the reference implementation does, so the files diff and read naturally.
 using Json = nlohmann::ordered_json;
-
-constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference implementation's limit
-constexpr const char* kChecksumKey = "tessera.checksum";
-constexpr std::string_view kTensorChecksumPrefix = "tessera.crc32.";  // + the tensor's name
-
-const char* dtype_code(DType t) {
-  switch (t) {
-    case DType::Float32: return "F32";
-    case DType::Int64: return "I64";
-    case DType::BFloat16: return "BF16";
-  }
-  return "?";
-}
-
-bool dtype_from_code(const std::string& code, DType& out) {
-  if (code == "F32") out = DType::Float32;
-  else if (code == "I64") out = DType::Int64;
-  else if (code == "BF16") out = DType::BFloat16;
-  else return false;
-  return true;
-}
-
-// zlib's crc32_z treats a null buffer as "give me the initial value", so empty chunks are skipped.
-uint32_t crc32_update(uint32_t crc, const void* data, size_t size) {
-  if (size == 0) return crc;
-  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), size));
-}
-
-std::string checksum_string(uint32_t crc) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "crc32:%08x", crc);
-  return buf;
-}
-
-// Errors while decoding: "[safetensors] <source>: <problem>".
-[[noreturn]] void fail(const std::string& source, const std::string& problem) {
-  throw IoError("[safetensors] " + source + ": " + problem);
-}
-
-// A JSON integer >= 0 that fits int64 (shapes and offsets become int64 in Tensor/Shape).
-bool as_index(const Json& j, int64_t& out) {
-  if (j.is_number_unsigned()) {
-    uint64_t v = j.get<uint64_t>();
-    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
-    out = static_cast<int64_t>(v);
-    return true;
-  }
-  if (j.is_number_integer() && j.get<int64_t>() >= 0) {  // "-0"
-    out = j.get<int64_t>();
-    return true;
-  }
-  return false;
-}
-
-struct Entry {
-  std::string name;
-  DType dtype;
-  Shape shape;
-  uint64_t begin, end;
-};
-
-Entry parse_entry(const std::string& name, const Json& info, uint64_t data_size, const std::string& source) {
-  const std::string where = "tensor '" + name + "'";
-  if (name.empty()) fail(source, "a tensor has an empty name");
-  if (!info.is_object()) fail(source, where + ": entry is not an object");
-  Entry e;
-  e.name = name;
-  auto dt = info.find("dtype");
-  if (dt == info.end() || !dt->is_string()) fail(source, where + ": missing or non-string \"dtype\"");
-  if (!dtype_from_code(dt->get<std::string>(), e.dtype))
-    fail(source, where + ": unknown dtype '" + dt->get<std::string>() + "' (tessera reads F32, I64 and BF16)");
-
-  auto sh = info.find("shape");
-  if (sh == info.end() || !sh->is_array()) fail(source, where + ": \"shape\" is not an array of non-negative integers");
-  // The product of max(dim, 1) bounds numel and every stride; refusing overflow here keeps
-  // Tensor::empty and contiguous_strides free of signed overflow, even for zero-element shapes.
-  int64_t bound = 1, numel = 1;
-  for (const Json& d : *sh) {
-    int64_t v;
-    if (!as_index(d, v)) fail(source, where + ": \"shape\" is not an array of non-negative integers");
-    if (__builtin_mul_overflow(bound, std::max<int64_t>(v, 1), &bound))
-      fail(source, where + ": shape " + sh->dump() + " is too large");
-    numel *= v;  // <= bound, so no overflow
-    e.shape.push_back(v);
-  }
-
-  auto off = info.find("data_offsets");
-  int64_t b, en;
-  if (off == info.end() || !off->is_array() || off->size() != 2 || !as_index((*off)[0], b) || !as_index((*off)[1], en))
-    fail(source, where + ": \"data_offsets\" is not an array of two non-negative integers");
-  e.begin = static_cast<uint64_t>(b);
-  e.end = static_cast<uint64_t>(en);
-  const std::string range = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ")";
-  if (e.begin > e.end || e.end > data_size)
-    fail(source, where + ": data_offsets " + range + " lie outside the data section of " + std::to_string(data_size) +
-                     " bytes");
-  uint64_t nbytes;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(e.dtype), &nbytes) || nbytes != e.end - e.begin)
-    fail(source, where + ": data_offsets " + range + " hold " + std::to_string(e.end - e.begin) + " bytes but shape " +
-                     sh->dump() + " of " + dtype_code(e.dtype) + " needs " + std::to_string(numel) + " x " +
-                     std::to_string(dtype_size(e.dtype)));
-  return e;
-}
-
-Metadata parse_metadata(const Json& j, const std::string& source) {
-  Metadata m;
-  if (j.is_null()) return m;
-  if (!j.is_object()) fail(source, "\"__metadata__\" is not an object of strings");
-  for (const auto& [k, v] : j.items()) {
-    if (!v.is_string()) fail(source, "\"__metadata__\" value for '" + k + "' is not a string");
-    m[k] = v.get<std::string>();
-  }
-  return m;
-}
-
-// "crc32:<8 hex digits>" -> its value; IoError naming `what` (the checksum's key) otherwise.
-uint32_t parse_checksum(const std::string& s, const std::string& what, const std::string& source) {
-  bool well_formed = s.size() == 14 && s.compare(0, 6, "crc32:") == 0 &&
-                     std::all_of(s.begin() + 6, s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
-  if (!well_formed) fail(source, "malformed checksum '" + s + "' in " + what + " (expected crc32:<8 hex digits>)");
-  return static_cast<uint32_t>(std::stoul(s.substr(6), nullptr, 16));
-}
-
-// Each tensor's own CRC-32 first, so that a flipped bit is reported against the tensor it hit. The
-// tensors tile the data section (checked before this), so when every tensor has its own checksum
-// they cover every byte and the whole-section checksum would only read the data a second time; it
-// is checked when some tensor has none: tessera files written before the per-tensor checksums.
-// Files from other tools carry neither and load unchecked. A checksum naming a tensor the file does
-// not hold is ignored: a tool that drops tensors from a file may keep its metadata.
-void verify_checksums(const Metadata& m, const std::vector<Entry>& entries, std::string_view data,
-                      const std::string& source) {
-  bool every_tensor_checked = true;
-  for (const Entry& e : entries) {
-    auto it = m.find(std::string(kTensorChecksumPrefix) + e.name);
-    if (it == m.end()) {
-      every_tensor_checked = false;
-      continue;
-    }
-    const uint32_t expected = parse_checksum(it->second, "'" + it->first + "'", source);
-    const uint32_t actual = crc32_update(0, data.data() + e.begin, e.end - e.begin);
-    if (expected != actual)
-      fail(source, "tensor '" + e.name + "' is corrupt: its bytes [" + std::to_string(e.begin) + ", " +
-                       std::to_string(e.end) + ") of the data section have " + checksum_string(actual) +
-                       " but the metadata says " + it->second + "; restore the file from a copy or an older checkpoint");
-  }
-  auto it = m.find(kChecksumKey);
-  if (it == m.end() || (every_tensor_checked && !entries.empty())) return;
-  const uint32_t expected = parse_checksum(it->second, kChecksumKey, source);
-  const uint32_t actual = crc32_update(0, data.data(), data.size());
-  if (expected != actual)
-    fail(source, "checksum mismatch: the file is corrupt (metadata says " + it->second + ", data has " +
-                     checksum_string(actual) + "); restore the file from a copy or an older checkpoint");
-}
-
-SafetensorsFile decode_impl(std::string_view bytes, const std::string& source) {
-  if (bytes.size() < 8)
-    fail(source, "file is " + std::to_string(bytes.size()) + " bytes, shorter than the 8-byte header length");
-  uint64_t n;
-  std::memcpy(&n, bytes.data(), 8);
-  if (n > kMaxHeaderBytes)
-    fail(source, "header length " + std::to_string(n) + " is above the 100 MiB limit; not a safetensors file?");
-  if (n > bytes.size() - 8)
-    fail(source, "header length " + std::to_string(n) + " is larger than the file (" + std::to_string(bytes.size()) +
-                     " bytes); the file is truncated or not safetensors");
-  std::string_view header = bytes.substr(8, n);
-  std::string_view data = bytes.substr(8 + n);
-
-  // nlohmann keeps the last of duplicate keys silently; the callback sees every top-level key.
-  std::set<std::string> seen;
-  std::string duplicate;
-  auto on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    if (depth == 1 && event == Json::parse_event_t::key && duplicate.empty() &&
-        !seen.insert(parsed.get<std::string>()).second)
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
-  Json root;
-  try {
-    root = Json::parse(header.begin(), header.end(), on_event);
-  } catch (const nlohmann::json::exception& e) {
-    fail(source, std::string("header is not valid JSON: ") + e.what());
-  }
-  if (!root.is_object()) fail(source, "header is not a JSON object");
-  if (!duplicate.empty()) fail(source, "duplicate name '" + duplicate + "' in the header");
-
-  SafetensorsFile out;
-  std::vector<Entry> entries;
-  for (const auto& [key, value] : root.items()) {
-    if (key == "__metadata__") out.metadata = parse_metadata(value, source);
-    else entries.push_back(parse_entry(key, value, data.size(), source));
-  }
-
-  // Sorted by offset, the tensors must tile [0, data size): a gap is bytes nobody owns (a torn or
-  // tampered file), an overlap would alias two tensors. Stable, so equal offsets keep header order.
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
-  uint64_t pos = 0;
-  const Entry* prev = nullptr;
-  for (const Entry& e : entries) {
-    if (e.begin < pos)
-      fail(source, "tensors '" + prev->name + "' and '" + e.name + "' overlap (bytes " + std::to_string(e.begin) + " to " +
-                       std::to_string(pos) + " of the data section)");
-    if (e.begin > pos)
-      fail(source, "bytes [" + std::to_string(pos) + ", " + std::to_string(e.begin) +
-                       ") of the data section are not covered by any tensor");
-    pos = e.end;
-    prev = &e;
-  }
-  if (pos != data.size())
-    fail(source, "bytes [" + std::to_string(pos) + ", " + std::to_string(data.size()) +
-                     ") of the data section are not covered by any tensor");
-
-  verify_checksums(out.metadata, entries, data, source);
-
-  out.tensors.reserve(entries.size());
-  for (const Entry& e : entries) {
-    Tensor t = Tensor::empty(e.shape, e.dtype);
-    if (e.end > e.begin) std::memcpy(t.raw_data(), data.data() + e.begin, e.end - e.begin);
-    out.tensors.emplace_back(e.name, std::move(t));
-  }
-  return out;
-}
 
 // `dest` names the file being written (empty when encoding to memory) in ValueErrors.
 std::string encode_impl(const nn::StateDict& tensors, const Metadata& metadata, const std::string& dest) {
@@ -315,13 +94,16 @@ std::string encode_safetensors(const nn::StateDict& tensors, const Metadata& met
 }
 
 SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& source) {
-  try {
-    return decode_impl(bytes, source);
-  } catch (const nlohmann::json::exception& e) {
-    // Every JSON access above is type-checked first; this is a safety net so malformed input can
-    // only ever surface as an IoError naming the file.
-    fail(source, std::string("malformed header: ") + e.what());
+  SafetensorsLayout layout = parse_safetensors_layout(bytes, source);
+  SafetensorsFile out;
+  out.metadata = std::move(layout.metadata);
+  out.tensors.reserve(layout.entries.size());
+  for (const SafetensorsEntry& e : layout.entries) {
+    Tensor t = Tensor::empty(e.shape, e.dtype);
+    if (e.end > e.begin) std::memcpy(t.raw_data(), layout.data.data() + e.begin, e.end - e.begin);
+    out.tensors.emplace_back(e.name, std::move(t));
   }
+  return out;
 }
 
 void save_safetensors(const std::string& path, const nn::StateDict& tensors, const Metadata& metadata) {

@@ -15,11 +15,10 @@
 #include <string>
 #include <string_view>
 
+#include "tessera/io/safetensors_layout.h"
 #include "tessera/nn/module.h"
 
 namespace tessera::io {
-
-using Metadata = std::map<std::string, std::string>;
 
 struct SafetensorsFile {
   nn::StateDict tensors;  // in file order (sorted by data offset)
