@@ -170,6 +170,13 @@ class Agent {
       c.connect_timeout = Milliseconds(10000);
       worker_store_ = std::make_shared<dist::TcpStore>(c);
     } catch (const Error& e) {
+      // A node that reaches this generation late (it was still leaving the last one) can find that
+      // it already ended and node 0 closed its worker store: the next round, not the end of the job
+      // (seen in the chaos run, when a replacement agent joined right after a grow).
+      try {
+        if (rdzv_->generation() != g) return Outcome::kMembershipChanged;
+      } catch (const Error&) {
+      }
       fatal_ = e.what();
       return Outcome::kFatal;
     }

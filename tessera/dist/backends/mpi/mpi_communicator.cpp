@@ -5,7 +5,7 @@
 //
 // Nonblocking collectives cannot be cancelled (MPI 3.0, section 5.12), so after a timeout the
 // request stays pending: the communicator is not used again (the ProcessGroup is broken) and the
-// process skips MPI_Finalize at exit rather than hang in it (mark_mpi_unfinishable).
+// process aborts the job at exit rather than hang in MPI_Finalize (mark_mpi_unfinishable).
 #include <algorithm>
 #include <atomic>
 #include <climits>

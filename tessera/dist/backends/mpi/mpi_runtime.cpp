@@ -54,7 +54,12 @@ void finalize_at_exit() {
   Runtime& r = runtime();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && !r.unfinishable.load()) MPI_Finalize();
+  if (!finalized && r.unfinishable.load()) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);  // does not return: mpirun ends every rank of the job
+  }
+  if (!finalized) MPI_Finalize();
   // Only now may rank 0's store server go: every rank has passed the finalize fence, so none is
   // still talking to it. After a failure, stopping it tells the peers at once (PeerFailureError).
   std::vector<std::shared_ptr<void>> keep;

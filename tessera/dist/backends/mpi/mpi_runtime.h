@@ -33,8 +33,10 @@ class MpiLock {
 };
 
 // After an operation timed out its request is still pending and the peers may never come, while
-// Open MPI's MPI_Finalize waits for them (a PMIx fence): skip MPI_Finalize at exit so that the
-// process exits (and mpirun ends the job) instead of hanging.
+// Open MPI's MPI_Finalize waits for them (a PMIx fence): at exit such a process calls MPI_Abort
+// instead, so that mpirun ends the whole job at once. Exiting without either left mpirun to notice
+// an "improper" exit by itself, which it sometimes did only after minutes (a suite run: every rank
+// had finished, and mpirun was still there when the test's 120 s timeout killed it).
 void mark_mpi_unfinishable();
 
 // Kept alive until MPI_Finalize has run at exit (rank 0's rendezvous store server: the other ranks
