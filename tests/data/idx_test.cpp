@@ -28,7 +28,7 @@ std::string write_file(const std::string& name, const Bytes& bytes) {
   std::string path = temp_path(name);
   std::FILE* f = std::fopen(path.c_str(), "wb");
   EXPECT_NE(f, nullptr);
-  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  if (!bytes.empty()) std::fwrite(bytes.data(), 1, bytes.size(), f);  // data() of an empty vector is null
   std::fclose(f);
   return path;
 }

@@ -3,6 +3,7 @@
 // one-page chunk (hundreds of double-buffered rounds per call); subgroups; the failure contract
 // (a rank that never arrives, a peer process that exits, ranks on different machines).
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -231,26 +232,32 @@ TEST(ShmFailure, ARankThatNeverArrivesIsNamedWithinTheTimeout) {
 
 TEST(ShmFailure, AProcessThatExitsIsAPeerFailureWellBeforeTheTimeout) {
   // A forked child joins as rank 1 and exits without calling the collective; rank 0 must report it
-  // (the child is a zombie until reaped below, which the liveness check must see through).
-  dist::TcpStoreServerOptions so;
-  so.token = "shm-test-token";
-  so.log = [](const std::string&) {};
-  dist::TcpStoreServer server(so);
-  auto options = [&](int rank) {
+  // (the child is a zombie until reaped below, which the liveness check must see through). The
+  // child is forked before the store server starts its thread (a child forked from a process with
+  // other threads can inherit a lock one of them held, and wait on it forever) and learns the
+  // server's port through a pipe.
+  const std::string token = "shm-test-token";
+  auto options = [&](uint16_t port, int rank) {
     dist::TcpStoreOptions o;
-    o.port = server.port();
-    o.token = so.token;
+    o.port = port;
+    o.token = token;
     o.rank = rank;
     o.timeout = 10s;
     o.connect_timeout = 10s;
     return o;
   };
+  int port_pipe[2];
+  ASSERT_EQ(::pipe(port_pipe), 0);
   pid_t child = ::fork();
   if (child == 0) {
     int code = 0;
     try {
+      ::close(port_pipe[1]);
+      pollfd p{port_pipe[0], POLLIN, 0};
+      uint16_t port = 0;
+      if (::poll(&p, 1, 30000) != 1 || ::read(port_pipe[0], &port, sizeof port) != sizeof port) ::_exit(2);
       dist::BackendContext c;
-      c.store = std::make_shared<dist::TcpStore>(options(1));
+      c.store = std::make_shared<dist::TcpStore>(options(port, 1));
       c.rank = 1;
       c.size = 2;
       c.local_size = 2;
@@ -262,8 +269,16 @@ TEST(ShmFailure, AProcessThatExitsIsAPeerFailureWellBeforeTheTimeout) {
     ::_exit(code);
   }
   ASSERT_GT(child, 0);
+  ::close(port_pipe[0]);
+  dist::TcpStoreServerOptions so;
+  so.token = token;
+  so.log = [](const std::string&) {};
+  dist::TcpStoreServer server(so);
+  const uint16_t port = server.port();
+  ASSERT_EQ(::write(port_pipe[1], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  ::close(port_pipe[1]);
   dist::BackendContext c;
-  c.store = std::make_shared<dist::TcpStore>(options(0));
+  c.store = std::make_shared<dist::TcpStore>(options(port, 0));
   c.rank = 0;
   c.size = 2;
   c.local_size = 2;
