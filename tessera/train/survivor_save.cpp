@@ -55,6 +55,12 @@ void SurvivorSave::run() {
   while (::read(pipe_[0], &b, 1) < 0) {
   }
   if (b != kSaveByte) return;
+  save_now();
+  std::fflush(stdout);
+  std::_Exit(kExitCode);  // the main thread is stuck in a collective with the dead peer
+}
+
+void SurvivorSave::save_now() {
   std::string saved;
   try {
     saved = save_();
@@ -64,8 +70,6 @@ void SurvivorSave::run() {
   if (!saved.empty())
     std::fprintf(stderr, "[elastic] rank %d: a peer is gone; saved the state in memory as %s\n", rank_, saved.c_str());
   std::fflush(stderr);
-  std::fflush(stdout);
-  std::_Exit(kExitCode);  // the main thread is stuck in a collective with the dead peer
 }
 
 }  // namespace tessera::train

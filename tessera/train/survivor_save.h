@@ -28,6 +28,10 @@ class SurvivorSave {
   SurvivorSave(const SurvivorSave&) = delete;
   SurvivorSave& operator=(const SurvivorSave&) = delete;
 
+  // Runs `save` now and logs what it wrote (or why it failed), without ending the process: what the
+  // trainer does when its own collective fails on the lost peer before the agent's SIGUSR1 arrives.
+  void save_now();
+
  private:
   SurvivorSave(int rank, std::function<std::string()> save);
   void run();

@@ -153,6 +153,8 @@ void Trainer::check_elastic_world_sizes() const {
                    "leave train.global_batch_size unset (each worker keeps train.batch_size)");
 }
 
+RunOutput Trainer::run_output() const { return RunOutput{config_.train.output_dir, run_id_}; }
+
 std::string Trainer::checkpoints_dir() const { return (fs::path(config_.train.output_dir) / "checkpoints").string(); }
 
 double Trainer::train_step(const data::Batch& batch) {
@@ -184,14 +186,7 @@ void Trainer::save_after_losing_a_peer() {
   // before the agent's SIGUSR1 arrives (a machine lost resets its connections at once). The state is
   // whole (a step's update is applied under state_mu_, after its collectives), so this replica saves
   // it as the survivors' save would; a save of the same step by another survivor is left as it is.
-  if (!survivor_) return;
-  try {
-    const std::string saved = save_survivor_checkpoint();
-    if (!saved.empty())
-      std::fprintf(stderr, "[elastic] rank %d: a peer is gone; saved the state in memory as %s\n", rank(), saved.c_str());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "[elastic] rank %d: a peer is gone and saving the state in memory failed: %s\n", rank(), e.what());
-  }
+  if (survivor_) survivor_->save_now();
 }
 
 FitResult Trainer::fit_epochs() {
@@ -207,7 +202,7 @@ FitResult Trainer::fit_epochs() {
   Progress progress(lead && Progress::stderr_is_terminal(), lead ? run.log_every : INT64_MAX);
   FitResult result;
   stop_requested_ = false;
-  strategy_->on_fit_start(step_, resumed_, RunOutput{run.output_dir, run_id_});
+  strategy_->on_fit_start(step_, resumed_, run_output());
   strategy_->set_training(true);
   elastic_ = ElasticReport::from_environment(rank());
   if (elastic_) elastic_->started(step_, resumed_survivors_of_);
@@ -403,7 +398,7 @@ std::string Trainer::save_checkpoint() {
   nn::StateDict state = strategy_->model_state();                        // collective for the mesh
   nn::StateDict optimizer_state = strategy_->optimizer_state(*optimizer_);  // likewise
   if (rank() != 0) return "";  // rank 0 writes for all
-  strategy_->before_checkpoint(RunOutput{config_.train.output_dir, run_id_}, step_);
+  strategy_->before_checkpoint(run_output(), step_);
   std::lock_guard lock(state_mu_);  // not at the same time as a survivor's save
   auto [model, trainer] = checkpoint_files(std::move(state), std::move(optimizer_state), default_generator().state());
   return io::save_checkpoint(checkpoints_dir(), step_, model, trainer, config_.train.keep_checkpoints, run_id_);

@@ -115,6 +115,7 @@ class Trainer {
   void save_after_losing_a_peer();
   void agree_on_run_id();  // collective
   std::string checkpoints_dir() const;
+  RunOutput run_output() const;  // where the strategy keeps its own files of this run
   // The two files of a checkpoint at step_, with `rng` as the generator state.
   std::pair<io::SafetensorsFile, io::SafetensorsFile> checkpoint_files(nn::StateDict model_state,
                                                                      nn::StateDict optimizer_state,

@@ -266,38 +266,57 @@ TEST(MultiHost, ALinkDownMidRunIsReportedWithinTheTimeout) {
   EXPECT_NE(host2.find("(on host2) cannot reach the store either"), std::string::npos) << host2;
 }
 
+// The elastic jobs over 3 hosts: a synthetic MLP of 320 steps (2 epochs of 160 global batches of
+// 12, checkpoints every 5), rank 0 slowed by 20 ms a step, written to <dir>/config.toml.
+void write_elastic_config(const std::string& dir, int timeout_s) {
+  std::ofstream(dir + "/config.toml") << "[model]\nname = \"mlp\"\nhidden = [32]\n"
+                                      << "[data]\ndataset = \"synthetic\"\nsamples = 1920\ntest_samples = 64\nclasses = 4\n"
+                                      << "[optimizer]\nname = \"sgd\"\nmomentum = 0.9\nlr = 0.02\n"
+                                      << "[train]\nepochs = 2\nglobal_batch_size = 12\ncheckpoint_every = 5\nthreads = 1\n"
+                                      << "log_every = 1000\noutput_dir = \"" << dir << "/run\"\n[distributed]\ntimeout_s = "
+                                      << timeout_s << "\n";
+}
+
+// The agents' three logs read together (node ranks are dealt anew each generation), and a shell
+// line that waits, at most 60 s, for `pattern` to appear in them.
+std::string elastic_logs(const std::string& dir) {
+  return "cat " + dir + "/agent1.log " + dir + "/agent2.log " + dir + "/agent3.log 2>/dev/null";
+}
+std::string wait_for_log(const std::string& dir, const std::string& pattern) {
+  return "for i in $(seq 1200); do " + elastic_logs(dir) + " | grep -q '" + pattern + "' && break; sleep 0.05; done; ";
+}
+
+// The shell lines that start one agent per host (1 to 3, the rendezvous store on host 1) in the
+// background as $a1..$a3, each bounded at 240 s and logging to <dir>/agent<host>.log.
+std::string start_elastic_agents(const Cluster& cluster, const std::string& dir, const std::string& agent_args,
+                                 const std::string& train_args) {
+  const std::string bin = TESSERA_BINARY;
+  std::string script = "export TESSERA_JOB_TOKEN=0123456789abcdef0123456789abcdef; ";
+  for (int host = 1; host <= 3; ++host)
+    script += "timeout -k 5 240 " +
+              cluster.in(host, bin + " run --nnodes 1:3 --nproc-per-node 1 --rdzv-backend store --rdzv-endpoint " +
+                                   "198.18.0.1:29400 --heartbeat-timeout 3 --last-call 1 --grace-period 2 " + agent_args +
+                                   " -- " + bin + " train " + dir + "/config.toml --resume auto " +
+                                   "--set distributed.debug_slow_rank=0 --set distributed.debug_slow_ms=20 " + train_args) +
+              " > " + dir + "/agent" + std::to_string(host) + ".log 2>&1 & a" + std::to_string(host) + "=$!; " +
+              (host == 1 ? wait_for_log(dir, "hosting the rendezvous store") : std::string());
+  return script;
+}
+
 // An elastic job over 3 hosts (one agent each, the rendezvous on host 1) survives a worker killed
 // with SIGKILL on host 3 and then the loss of host 2 (every process in it killed), and finishes.
 TEST(MultiHost, AnElasticJobSurvivesAKilledWorkerAndALostHost) {
   const std::string dir = tessera::testing::fresh_dir("multihost", "elastic");
   Cluster cluster(3, dir);
   UP_OR_SKIP(cluster);
-  std::ofstream(dir + "/config.toml") << "[model]\nname = \"mlp\"\nhidden = [32]\n"
-                                      << "[data]\ndataset = \"synthetic\"\nsamples = 1920\ntest_samples = 64\nclasses = 4\n"
-                                      << "[optimizer]\nname = \"sgd\"\nmomentum = 0.9\nlr = 0.02\n"
-                                      << "[train]\nepochs = 2\nglobal_batch_size = 12\ncheckpoint_every = 5\nthreads = 1\n"
-                                      << "log_every = 1000\noutput_dir = \"" << dir << "/run\"\n[distributed]\ntimeout_s = 10\n";
-  const std::string bin = TESSERA_BINARY;
-  // Node ranks are dealt anew each generation, so the agents' logs are read together.
-  const std::string logs = "cat " + dir + "/agent1.log " + dir + "/agent2.log " + dir + "/agent3.log 2>/dev/null";
-  auto wait_for = [&](const std::string& pattern) {
-    return "for i in $(seq 1200); do " + logs + " | grep -q '" + pattern + "' && break; sleep 0.05; done; ";
-  };
-  std::string script = "export TESSERA_JOB_TOKEN=0123456789abcdef0123456789abcdef; ";
-  for (int host = 1; host <= 3; ++host)
-    script += "timeout -k 5 240 " +
-              cluster.in(host, bin + " run --nnodes 1:3 --nproc-per-node 1 --rdzv-backend store --rdzv-endpoint " +
-                                   "198.18.0.1:29400 --rdzv-id mh --heartbeat-timeout 3 --last-call 1 --grace-period 2 -- " +
-                                   bin + " train " + dir + "/config.toml --resume auto --set distributed.debug_slow_rank=0 " +
-                                   "--set distributed.debug_slow_ms=20 --set distributed.debug_kill_rank=2 " +
-                                   "--set distributed.debug_kill_step=10") +
-              " > " + dir + "/agent" + std::to_string(host) + ".log 2>&1 & a" + std::to_string(host) + "=$!; " +
-              (host == 1 ? wait_for("hosting the rendezvous store") : std::string());
+  write_elastic_config(dir, 10);
+  std::string script = start_elastic_agents(cluster, dir, "--rdzv-id mh",
+                                            "--set distributed.debug_kill_rank=2 --set distributed.debug_kill_step=10");
   // The host to lose: the one besides host 1 whose agent is still in the job (the killed worker's
   // agent has none left and only waits).
-  script += wait_for("recovery: generation 1 ") + "victim=3; survivor=2; grep -q 'generation 1:' " + dir +
+  script += wait_for_log(dir, "recovery: generation 1 ") + "victim=3; survivor=2; grep -q 'generation 1:' " + dir +
             "/agent2.log && victim=2 && survivor=3; env TESSERA_CLUSTER=" + cluster.name() + " bash " + kCluster +
-            " kill host$victim; " + wait_for("recovery: generation 2 ") +
+            " kill host$victim; " + wait_for_log(dir, "recovery: generation 2 ") +
             "wait $a1; r1=$?; eval wait \\$a$survivor; r2=$?; echo \"exit $r1 $r2\"";
   std::ofstream(dir + "/elastic.sh") << script << "\n";
   std::system(("bash " + dir + "/elastic.sh > " + dir + "/elastic.log 2>&1").c_str());
@@ -321,26 +340,8 @@ TEST(MultiHost, AnElasticJobSurvivesALinkDown) {
   const std::string dir = tessera::testing::fresh_dir("multihost", "elastic_link");
   Cluster cluster(3, dir);
   UP_OR_SKIP(cluster);
-  std::ofstream(dir + "/config.toml") << "[model]\nname = \"mlp\"\nhidden = [32]\n"
-                                      << "[data]\ndataset = \"synthetic\"\nsamples = 1920\ntest_samples = 64\nclasses = 4\n"
-                                      << "[optimizer]\nname = \"sgd\"\nmomentum = 0.9\nlr = 0.02\n"
-                                      << "[train]\nepochs = 2\nglobal_batch_size = 12\ncheckpoint_every = 5\nthreads = 1\n"
-                                      << "log_every = 1000\noutput_dir = \"" << dir << "/run\"\n[distributed]\ntimeout_s = 5\n";
-  const std::string bin = TESSERA_BINARY;
-  const std::string logs = "cat " + dir + "/agent1.log " + dir + "/agent2.log " + dir + "/agent3.log 2>/dev/null";
-  auto wait_for = [&](const std::string& pattern) {
-    return "for i in $(seq 1200); do " + logs + " | grep -q '" + pattern + "' && break; sleep 0.05; done; ";
-  };
-  std::string script = "export TESSERA_JOB_TOKEN=0123456789abcdef0123456789abcdef; ";
-  for (int host = 1; host <= 3; ++host)
-    script += "timeout -k 5 240 " +
-              cluster.in(host, bin + " run --nnodes 1:3 --nproc-per-node 1 --rdzv-backend store --rdzv-endpoint " +
-                                   "198.18.0.1:29400 --rdzv-id mhlink --heartbeat-timeout 3 --last-call 1 --grace-period 2 " +
-                                   "--join-timeout 10 -- " +
-                                   bin + " train " + dir + "/config.toml --resume auto --set distributed.debug_slow_rank=0 " +
-                                   "--set distributed.debug_slow_ms=20") +
-              " > " + dir + "/agent" + std::to_string(host) + ".log 2>&1 & a" + std::to_string(host) + "=$!; " +
-              (host == 1 ? wait_for("hosting the rendezvous store") : std::string());
+  write_elastic_config(dir, 5);
+  std::string script = start_elastic_agents(cluster, dir, "--rdzv-id mhlink --join-timeout 10", "");
   // Once the job of 3 has written step 10, host 3's link goes down (the wait is bounded: 60 s).
   script += "for i in $(seq 1200); do [ -e " + dir + "/run/checkpoints/step-00000010 ] && break; sleep 0.05; done; " +
             cluster.in(3, "ip link set eth0 down") + "; " +
