@@ -15,6 +15,18 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   return std::shared_ptr<Storage>(new Storage(cpu_allocator::allocate(nbytes), nbytes, device));
 }
 
-Storage::~Storage() { cpu_allocator::deallocate(data_, nbytes_); }
+Storage::~Storage() {
+  if (data_ != nullptr) cpu_allocator::deallocate(data_, nbytes_);
+}
+
+void Storage::release_memory() {
+  if (data_ == nullptr) return;
+  cpu_allocator::deallocate(data_, nbytes_);
+  data_ = nullptr;
+}
+
+void Storage::restore_memory() {
+  if (data_ == nullptr && nbytes_ > 0) data_ = cpu_allocator::allocate(nbytes_);
+}
 
 }  // namespace tessera

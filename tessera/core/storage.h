@@ -25,6 +25,14 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  // ZeRO-3 frees a unit's gathered parameters between their uses and gathers them again into the same
+  // Storage, so the views that layers hold and the tensors autograd saved stay valid handles (what
+  // FSDP does by resizing a storage to 0 and back). While released, data() is null and reading it is
+  // the caller's error; the bytes go back to the allocator (and its budget) meanwhile.
+  void release_memory();
+  void restore_memory();  // new, uninitialised memory of the same size; a no-op when resident
+  bool resident() const { return data_ != nullptr || nbytes_ == 0; }
+
  private:
   Storage(void* data, size_t nbytes, Device device) : data_(data), nbytes_(nbytes), device_(device) {}
   void* data_;

@@ -5,11 +5,11 @@
 namespace tessera::optim {
 
 namespace {
-// L2 norm accumulated in double: a layer's norm sums up to millions of squares.
-double l2_norm(const float* x, int64_t n) {
+// Accumulated in double: a layer's norm sums up to millions of squares.
+double squared_norm(const float* x, int64_t n) {
   double s = 0.0;
   for (int64_t k = 0; k < n; ++k) s += static_cast<double>(x[k]) * x[k];
-  return std::sqrt(s);
+  return s;
 }
 }  // namespace
 
@@ -21,17 +21,29 @@ LARS::LARS(std::vector<Tensor> params, LARSOptions o) : Optimizer(std::move(para
 }
 
 void LARS::step() {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor g_t = gradient_to_apply(i);
-    if (!g_t.defined()) continue;
-    float* p = params_[i].data<float>();
-    const float* g = g_t.data<float>();
+  // Norms first, for every tensor, so that they can be whole-tensor ones where the parameters are
+  // ZeRO pieces (Optimizer::Partition); then the updates.
+  const size_t count = params_.size();
+  std::vector<Tensor> grads(count);
+  std::vector<double> sums(2 * count, 0.0);  // ||w||², ||g||² per parameter
+  for (size_t i = 0; i < count; ++i) {
+    grads[i] = gradient_to_apply(i);
+    if (!grads[i].defined()) continue;
     const int64_t n = params_[i].numel();
-    const bool adapt = !(options.exclude_bias_and_norm && params_[i].dim() <= 1);
+    sums[2 * i] = squared_norm(params_[i].data<float>(), n);
+    sums[2 * i + 1] = squared_norm(grads[i].data<float>(), n);
+  }
+  sum_over_pieces(sums);
+  for (size_t i = 0; i < count; ++i) {
+    if (!grads[i].defined()) continue;
+    float* p = params_[i].data<float>();
+    const float* g = grads[i].data<float>();
+    const int64_t n = params_[i].numel();
+    const bool adapt = !(options.exclude_bias_and_norm && whole_dim(i) <= 1);
     const double wd = adapt ? options.weight_decay : 0.0;
     double trust = 1.0;
     if (adapt) {
-      const double w_norm = l2_norm(p, n), g_norm = l2_norm(g, n);
+      const double w_norm = std::sqrt(sums[2 * i]), g_norm = std::sqrt(sums[2 * i + 1]);
       if (w_norm > 0.0 && g_norm > 0.0)
         trust = options.trust_coefficient * w_norm / (g_norm + wd * w_norm + options.eps);
     }

@@ -33,6 +33,20 @@ Tensor Optimizer::gradient_to_apply(size_t index) {
   return g.contiguous();
 }
 
+void Optimizer::set_partition(Partition partition) {
+  TESSERA_CHECK(partition.whole_dims.size() == params_.size(), "[Optimizer::set_partition] ",
+                partition.whole_dims.size(), " parameter dimensions for ", params_.size(), " parameters");
+  partition_ = std::move(partition);
+}
+
+void Optimizer::sum_over_pieces(std::vector<double>& sums) const {
+  if (partition_.sum_over_pieces) partition_.sum_over_pieces(sums);
+}
+
+int64_t Optimizer::whole_dim(size_t index) const {
+  return partition_.whole_dims.empty() ? params_[index].dim() : partition_.whole_dims[index];
+}
+
 bool Optimizer::has_state(size_t index, const std::string& name) const {
   for (auto& [n, t] : state_[index])
     if (n == name) return true;

@@ -1,6 +1,7 @@
 // Optimizer base: the parameters it updates, the learning rate (schedulers set it), a step count,
 // and per-parameter state saved as "<index>.<buffer>" tensors in state_dict (world-size independent).
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "tessera/nn/module.h"
@@ -22,6 +23,17 @@ class Optimizer {
   nn::StateDict state_dict() const;
   void load_state_dict(const nn::StateDict& state);
 
+  // Sharded data parallelism (ZeRO) gives each rank's optimizer one piece of every model parameter
+  // (a 1-D slice, possibly empty). The per-tensor norms LARS and LAMB scale by are then those of the
+  // whole tensors: `sum_over_pieces` adds a vector of per-parameter sums of squares over every
+  // rank's pieces in place (an all-reduce), and `whole_dims` gives each model parameter's number of
+  // dimensions (LARS leaves 1-D ones alone). Element-wise optimizers (SGD, Adam, AdamW) ignore it.
+  struct Partition {
+    std::function<void(std::vector<double>&)> sum_over_pieces;
+    std::vector<int64_t> whole_dims;
+  };
+  void set_partition(Partition partition);
+
  protected:
   // Per-parameter state buffer `name` (allocated zero on first use).
   Tensor& state(size_t index, const std::string& name);
@@ -29,12 +41,17 @@ class Optimizer {
   // The contiguous gradient of parameter `index`, undefined when it has none; otherwise the
   // parameter is marked modified (autograd's version counter), since step() is about to write it.
   Tensor gradient_to_apply(size_t index);
+  // The whole-tensor sums of per-parameter sums of squares (unchanged without a partition), and a
+  // parameter's number of dimensions as the model has it.
+  void sum_over_pieces(std::vector<double>& sums) const;
+  int64_t whole_dim(size_t index) const;
   std::vector<Tensor> params_;
   double lr_;
   int64_t step_count_ = 0;
 
  private:
   std::vector<std::vector<std::pair<std::string, Tensor>>> state_;
+  Partition partition_;
 };
 
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before.

@@ -70,9 +70,15 @@ struct RunConfig {
 // synchronous data parallelism (DDP), or parameter servers (strategy "ps"). train.batch_size is per
 // rank (per worker), as in PyTorch's DDP.
 struct DistributedConfig {
-  // ddp | ps | mesh (train/strategy.h); pp · tp > 1 means mesh. A ddp job of one process trains
-  // locally.
+  // ddp | zero | ps | mesh (train/strategy.h); pp · tp > 1 means mesh. A ddp or zero job of one
+  // process trains locally.
   std::string strategy = "ddp";
+  // Sharded data parallelism (strategy = "zero"; tessera/parallel/zero): 1 shards the optimizer
+  // state, 2 also the gradients, 3 also the parameters. Stage 3 gathers one unit at a time: each
+  // layer ("layer") or consecutive layers of at least zero_min_unit_mb ("size").
+  int64_t zero_stage = 2;
+  std::string zero_wrap_policy = "layer";
+  double zero_min_unit_mb = 1;
   std::string backend = "auto";        // auto | gloo | shm | mpi
   double timeout_s = 300;              // rendezvous and every collective
   double bucket_cap_mb = 25;           // DDP gradient buckets

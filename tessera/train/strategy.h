@@ -12,10 +12,10 @@
 // The strategies (one file each, chosen once from the config by make_strategy):
 //   local  one process
 //   ddp    replicas, gradients all-reduced in buckets during backward (parallel/ddp)
+//   zero   replicas with the optimizer state, gradients and (stage 3) parameters cut into pieces
 //   ps     parameter-server worker: push gradients, pull values; the servers run the optimizer
 //   mesh   DP x PP x TP: pipeline stages, tensor-parallel shards, data-parallel replicas
-// A new strategy (ZeRO) is one more file: a class implementing these hooks and a line in
-// make_strategy.
+// A new strategy is one more file: a class implementing these hooks and a line in make_strategy.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -136,8 +136,8 @@ struct StrategyEnvironment {
 };
 
 // The strategy the config and environment ask for: ps when there are client options; mesh when
-// distributed.strategy = "mesh" or parallel.pp · parallel.tp > 1; ddp with a group of several
-// ranks; local otherwise.
+// distributed.strategy = "mesh" or parallel.pp · parallel.tp > 1; zero or ddp (as the config says)
+// with a group of several ranks; local otherwise.
 std::unique_ptr<Strategy> make_strategy(const TrainConfig& config, StrategyEnvironment env);
 
 }  // namespace tessera::train

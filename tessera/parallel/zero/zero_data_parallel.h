@@ -1,0 +1,113 @@
+// ZeroDataParallel: sharded data parallelism — DeepSpeed's ZeRO stages (Rajbhandari et al. 2019) and
+// PyTorch's FSDP. Every rank trains a replica on its share of the batch, as with DDP, but the training
+// state is cut into world-size pieces instead of replicated:
+//
+//   stage 1  the optimizer state: each rank's optimizer updates only its piece of every parameter;
+//            after backward the gradients are reduce-scattered (each rank receives the average of
+//            its piece), and after the step the updated pieces are all-gathered into the parameters;
+//   stage 2  and the gradients: each unit's gradients are reduce-scattered during backward as soon as
+//            they are all ready (overlapped, like DDP's buckets) and the whole gradients dropped;
+//   stage 3  and the parameters: a unit (a layer of the model's chain, or several by size) is
+//            all-gathered just before its forward and freed after it, gathered again just before its
+//            backward (the next unit's gather prefetched while this one computes), and freed once its
+//            gradients are reduce-scattered. Between steps a rank holds only its pieces.
+//
+// Per rank with Ψ parameters and Adam (fp32): stage 1 holds 4Ψ + 4Ψ + 8Ψ/N bytes of parameters,
+// gradients and state at its peak, stage 2 4Ψ + 4Ψ/N + 8Ψ/N (plus a unit's gradients in flight),
+// stage 3 16Ψ/N (plus the units gathered at once). The layout is flat_unit.h's.
+//
+// Use (the optimizer is built over the pieces, and stepped through step()):
+//   ZeroDataParallel zero(model, group, {.stage = 3});
+//   optim::Adam opt(zero.parameters(), {...});
+//   zero.attach(opt);                       // LARS and LAMB: norms over whole tensors
+//   Tensor loss = cross_entropy(zero(x), y);
+//   loss.backward();                        // returns with this rank's averaged gradient pieces
+//   zero.step(opt);                         // updates, gathers, zeroes the gradients
+// Gradients accumulate over several backward passes until step() (scale each loss by 1/passes).
+// Every parameter must receive a gradient in each backward pass; one that does not is an error
+// naming it.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/dist/process_group.h"
+#include "tessera/nn/module.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/parallel/zero/flat_unit.h"
+
+namespace tessera::parallel::zero {
+
+struct ZeroOptions {
+  int stage = 2;  // 1, 2 or 3
+  // Stages 1 and 2: parameters grouped, in reverse order (the order their gradients become ready),
+  // into units of at most this many bytes, as DDP's buckets.
+  size_t bucket_cap_bytes = 25u << 20;
+  // Stage 3, for a model that is a chain of layers (Sequential, the transformer): "layer" makes each
+  // layer with parameters a unit; "size" merges consecutive layers until a unit holds min_unit_bytes.
+  // Any other model is one unit.
+  std::string wrap_policy = "layer";
+  size_t min_unit_bytes = 1u << 20;
+  bool prefetch = true;  // stage 3: the next unit's all-gather runs while this one computes
+};
+
+// The bytes of training state this rank holds now.
+struct ZeroMemory {
+  int64_t parameters = 0;       // whole parameters kept (stages 1, 2) or gathered now, plus pieces (3)
+  int64_t gradients = 0;        // gradient pieces, plus whole gradients while a backward is running
+  int64_t optimizer_state = 0;  // the optimizer's buffers (its pieces)
+  int64_t total() const { return parameters + gradients + optimizer_state; }
+};
+
+class ZeroDataParallel {
+ public:
+  // Broadcasts rank 0's parameters (every rank starts from them) and cuts them into pieces. Collective.
+  ZeroDataParallel(std::shared_ptr<nn::Module> model, dist::ProcessGroupPtr group, ZeroOptions options = {});
+  ~ZeroDataParallel();
+  ZeroDataParallel(const ZeroDataParallel&) = delete;
+  ZeroDataParallel& operator=(const ZeroDataParallel&) = delete;
+
+  // The model's forward (stage 3 gathers each unit around its layers). Collective at stage 3.
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+
+  // What this rank's optimizer updates: one 1-D piece per model parameter, in the model's order
+  // (possibly empty), whose .grad holds this rank's piece of the averaged gradient after backward.
+  const std::vector<Tensor>& parameters() const;
+  // Gives LARS and LAMB the whole tensors' norms (Optimizer::Partition). Call once after building it.
+  void attach(optim::Optimizer& optimizer);
+  // optimizer.step(), the updated parameters gathered where the stage keeps them whole, and the
+  // gradient pieces zeroed. Collective.
+  void step(optim::Optimizer& optimizer);
+  // Scales the gradient pieces so that the global norm is at most max_norm; returns the norm before.
+  // Collective.
+  double clip_grad_norm(double max_norm);
+  // Drops the gradients accumulated since the last step.
+  void zero_grad();
+
+  // The whole model under its own names, on every rank (values cloned). Collective.
+  nn::StateDict full_state_dict();
+  // Every rank passes the same whole state; each keeps its pieces.
+  void load_full_state_dict(const nn::StateDict& state);
+  // The optimizer's state as one process's optimizer over the whole model holds it ("step", "lr",
+  // "<parameter index>.<buffer>" with the parameter's shape), on every rank. Collective.
+  nn::StateDict full_optimizer_state(const optim::Optimizer& optimizer);
+  // Every rank passes the same whole state; each loads its pieces of it.
+  void load_full_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state);
+
+  ZeroMemory memory(const optim::Optimizer* optimizer = nullptr) const;
+  int stage() const;
+  const std::vector<FlatUnit>& units() const;
+  nn::Module& module();
+  const dist::ProcessGroupPtr& group() const;
+  // Bytes moved by this rank's collectives since construction (sent payload of reduce-scatters and
+  // all-gathers), for the step metrics.
+  int64_t bytes_communicated() const;
+
+  class Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::parallel::zero

@@ -1,0 +1,74 @@
+#include "tessera/train/zero_strategy.h"
+
+#include "tessera/core/cpu_allocator.h"
+
+namespace tessera::train {
+
+ZeroStrategy::ZeroStrategy(const TrainConfig& config, dist::ProcessGroupPtr group)
+    : config_(config), group_(std::move(group)) {
+  TESSERA_CHECK(group_, "[zero] needs the job's process group");
+}
+
+std::vector<Tensor> ZeroStrategy::prepare(std::shared_ptr<nn::Module> model) {
+  const auto& d = config_.distributed;
+  parallel::zero::ZeroOptions o;
+  o.stage = static_cast<int>(d.zero_stage);
+  o.bucket_cap_bytes = static_cast<size_t>(d.bucket_cap_mb * (1 << 20));
+  o.wrap_policy = d.zero_wrap_policy;
+  o.min_unit_bytes = static_cast<size_t>(d.zero_min_unit_mb * (1 << 20));
+  zero_ = std::make_unique<parallel::zero::ZeroDataParallel>(model, group_, o);
+  model_ = std::move(model);
+  return zero_->parameters();
+}
+
+void ZeroStrategy::attach_once(optim::Optimizer& optimizer) {
+  // The trainer builds the optimizer over prepare's pieces after prepare: attach it at first use.
+  if (attached_ == &optimizer) return;
+  zero_->attach(optimizer);
+  attached_ = &optimizer;
+}
+
+void ZeroStrategy::optimizer_step(optim::Optimizer& optimizer) {
+  attach_once(optimizer);
+  zero_->step(optimizer);
+}
+
+std::optional<EvalContribution> ZeroStrategy::evaluate_batch(const data::Batch& batch) {
+  Tensor output = zero_->forward(batch.inputs);
+  EvalContribution c{default_loss(output, batch.targets), {}};
+  if (output.dim() == 2) c.output = output;
+  return c;
+}
+
+nn::StateDict ZeroStrategy::model_state() {
+  nn::StateDict state = zero_->full_state_dict();  // collective
+  return rank() == 0 ? state : nn::StateDict{};
+}
+
+nn::StateDict ZeroStrategy::optimizer_state(const optim::Optimizer& optimizer) {
+  nn::StateDict state = zero_->full_optimizer_state(optimizer);  // collective
+  return rank() == 0 ? state : nn::StateDict{};
+}
+
+void ZeroStrategy::load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) {
+  attach_once(optimizer);
+  zero_->load_full_optimizer_state(optimizer, state);
+}
+
+void ZeroStrategy::add_step_metrics(nlohmann::json& record) const {
+  const parallel::zero::ZeroMemory m = zero_->memory(attached_);
+  record["comm_bytes_total"] = zero_->bytes_communicated();
+  record["zero_parameter_bytes"] = m.parameters;
+  record["zero_gradient_bytes"] = m.gradients;
+  record["zero_optimizer_state_bytes"] = m.optimizer_state;
+  record["peak_allocated_bytes"] = cpu_allocator::peak_allocated_bytes();
+}
+
+std::string ZeroStrategy::describe() const {
+  int64_t params = 0;
+  for (const auto& unit : zero_->units()) params += unit.numel;
+  return detail::concat("zero stage ", zero_->stage(), ": ", params, " parameters in ", zero_->units().size(),
+                        " units, each cut into ", world_size(), " pieces");
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,49 @@
+// ZeroStrategy: sharded data parallelism (parallel/zero). Replicas read their shares of the batch as
+// with DDP; the optimizer state (stage 1), the gradients (2) and the parameters (3) are cut into one
+// piece per rank. Checkpoints hold the whole model and optimizer state as one process's (gathered
+// at save, cut again at load), so a run resumes at any world size, stage or strategy.
+#pragma once
+#include "tessera/parallel/zero/zero_data_parallel.h"
+#include "tessera/train/local_strategy.h"
+
+namespace tessera::train {
+
+class ZeroStrategy : public LocalStrategy {
+ public:
+  ZeroStrategy(const TrainConfig& config, dist::ProcessGroupPtr group);
+  std::string name() const override { return "zero"; }
+  int rank() const override { return group_->rank(); }
+  int world_size() const override { return group_->size(); }
+  DataShare data_share() const override { return {rank(), world_size()}; }
+
+  // Wraps the model; returns this rank's pieces of the parameters.
+  std::vector<Tensor> prepare(std::shared_ptr<nn::Module> model) override;
+  void clip_gradients(double max_norm) override { zero_->clip_grad_norm(max_norm); }
+  void optimizer_step(optim::Optimizer& optimizer) override;
+  int64_t max_over_job(int64_t value) override { return train::max_over_job(*group_, value); }
+  std::optional<EvalContribution> evaluate_batch(const data::Batch& batch) override;
+  void sum_over_job(EvalSums& sums) override { sum_eval_over(*group_, sums); }
+  nn::StateDict model_state() override;
+  void load_model_state(const nn::StateDict& state) override { zero_->load_full_state_dict(state); }
+  nn::StateDict optimizer_state(const optim::Optimizer& optimizer) override;
+  void load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) override;
+  // Stage 3 keeps only pieces of the parameters between steps.
+  bool keeps_whole_model() const override { return config_.distributed.zero_stage < 3; }
+  bool holds_whole_state() const override { return false; }
+  void add_step_metrics(nlohmann::json& record) const override;
+  std::string describe() const override;
+
+  const parallel::zero::ZeroDataParallel& zero() const { return *zero_; }
+
+ protected:
+  Tensor training_forward(const Tensor& inputs) override { return zero_->forward(inputs); }
+
+ private:
+  void attach_once(optim::Optimizer& optimizer);
+  TrainConfig config_;
+  dist::ProcessGroupPtr group_;
+  std::unique_ptr<parallel::zero::ZeroDataParallel> zero_;
+  const optim::Optimizer* attached_ = nullptr;
+};
+
+}  // namespace tessera::train
