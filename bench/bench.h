@@ -55,6 +55,24 @@ int ddp(const DdpBenchOptions& options);
 // single-process reference of a model.
 int ddp_across_hosts(const DdpBenchOptions& options, const std::function<nlohmann::json(const std::string& model)>& one_process);
 
+struct ZeroBenchOptions {
+  std::string nprocs = "1,2,4";
+  std::string modes = "ddp,zero1,zero2,zero3";
+  // The GPT of the throughput table (vocabulary 96) and of the largest-model search (d = embed).
+  int64_t embed = 512, heads = 8, layers = 4, context = 32;
+  int batch = 4;  // sequences per process
+  int steps = 5;
+  int warmup = 2;
+  int64_t cap_mb = 2048;     // per-process memory budget of the largest-model search; 0: skip the search
+  int64_t max_layers = 96;   // the search's upper end
+  bool checkpointing = false;  // each block recomputes its activations in backward (nn/checkpoint.h)
+  bool worker = false;       // internal: one rank of a measured job
+  std::string mode;
+};
+// Per-rank memory by category and samples/s for DDP and each ZeRO stage at each world size, and the
+// largest GPT (by layers) that trains under a per-process memory cap in each.
+int zero(const ZeroBenchOptions& options);
+
 struct PsBenchOptions {
   std::string models = "mlp,bow";
   std::string modes = "ddp,sync,async,ssp";  // ddp: the all-reduce baseline

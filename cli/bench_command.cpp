@@ -84,6 +84,25 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   psb->add_flag("--worker", pb->worker, "Internal: one process of a measured job")->group("");
 
+  auto zo = std::make_shared<bench::ZeroBenchOptions>();
+  auto* zb = bench->add_subcommand("zero", "Per-rank memory (parameters, gradients, optimizer state, activations) and "
+                                           "samples/s of DDP and ZeRO stages 1-3, and the largest GPT under a memory cap");
+  zb->add_option("--nprocs", zo->nprocs, "Comma-separated world sizes")->capture_default_str();
+  zb->add_option("--modes", zo->modes, "Comma-separated modes (ddp, zero1, zero2, zero3)")->capture_default_str();
+  zb->add_option("--embed", zo->embed, "GPT width d")->capture_default_str()->check(CLI::Range(8, 8192));
+  zb->add_option("--heads", zo->heads, "Attention heads")->capture_default_str()->check(CLI::Range(1, 256));
+  zb->add_option("--layers", zo->layers, "Blocks of the throughput table's GPT")->capture_default_str()->check(CLI::Range(1, 1024));
+  zb->add_option("--context", zo->context, "Sequence length")->capture_default_str()->check(CLI::Range(1, 8192));
+  zb->add_option("--batch", zo->batch, "Sequences per process and step")->capture_default_str()->check(CLI::Range(1, 65536));
+  zb->add_option("--steps", zo->steps, "Timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
+  zb->add_option("--warmup", zo->warmup, "Untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
+  zb->add_option("--cap-mb", zo->cap_mb, "Per-process memory budget of the largest-model search (0: skip it)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  zb->add_option("--max-layers", zo->max_layers, "Upper end of the search")->capture_default_str()->check(CLI::Range(1, 4096));
+  zb->add_flag("--activation-checkpointing", zo->checkpointing, "Checkpoint every transformer block's activations");
+  zb->add_flag("--worker", zo->worker, "Internal: one rank of a measured job")->group("");
+  zb->add_option("--mode", zo->mode, "Internal")->group("");
+
   auto mo = std::make_shared<bench::ModelParallelBenchOptions>();
   auto* mpb = bench->add_subcommand("model-parallel", "Pipeline bubble vs theory, peak memory per rank and tokens/s "
                                                       "per layout (PP, TP, DP x PP, DP x TP) of a GPT-style model");
@@ -107,6 +126,7 @@ Command add_bench_command(CLI::App& app) {
     if (mpb->parsed()) return bench::model_parallel(*mo);
     if (train_step->parsed()) return bench::train_step(*ts);
     if (psb->parsed()) return bench::ps(*pb);
+    if (zb->parsed()) return bench::zero(*zo);
     if (ddp->parsed()) {
       bench::DdpBenchOptions o = *dd;
       o.model = o.models;

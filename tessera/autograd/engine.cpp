@@ -75,6 +75,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   scope.run();
 }
 
+void backward_within_pass(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads) {
+  if (current_callbacks == nullptr) return backward(roots, grads, false);
+  run_graph(roots, grads, false);
+}
+
 namespace {
 
 void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {

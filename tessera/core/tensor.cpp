@@ -45,6 +45,9 @@ bool Tensor::shares_storage_with(const Tensor& other) const {
 
 void* Tensor::raw_data() const {
   const auto& i = checked();
+  if (!i.storage->resident()) [[unlikely]]
+    throw ValueError("[tensor] the memory of this " + shape_str(i.shape) + " tensor has been released (a ZeRO-3 "
+                     "parameter between its uses): go through ZeroDataParallel's forward or full_state_dict()");
   return static_cast<char*>(i.storage->data()) + i.offset * static_cast<int64_t>(dtype_size(i.dtype));
 }
 

@@ -14,6 +14,7 @@ struct CharTransformerConfig {
   int64_t heads = 4;
   int64_t layers = 4;
   float dropout = 0.0f;
+  bool checkpoint_activations = false;  // each block recomputes its activations in backward
 };
 
 // The first layer of the chain: ids (B, T) int64 -> dropout(wte(ids) + wpe(0..T-1)) (B, T, C).

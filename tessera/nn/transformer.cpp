@@ -1,5 +1,7 @@
 #include "tessera/nn/transformer.h"
 
+#include "tessera/nn/checkpoint.h"
+
 namespace tessera::nn {
 
 CausalSelfAttention::CausalSelfAttention(int64_t c, int64_t h, float p) : embed_dim(c), num_heads(h) {
@@ -30,6 +32,12 @@ TransformerBlock::TransformerBlock(int64_t c, int64_t h, float p) {
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {
+  if (checkpoint_activations && is_training())
+    return checkpoint([this](const Tensor& input) { return forward_block(input); }, x, parameters());
+  return forward_block(x);
+}
+
+Tensor TransformerBlock::forward_block(const Tensor& x) {
   Tensor h = add(x, attn->forward(ln_1->forward(x)));
   return add(h, mlp->forward(ln_2->forward(h)));
 }

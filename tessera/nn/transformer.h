@@ -21,9 +21,15 @@ class TransformerBlock : public Module {
   TransformerBlock(int64_t embed_dim, int64_t num_heads, float dropout = 0.0f);
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "TransformerBlock"; }
+  // Activation checkpointing (nn/checkpoint.h): keep only the block's input in training, recompute
+  // the rest in backward.
+  bool checkpoint_activations = false;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<Sequential> mlp;
+
+ private:
+  Tensor forward_block(const Tensor& x);
 };
 
 }  // namespace tessera::nn

@@ -37,6 +37,7 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& c, int64_t vocab_size
   t.heads = c.model.heads;
   t.layers = c.model.layers;
   t.dropout = static_cast<float>(c.model.dropout);
+  t.checkpoint_activations = c.model.activation_checkpointing;
   return std::make_shared<nn::CharTransformer>(t);
 }
 

@@ -25,7 +25,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
   return {
       {"model.name", &c.model.name}, {"model.hidden", &c.model.hidden}, {"model.dropout", &c.model.dropout},
       {"model.layers", &c.model.layers}, {"model.heads", &c.model.heads}, {"model.embed_dim", &c.model.embed_dim},
-      {"model.context", &c.model.context},
+      {"model.context", &c.model.context}, {"model.activation_checkpointing", &c.model.activation_checkpointing},
       {"data.dataset", &c.data.dataset}, {"data.dir", &c.data.dir}, {"data.path", &c.data.path},
       {"data.val_fraction", &c.data.val_fraction}, {"data.samples", &c.data.samples},
       {"data.test_samples", &c.data.test_samples}, {"data.classes", &c.data.classes},
@@ -277,6 +277,9 @@ void validate(const TrainConfig& c) {
   TESSERA_CHECK(!c.train.output_dir.empty(), "[config] train.output_dir must not be empty");
   one_of("distributed.backend", c.distributed.backend, {"auto", "gloo", "tcp", "shm", "mpi"});
   one_of("distributed.strategy", c.distributed.strategy, {"ddp", "zero", "ps", "mesh"});
+  TESSERA_CHECK(!c.model.activation_checkpointing || (c.model.name == "transformer" && !uses_model_parallelism(c)),
+                "[config] model.activation_checkpointing applies to model.name = 'transformer' without parallel.pp / "
+                "parallel.tp (got model.name = '", c.model.name, "')");
   TESSERA_CHECK(c.distributed.zero_stage >= 1 && c.distributed.zero_stage <= 3,
                 "[config] distributed.zero_stage must be 1, 2 or 3, got ", c.distributed.zero_stage);
   one_of("distributed.zero_wrap_policy", c.distributed.zero_wrap_policy, {"layer", "size"});

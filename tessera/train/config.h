@@ -13,6 +13,8 @@ struct ModelConfig {
   std::vector<int64_t> hidden = {512, 256};  // mlp hidden sizes
   double dropout = 0.0;                      // mlp (between hidden layers) and transformer
   int64_t layers = 4, heads = 4, embed_dim = 128, context = 64;  // transformer; bow uses embed_dim
+  // transformer: each block keeps only its input and recomputes the rest in backward (nn/checkpoint.h)
+  bool activation_checkpointing = false;
 };
 
 struct DataConfig {

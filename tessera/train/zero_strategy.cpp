@@ -33,6 +33,11 @@ void ZeroStrategy::optimizer_step(optim::Optimizer& optimizer) {
   zero_->step(optimizer);
 }
 
+void ZeroStrategy::set_training(bool training) {
+  model_->train(training);
+  if (training) zero_->hold_gathered(false);
+}
+
 std::optional<EvalContribution> ZeroStrategy::evaluate_batch(const data::Batch& batch) {
   Tensor output = zero_->forward(batch.inputs);
   EvalContribution c{default_loss(output, batch.targets), {}};

@@ -22,6 +22,10 @@ class ZeroStrategy : public LocalStrategy {
   void optimizer_step(optim::Optimizer& optimizer) override;
   int64_t max_over_job(int64_t value) override { return train::max_over_job(*group_, value); }
   std::optional<EvalContribution> evaluate_batch(const data::Batch& batch) override;
+  // Stage 3 evaluates with the whole model gathered: the ranks may read different numbers of
+  // evaluation batches, and a forward must then issue no collectives.
+  void before_evaluation() override { zero_->hold_gathered(true); }
+  void set_training(bool training) override;
   void sum_over_job(EvalSums& sums) override { sum_eval_over(*group_, sums); }
   nn::StateDict model_state() override;
   void load_model_state(const nn::StateDict& state) override { zero_->load_full_state_dict(state); }

@@ -42,6 +42,7 @@ class ZeroDataParallel::Impl : public std::enable_shared_from_this<Impl> {
   void attach(optim::Optimizer& optimizer);
   double clip_grad_norm(double max_norm);
   void zero_grad();
+  void hold_gathered(bool on);
   nn::StateDict full_state_dict();
   void load_full_state_dict(const nn::StateDict& state);
   nn::StateDict full_optimizer_state(const optim::Optimizer& optimizer);
@@ -70,6 +71,8 @@ class ZeroDataParallel::Impl : public std::enable_shared_from_this<Impl> {
   bool whole_model_unit_ = false;  // stage 3 on a model that is not a chain
   std::vector<dist::WorkPtr> gathering_;  // per unit: an all-gather in flight
   std::vector<bool> resident_;
+  bool held_ = false;                      // hold_gathered: nothing is released
+  const optim::Optimizer* attached_ = nullptr;
 
  private:
   void plan(const ZeroOptions& options);
@@ -87,6 +90,10 @@ class ZeroDataParallel::Impl : public std::enable_shared_from_this<Impl> {
   void begin_backward();
   void copy_gradients_of(size_t unit);
   void launch_ready_units();
+  // Folds finished reductions into the gradient pieces, oldest first, until at most `in_flight` are
+  // left: a unit's whole gradients are freed as soon as its reduce-scatter is done, not at the end
+  // of backward (which would hold every unit's at once: 4Ψ at the peak).
+  void drain_reductions(size_t in_flight);
   void finish_backward();
   Tensor gather_chunks(const Tensor& chunk, size_t unit);
 
@@ -95,6 +102,7 @@ class ZeroDataParallel::Impl : public std::enable_shared_from_this<Impl> {
   std::vector<bool> ready_;
   std::vector<size_t> pending_;       // per unit: gradients not yet ready
   size_t next_to_launch_ = 0;
+  size_t next_to_drain_ = 0;          // position in launch_order_ of the oldest reduction not folded in
   std::vector<Tensor> grad_flat_, received_;
   std::vector<dist::WorkPtr> reducing_;
 };
@@ -112,6 +120,8 @@ ZeroDataParallel::Impl::Impl(std::shared_ptr<nn::Module> model, dist::ProcessGro
     TESSERA_CHECK(p.dtype() == DType::Float32 && p.is_contiguous(), "[zero] parameter ", name, " is ",
                   dtype_name(p.dtype()), p.is_contiguous() ? "" : " and not contiguous",
                   "; ZeRO shards contiguous float32 parameters");
+    TESSERA_CHECK(p.requires_grad(), "[zero] parameter ", name, " is frozen (requires_grad false); ZeRO needs every "
+                  "parameter to take part in every backward pass: register it as a buffer instead");
   }
   plan(options_);
   bind_parameters_to_units();
@@ -272,7 +282,7 @@ void ZeroDataParallel::Impl::ensure_gathered(size_t unit) {
 }
 
 void ZeroDataParallel::Impl::release(size_t unit) {
-  if (options_.stage < 3) return;
+  if (options_.stage < 3 || held_) return;
   if (gathering_[unit]) {  // a prefetch nobody used: finish it before its buffer goes
     gathering_[unit]->wait();
     gathering_[unit].reset();
@@ -348,6 +358,7 @@ void ZeroDataParallel::Impl::begin_backward() {
   pending_.clear();
   for (const auto& unit : units_) pending_.push_back(unit.params.size());
   next_to_launch_ = 0;
+  next_to_drain_ = 0;
   std::weak_ptr<Impl> weak = weak_from_this();
   autograd::queue_callback([weak] {
     if (auto z = weak.lock()) z->finish_backward();
@@ -387,6 +398,19 @@ void ZeroDataParallel::Impl::launch_ready_units() {
     // Stage 3: the unit's values are no longer needed in this backward pass.
     if (options_.stage == 3) release(u);
   }
+  // Two in flight keep the wire busy while the next unit's gradients are copied.
+  if (options_.stage >= 2) drain_reductions(2);
+}
+
+void ZeroDataParallel::Impl::drain_reductions(size_t in_flight) {
+  const float scale = 1.0f / static_cast<float>(world_);
+  while (next_to_launch_ - next_to_drain_ > in_flight) {
+    const size_t u = launch_order_[next_to_drain_++];
+    reducing_[u]->wait();
+    reducing_[u].reset();
+    add_(grad_shard_[u], received_[u], scale);
+    grad_flat_[u] = Tensor(), received_[u] = Tensor();
+  }
 }
 
 void ZeroDataParallel::Impl::finish_backward() {
@@ -399,21 +423,18 @@ void ZeroDataParallel::Impl::finish_backward() {
   if (missing_count > 0) {
     // The collectives of this pass cannot be matched on the other ranks; the error says which
     // parameter broke it.
-    for (auto& w : reducing_)
-      if (w) w->wait(), w.reset();
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (reducing_[u]) reducing_[u]->wait(), reducing_[u].reset();
+      grad_flat_[u] = Tensor(), received_[u] = Tensor();
+    }
+    if (options_.stage == 3) release_all();
     throw ValueError(concat("[zero] rank ", rank_, ": parameter(s) ", missing,
                             missing_count > 10 ? concat(" and ", missing_count - 10, " more") : std::string(),
                             " received no gradient in this backward pass; ZeRO needs every parameter to take part "
                             "in every pass (use DDP with find_unused_parameters for a model that skips some)"));
   }
   launch_ready_units();  // stage 1: every unit now; stages 2 and 3: none left
-  const float scale = 1.0f / static_cast<float>(world_);
-  for (size_t u : launch_order_) {
-    reducing_[u]->wait();
-    reducing_[u].reset();
-    add_(grad_shard_[u], received_[u], scale);
-    grad_flat_[u] = Tensor(), received_[u] = Tensor();
-  }
+  drain_reductions(0);
   for (size_t i = 0; i < params_.size(); ++i) {
     const size_t u = unit_of_[i];
     const Tensor& piece = pieces_[i];
@@ -427,9 +448,18 @@ void ZeroDataParallel::Impl::finish_backward() {
 
 void ZeroDataParallel::Impl::step(optim::Optimizer& optimizer) {
   TESSERA_CHECK(!in_backward_, "[zero] step() during a backward pass");
+  if (attached_ != &optimizer) attach(optimizer);  // LARS and LAMB need the whole tensors' norms
   optimizer.step();
   autograd::NoGradGuard no_grad;
-  if (options_.stage < 3) {
+  // Whatever graph was recorded before this step read the old values (autograd's version check).
+  for (auto& f : full_) f.impl()->storage->bump_version();
+  if (options_.stage == 3) {
+    // A unit still gathered (a forward without backward, or held) holds the old values.
+    const bool held = held_;
+    held_ = false;
+    release_all();
+    if (held) hold_gathered(true);
+  } else {
     // Each rank's updated chunk (a view of the whole buffer, so sent from a copy) to every rank.
     std::vector<Tensor> sent(units_.size());
     std::vector<dist::WorkPtr> works(units_.size());
@@ -438,12 +468,20 @@ void ZeroDataParallel::Impl::step(optim::Optimizer& optimizer) {
       works[u] = group_->allgather(sent[u], full_[u]);
       bytes_communicated_ += bytes_of(sent[u]) * (world_ - 1);
     }
-    for (size_t u = 0; u < units_.size(); ++u) {
-      works[u]->wait();
-      full_[u].impl()->storage->bump_version();
-    }
+    for (size_t u = 0; u < units_.size(); ++u) works[u]->wait();
   }
   zero_grad();
+}
+
+void ZeroDataParallel::Impl::hold_gathered(bool on) {
+  if (options_.stage < 3 || on == held_) return;
+  if (on) {
+    gather_all();
+    held_ = true;
+  } else {
+    held_ = false;
+    release_all();
+  }
 }
 
 void ZeroDataParallel::Impl::zero_grad() {
@@ -468,6 +506,7 @@ void ZeroDataParallel::Impl::attach(optim::Optimizer& optimizer) {
     for (size_t k = 0; k < sums.size(); ++k) sums[k] = r[k];
   };
   optimizer.set_partition(std::move(partition));
+  attached_ = &optimizer;
 }
 
 double ZeroDataParallel::Impl::clip_grad_norm(double max_norm) {
@@ -571,7 +610,9 @@ void ZeroDataParallel::Impl::load_full_optimizer_state(optim::Optimizer& optimiz
       continue;
     }
     const size_t dot = key.find('.');
-    TESSERA_CHECK(dot != std::string::npos, "[zero] unexpected optimizer state key '", key, "'");
+    TESSERA_CHECK(dot != std::string::npos && dot > 0 &&
+                      key.find_first_not_of("0123456789") == dot,
+                  "[zero] unexpected optimizer state key '", key, "' (expected step, lr or <index>.<buffer>)");
     const size_t i = std::stoul(key.substr(0, dot));
     TESSERA_CHECK(i < params_.size() && t.numel() == params_[i].second.numel(), "[zero] optimizer state '", key,
                   "' has ", t.numel(), " elements but parameter ", i < params_.size() ? params_[i].first : "?",
@@ -611,6 +652,7 @@ void ZeroDataParallel::attach(optim::Optimizer& optimizer) { impl_->attach(optim
 void ZeroDataParallel::step(optim::Optimizer& optimizer) { impl_->step(optimizer); }
 double ZeroDataParallel::clip_grad_norm(double max_norm) { return impl_->clip_grad_norm(max_norm); }
 void ZeroDataParallel::zero_grad() { impl_->zero_grad(); }
+void ZeroDataParallel::hold_gathered(bool on) { impl_->hold_gathered(on); }
 nn::StateDict ZeroDataParallel::full_state_dict() { return impl_->full_state_dict(); }
 void ZeroDataParallel::load_full_state_dict(const nn::StateDict& state) { impl_->load_full_state_dict(state); }
 nn::StateDict ZeroDataParallel::full_optimizer_state(const optim::Optimizer& optimizer) {

@@ -25,7 +25,8 @@
 //   zero.step(opt);                         // updates, gathers, zeroes the gradients
 // Gradients accumulate over several backward passes until step() (scale each loss by 1/passes).
 // Every parameter must receive a gradient in each backward pass; one that does not is an error
-// naming it.
+// naming it, and frozen parameters (requires_grad false) are refused. At stage 3 the model's own
+// parameters hold no memory between uses: read them through full_state_dict(), not directly.
 #pragma once
 #include <memory>
 #include <string>
@@ -84,6 +85,9 @@ class ZeroDataParallel {
   double clip_grad_norm(double max_norm);
   // Drops the gradients accumulated since the last step.
   void zero_grad();
+  // Stage 3: keeps every unit gathered until hold_gathered(false), so that forwards issue no
+  // collectives (evaluation, where ranks may read different numbers of batches). Collective.
+  void hold_gathered(bool on);
 
   // The whole model under its own names, on every rank (values cloned). Collective.
   nn::StateDict full_state_dict();
