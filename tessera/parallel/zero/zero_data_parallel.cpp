@@ -43,6 +43,7 @@ class ZeroDataParallel::Impl : public std::enable_shared_from_this<Impl> {
   double clip_grad_norm(double max_norm);
   void zero_grad();
   void hold_gathered(bool on);
+  void publish_pieces();
   nn::StateDict full_state_dict();
   void load_full_state_dict(const nn::StateDict& state);
   nn::StateDict full_optimizer_state(const optim::Optimizer& optimizer);
@@ -453,24 +454,29 @@ void ZeroDataParallel::Impl::step(optim::Optimizer& optimizer) {
   autograd::NoGradGuard no_grad;
   // Whatever graph was recorded before this step read the old values (autograd's version check).
   for (auto& f : full_) f.impl()->storage->bump_version();
+  publish_pieces();
+  zero_grad();
+}
+
+void ZeroDataParallel::Impl::publish_pieces() {
+  autograd::NoGradGuard no_grad;
   if (options_.stage == 3) {
     // A unit still gathered (a forward without backward, or held) holds the old values.
     const bool held = held_;
     held_ = false;
     release_all();
     if (held) hold_gathered(true);
-  } else {
-    // Each rank's updated chunk (a view of the whole buffer, so sent from a copy) to every rank.
-    std::vector<Tensor> sent(units_.size());
-    std::vector<dist::WorkPtr> works(units_.size());
-    for (size_t u = 0; u < units_.size(); ++u) {
-      sent[u] = clone(shard_[u]);
-      works[u] = group_->allgather(sent[u], full_[u]);
-      bytes_communicated_ += bytes_of(sent[u]) * (world_ - 1);
-    }
-    for (size_t u = 0; u < units_.size(); ++u) works[u]->wait();
+    return;
   }
-  zero_grad();
+  // Each rank's chunk (a view of the whole buffer, so sent from a copy) to every rank.
+  std::vector<Tensor> sent(units_.size());
+  std::vector<dist::WorkPtr> works(units_.size());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    sent[u] = clone(shard_[u]);
+    works[u] = group_->allgather(sent[u], full_[u]);
+    bytes_communicated_ += bytes_of(sent[u]) * (world_ - 1);
+  }
+  for (size_t u = 0; u < units_.size(); ++u) works[u]->wait();
 }
 
 void ZeroDataParallel::Impl::hold_gathered(bool on) {
@@ -653,6 +659,15 @@ void ZeroDataParallel::step(optim::Optimizer& optimizer) { impl_->step(optimizer
 double ZeroDataParallel::clip_grad_norm(double max_norm) { return impl_->clip_grad_norm(max_norm); }
 void ZeroDataParallel::zero_grad() { impl_->zero_grad(); }
 void ZeroDataParallel::hold_gathered(bool on) { impl_->hold_gathered(on); }
+void ZeroDataParallel::publish_pieces() {
+  for (auto& f : impl_->full_) f.impl()->storage->bump_version();
+  impl_->publish_pieces();
+}
+Piece ZeroDataParallel::piece(size_t index) const {
+  TESSERA_CHECK(index < impl_->params_.size(), "[zero] parameter index ", index, " out of range (",
+                impl_->params_.size(), ")");
+  return piece_of(impl_->units_[impl_->unit_of_[index]], impl_->position_in_unit_[index], impl_->rank_);
+}
 nn::StateDict ZeroDataParallel::full_state_dict() { return impl_->full_state_dict(); }
 void ZeroDataParallel::load_full_state_dict(const nn::StateDict& state) { impl_->load_full_state_dict(state); }
 nn::StateDict ZeroDataParallel::full_optimizer_state(const optim::Optimizer& optimizer) {

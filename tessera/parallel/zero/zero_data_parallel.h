@@ -99,6 +99,12 @@ class ZeroDataParallel {
   // Every rank passes the same whole state; each loads its pieces of it.
   void load_full_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state);
 
+  // Which elements [begin, end) of model parameter `index` this rank's piece holds.
+  Piece piece(size_t index) const;
+  // After writing into parameters() directly (a sharded load): makes the model's parameters agree
+  // with the pieces (stages 1 and 2 all-gather them; stage 3 gathers at the next use). Collective.
+  void publish_pieces();
+
   ZeroMemory memory(const optim::Optimizer* optimizer = nullptr) const;
   int stage() const;
   const std::vector<FlatUnit>& units() const;

@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "parallel/ddp/ddp_testing.h"
 #include "tessera/core/cpu_allocator.h"
 #include "tessera/nn/char_transformer.h"
 #include "tessera/nn/models.h"
 #include "tessera/ops/ops.h"
+#include "tessera/parallel/zero/sharded_checkpoint.h"
 #include "tessera/parallel/zero/zero_data_parallel.h"
+#include "testing/temp_dir.h"
 #include "tessera/train/builders.h"
 
 namespace tessera {
@@ -269,9 +272,10 @@ TEST(Zero, SizeWrapPolicyMergesLayersAndStillEqualsOneProcess) {
 
 // ---- state: whole checkpoints at any world size and stage ----
 
-// Trains `first` steps with ZeRO (world_a, stage_a), saves the whole states, loads them into a job of
+// Trains `first` steps with ZeRO (world_a, stage_a), saves the whole states (or a sharded directory), loads them into a job of
 // (world_b, stage_b) that trains the remaining steps; returns rank 0's final model.
-nn::StateDict train_and_resume(const Recipe& s, int first, int world_a, int stage_a, int world_b, int stage_b) {
+nn::StateDict train_and_resume(const Recipe& s, int first, int world_a, int stage_a, int world_b, int stage_b,
+                               const std::string& sharded_dir = "") {
   nn::StateDict model_state, optimizer_state;
   for (int phase = 0; phase < 2; ++phase) {
     const int world = phase == 0 ? world_a : world_b;
@@ -290,16 +294,18 @@ nn::StateDict train_and_resume(const Recipe& s, int first, int world_a, int stag
       auto opt = train::build_optimizer(optimizer_config(s.optimizer), optimizer_config(s.optimizer).lr,
                                         zero.parameters());
       zero.attach(*opt);
-      if (phase == 1) {
+      if (phase == 1 && sharded_dir.empty()) {
         zero.load_full_state_dict(model_state);
         zero.load_full_optimizer_state(*opt, optimizer_state);
       }
+      if (phase == 1 && !sharded_dir.empty()) parallel::zero::load_sharded(zero, *opt, sharded_dir);
       for (int step = phase == 0 ? 0 : first; step < (phase == 0 ? first : s.steps); ++step) {
         Tensor loss = loss_of(zero(rows(s.data.x, step, r * per_rank, (r + 1) * per_rank)),
                               rows(s.data.y, step, r * per_rank, (r + 1) * per_rank));
         loss.backward();
         zero.step(*opt);
       }
+      if (phase == 0 && !sharded_dir.empty()) parallel::zero::save_sharded(zero, *opt, sharded_dir);
       nn::StateDict m = zero.full_state_dict(), o = zero.full_optimizer_state(*opt);
       if (r == 0) {
         if (phase == 0) model_state = m, optimizer_state = o;
@@ -324,6 +330,69 @@ TEST(ZeroCheckpoint, WholeStateResumesAtEveryOtherWorldSizeAndStage) {
       EXPECT_LT(max_difference(*single, final_state), 1e-5)
           << a << " ranks at stage " << stage_a << " -> " << b << " ranks at stage " << stage_b;
     }
+}
+
+TEST(ZeroCheckpoint, ShardedSaveResumesAtEveryOtherWorldSizeAndStage) {
+  Recipe s = setup_for("mlp", 1);
+  s.steps = 6;
+  auto single = train_single(s);
+  const std::string root = tessera::testing::fresh_dir("zero", "sharded");
+  for (int a = 1; a <= 4; ++a)
+    for (int b = 1; b <= 4; ++b) {
+      const int stage_a = (a + b) % 2 == 0 ? 3 : 1, stage_b = (a + b) % 2 == 0 ? 1 : 3;
+      const std::string dir = root + "/" + std::to_string(a) + "-" + std::to_string(b);
+      nn::StateDict final_state = train_and_resume(s, 3, a, stage_a, b, stage_b, dir);
+      EXPECT_LT(max_difference(*single, final_state), 1e-5)
+          << a << " ranks at stage " << stage_a << " -> " << b << " ranks at stage " << stage_b;
+    }
+}
+
+TEST(ZeroCheckpoint, ConsolidatedShardsEqualTheWholeStateAndBadDirectoriesAreRefused) {
+  Recipe s = setup_for("mlp", 1);
+  const std::string dir = tessera::testing::fresh_dir("zero", "consolidate") + "/shards";
+  nn::StateDict whole_model, whole_optimizer;
+  std::vector<std::shared_ptr<nn::Module>> models;
+  for (int r = 0; r < 3; ++r) {
+    manual_seed(7);
+    models.push_back(s.make());
+  }
+  testing::run_on_threads(3, threaded(3), [&](dist::ProcessGroup& group) {
+    const int r = group.rank();
+    ZeroDataParallel zero(models[static_cast<size_t>(r)], testing::borrow(group), {.stage = 3});
+    auto opt = train::build_optimizer(optimizer_config("adam"), 0.01, zero.parameters());
+    for (int step = 0; step < 2; ++step) {
+      loss_of(zero(rows(s.data.x, step, r * 4, r * 4 + 4)), rows(s.data.y, step, r * 4, r * 4 + 4)).backward();
+      zero.step(*opt);
+    }
+    parallel::zero::save_sharded(zero, *opt, dir);
+    nn::StateDict m = zero.full_state_dict(), o = zero.full_optimizer_state(*opt);
+    if (r == 0) whole_model = m, whole_optimizer = o;
+  });
+  auto [model, optimizer] = parallel::zero::consolidate_sharded(dir);
+  auto same = [](const nn::StateDict& a, const nn::StateDict& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t k = 0; k < a.size(); ++k) {
+      EXPECT_EQ(a[k].first, b[k].first);
+      EXPECT_EQ(a[k].second.shape(), b[k].second.shape()) << a[k].first;
+      EXPECT_EQ(a[k].second.to_vector<float>(), b[k].second.to_vector<float>()) << a[k].first;
+    }
+  };
+  same(model, whole_model);
+  ASSERT_EQ(optimizer.size(), whole_optimizer.size());
+  for (size_t k = 2; k < optimizer.size(); ++k) EXPECT_EQ(optimizer[k].first, whole_optimizer[k].first);
+  // An interrupted save (no index) and a shard renamed into another's place are refused by name.
+  const std::string index = dir + "/index.json", moved = dir + "/index.json.moved";
+  std::filesystem::rename(index, moved);
+  EXPECT_THROW(parallel::zero::consolidate_sharded(dir), IoError);
+  std::filesystem::rename(moved, index);
+  std::filesystem::copy_file(dir + "/shard-0-of-3.safetensors", dir + "/shard-1-of-3.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  try {
+    parallel::zero::consolidate_sharded(dir);
+    ADD_FAILURE() << "a shard of the wrong rank was accepted";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard-1-of-3"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ZeroCheckpoint, OptimizerStateHasTheSingleProcessNamesAndShapes) {
