@@ -38,6 +38,10 @@ constexpr std::array kSettings{
             "microseconds a tcp collective of at most 64 KiB retries its sockets (yielding the core) before it "
             "sleeps in poll (0: sleep at once)",
             kUser},
+    Setting{"TESSERA_MPI_EXIT_TIMEOUT_S", "300",
+            "seconds an MPI process may spend in MPI_Finalize or MPI_Abort at exit before it leaves by itself "
+            "(exit code 1)",
+            kUser},
     Setting{"TESSERA_SHM_CHUNK_BYTES", "the shm backend's default chunk",
             "bytes per pipelined chunk of a shared-memory collective", kUser},
     Setting{"TESSERA_ROLE", "unset (not a parameter-server job)", "worker or server", kPsLauncher},

@@ -81,10 +81,13 @@ MpiRun mpirun(int np, const std::vector<std::string>& command, const TempDir& di
 }
 
 // The ranks of a role test: this binary, filtered to that one test.
+// MPI_Finalize and MPI_Abort at exit are bounded at 10 s here (TESSERA_MPI_EXIT_TIMEOUT_S): a role
+// whose ranks end apart must not leave one in the finalize fence for the default 300 s.
 MpiRun run_role(int np, const std::string& role, const TempDir& dir) {
   std::string self = fs::read_symlink("/proc/self/exe").string();
   return mpirun(np, {self, "--gtest_color=no", "--gtest_filter=MpiWorkerRole." + role}, dir,
-                {"TESSERA_MPI_TEST_ROLE=" + role, "TESSERA_MPI_TEST_DIR=" + dir.path().string()});
+                {"TESSERA_MPI_TEST_ROLE=" + role, "TESSERA_MPI_TEST_DIR=" + dir.path().string(),
+                 "TESSERA_MPI_EXIT_TIMEOUT_S=10"});
 }
 
 #ifndef TESSERA_HAVE_MPI
