@@ -29,7 +29,7 @@ void LocalStrategy::clip_gradients(double max_norm) {
 }
 
 std::optional<EvalContribution> LocalStrategy::evaluate_batch(const data::Batch& batch) {
-  Tensor output = (*model_)(batch.inputs);
+  Tensor output = evaluation_forward(batch.inputs);
   EvalContribution c{default_loss(output, batch.targets), {}};
   if (output.dim() == 2) c.output = output;
   return c;

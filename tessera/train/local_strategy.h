@@ -26,6 +26,8 @@ class LocalStrategy : public Strategy {
  protected:
   // The model's output in training mode (DDP's forward hooks its reducer in).
   virtual Tensor training_forward(const Tensor& inputs) { return (*model_)(inputs); }
+  // The model's output in evaluation (ZeRO-3 gathers its units around it).
+  virtual Tensor evaluation_forward(const Tensor& inputs) { return (*model_)(inputs); }
   std::shared_ptr<nn::Module> model_;
 };
 

@@ -38,13 +38,6 @@ void ZeroStrategy::set_training(bool training) {
   if (training) zero_->hold_gathered(false);
 }
 
-std::optional<EvalContribution> ZeroStrategy::evaluate_batch(const data::Batch& batch) {
-  Tensor output = zero_->forward(batch.inputs);
-  EvalContribution c{default_loss(output, batch.targets), {}};
-  if (output.dim() == 2) c.output = output;
-  return c;
-}
-
 nn::StateDict ZeroStrategy::model_state() {
   nn::StateDict state = zero_->full_state_dict();  // collective
   return rank() == 0 ? state : nn::StateDict{};

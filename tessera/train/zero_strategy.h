@@ -21,7 +21,6 @@ class ZeroStrategy : public LocalStrategy {
   void clip_gradients(double max_norm) override { zero_->clip_grad_norm(max_norm); }
   void optimizer_step(optim::Optimizer& optimizer) override;
   int64_t max_over_job(int64_t value) override { return train::max_over_job(*group_, value); }
-  std::optional<EvalContribution> evaluate_batch(const data::Batch& batch) override;
   // Stage 3 evaluates with the whole model gathered: the ranks may read different numbers of
   // evaluation batches, and a forward must then issue no collectives.
   void before_evaluation() override { zero_->hold_gathered(true); }
@@ -41,6 +40,7 @@ class ZeroStrategy : public LocalStrategy {
 
  protected:
   Tensor training_forward(const Tensor& inputs) override { return zero_->forward(inputs); }
+  Tensor evaluation_forward(const Tensor& inputs) override { return zero_->forward(inputs); }
 
  private:
   void attach_once(optim::Optimizer& optimizer);
