@@ -14,6 +14,9 @@
 
 #include "cli/commands.h"
 #include "tessera/dist/launcher/launcher.h"
+#include "tessera/dist/launcher/slurm_env.h"
+#include "tessera/dist/net/interface.h"
+#include "tessera/dist/slurm_job.h"
 #include "tessera/elastic/elastic_agent.h"
 
 namespace tessera::cli {
@@ -126,12 +129,35 @@ Command add_run_command(CLI::App& app) {
       e.last_call = to_ms(*last_call_s);
       e.join_timeout = to_ms(*join_timeout_s);
       e.straggler_window = to_ms(*straggler_s);
+      if (std::getenv("RANK") == nullptr) {
+        // Under srun, one agent per node: an endpoint named by a node's hostname, which that node's
+        // own resolver maps to loopback (Debian's 127.0.1.1), means there the address the other
+        // nodes reach it at, or the agents would meet apart.
+        if (auto step = dist::launcher::slurm_step_from_environment(); step && step->nnodes > 1) {
+          auto [host, port] = elastic::parse_endpoint(e.endpoint);
+          const bool a_name = host.find_first_not_of("0123456789.") != std::string::npos && host != "localhost";
+          if (a_name && dist::detail::resolve_ipv4(host, "the --rdzv-endpoint host").rfind("127.", 0) == 0)
+            e.endpoint = dist::slurm_store_host(*step, host) + ":" + std::to_string(port);
+        }
+      }
       elastic::ElasticResult result = elastic::run_elastic(e);
       if (!result.message.empty()) std::fprintf(stderr, "tessera run: %s\n", result.message.c_str());
       return result.exit_code;
     }
     dist::launcher::LaunchOptions o = *options;
     o.nnodes = elastic::parse_nnodes(*nnodes).first;
+    if (cmd->count("--nnodes") + cmd->count("--node-rank") == 0 && std::getenv("RANK") == nullptr) {
+      // Started by srun, one launcher per node of an allocation: the nodes, this node's index and the
+      // master come from Slurm unless given (tessera/dist/launcher/slurm_env.h).
+      if (auto step = dist::launcher::slurm_step_from_environment()) {
+        const auto place = dist::launcher::launcher_place_from_slurm(*step, dist::launcher::slurm_environment());
+        o.nnodes = place.nnodes;
+        o.node_rank = place.node_rank;
+        if (cmd->count("--master-addr") == 0)
+          o.master_addr = place.node_rank == 0 ? dist::slurm_store_host(*step, place.master_addr) : place.master_addr;
+        if (cmd->count("--master-port") == 0) o.master_port = place.master_port;
+      }
+    }
     o.timeout = to_ms(*timeout_s);
     o.grace_period = to_ms(*grace_s);
     if (*preflight) {

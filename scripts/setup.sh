@@ -6,7 +6,7 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 packages=(cmake ninja-build g++ libopenblas-openmp-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev
           libcli11-dev nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgloo-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes
-          etcd-server clang libclang-rt-14-dev iproute2)
+          etcd-server clang libclang-rt-14-dev iproute2 slurm-wlm munge)
 [ "${1:-}" = "--bench" ] && packages+=(python3-torch)
 missing=()
 for p in "${packages[@]}"; do

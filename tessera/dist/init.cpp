@@ -10,6 +10,7 @@
 #include "tessera/dist/backends/backend.h"
 #include "tessera/dist/backends/mpi/mpi_job.h"
 #include "tessera/dist/launcher/env.h"
+#include "tessera/dist/slurm_job.h"
 #include "tessera/dist/store/hash_store.h"
 #include "tessera/dist/store/prefix_store.h"
 #include "tessera/dist/store/store_from_env.h"
@@ -31,7 +32,8 @@ std::atomic<int> groups_initialised{0};
 }  // namespace
 
 bool launched_as_job() {
-  return (std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr) || launched_by_mpi();
+  return (std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr) || launched_by_mpi() ||
+         slurm_step_to_join().has_value();
 }
 
 ProcessGroupPtr init_process_group(const InitOptions& options) {
@@ -40,6 +42,7 @@ ProcessGroupPtr init_process_group(const InitOptions& options) {
   BackendContext context;
   context.timeout = options.timeout;
   std::shared_ptr<Store> root;
+  join_slurm_step();  // a task of `srun -n N`: the Slurm variables become the env contract below
   if (std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr) {
     launcher::WorkerEnv env = launcher::worker_env_from_environment();
     root = store_from_env(options.timeout);

@@ -1,5 +1,7 @@
 #include "tessera/train/zero_strategy.h"
 
+#include <algorithm>
+
 #include "tessera/core/cpu_allocator.h"
 
 namespace tessera::train {
@@ -59,7 +61,11 @@ void ZeroStrategy::add_step_metrics(nlohmann::json& record) const {
   record["zero_parameter_bytes"] = m.parameters;
   record["zero_gradient_bytes"] = m.gradients;
   record["zero_optimizer_state_bytes"] = m.optimizer_state;
-  record["peak_allocated_bytes"] = cpu_allocator::peak_allocated_bytes();
+  const int64_t peak = static_cast<int64_t>(cpu_allocator::peak_allocated_bytes());
+  record["peak_allocated_bytes"] = peak;
+  // The fourth category of the peak: activations, and what is in flight at the peak (a unit's
+  // gradients being reduced, stage 3's gathered units) — as `tessera bench zero`'s "activ.+".
+  record["zero_activation_peak_bytes"] = std::max<int64_t>(0, peak - m.total());
 }
 
 std::string ZeroStrategy::describe() const {

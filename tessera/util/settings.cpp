@@ -42,6 +42,10 @@ constexpr std::array kSettings{
             "seconds an MPI process may spend in MPI_Finalize or MPI_Abort at exit before it leaves by itself "
             "(exit code 1)",
             kUser},
+    Setting{"TESSERA_SLURM_EXIT_WAIT_S", "30",
+            "seconds rank 0 of a job started by srun keeps the rendezvous store up at exit for the other tasks to "
+            "finish with it",
+            kUser},
     Setting{"TESSERA_SHM_CHUNK_BYTES", "the shm backend's default chunk",
             "bytes per pipelined chunk of a shared-memory collective", kUser},
     Setting{"TESSERA_ROLE", "unset (not a parameter-server job)", "worker or server", kPsLauncher},

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "tessera/io/checkpoint.h"
 #include "tessera/nn/module.h"
 #include "testing/state_compare.h"
@@ -48,6 +50,17 @@ TEST(ZeroTraining, EveryStageOnRealProcessesEqualsOneProcess) {
     const int nproc = stage == 2 ? 3 : 2;
     nn::StateDict sharded = train(config, dir + "/stage" + std::to_string(stage), nproc, zero(stage));
     EXPECT_LT(tessera::testing::max_state_difference(single, sharded), 1e-5) << "stage " << stage;
+    // The metrics split the allocator's peak into the four categories: they add up to it.
+    std::ifstream metrics(dir + "/stage" + std::to_string(stage) + "/metrics.jsonl");
+    nlohmann::json last;
+    for (std::string line; std::getline(metrics, line);)
+      if (auto record = nlohmann::json::parse(line); record.value("type", "") == "step") last = record;
+    ASSERT_TRUE(last.contains("zero_activation_peak_bytes")) << last.dump();
+    const int64_t parts = last["zero_parameter_bytes"].get<int64_t>() + last["zero_gradient_bytes"].get<int64_t>() +
+                          last["zero_optimizer_state_bytes"].get<int64_t>() +
+                          last["zero_activation_peak_bytes"].get<int64_t>();
+    EXPECT_EQ(parts, last["peak_allocated_bytes"].get<int64_t>()) << last.dump();
+    EXPECT_GT(last["zero_activation_peak_bytes"].get<int64_t>(), 0) << last.dump();
   }
 }
 

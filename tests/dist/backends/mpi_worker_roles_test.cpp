@@ -10,6 +10,8 @@
 #include <fstream>
 #include <string>
 #include <thread>
+
+#include <unistd.h>
 #include <vector>
 
 #include "tessera/core/error.h"
@@ -199,6 +201,9 @@ TEST(MpiWorkerRole, RecvTimeout) {
 TEST(MpiWorkerRole, Absent) {
   ONLY_UNDER_MPIRUN("Absent");
   auto group = dist::init_process_group(mpi_options(1500ms));
+  // The test watches these pids to tell that every rank has exited (mpi_communicator_test.cpp).
+  std::ofstream(std::string(std::getenv("TESSERA_MPI_TEST_DIR")) + "/pid" + std::to_string(group->rank()) + ".txt")
+      << ::getpid() << "\n";
   // The job's own store (join_mpi_job returns the job init_process_group joined): where the ranks
   // meet once the group is broken.
   auto store = dist::join_mpi_job(60s).store;
