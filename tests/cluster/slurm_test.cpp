@@ -198,5 +198,48 @@ TEST(SlurmCluster, ScancelAndAKilledTaskEndTheJobWithoutAHang) {
   EXPECT_TRUE(eventually("! " + tasks_alive, 30));
 }
 
+// A node lost mid-run (every process in its host killed, slurmd too): a DDP step ends within the
+// collective timeout with the lost ranks named; the elastic job script goes on with the node that is
+// left (its agents' new generation) and finishes its steps.
+TEST(SlurmCluster, ALostNodeEndsADdpStepWithAReportAndTheElasticJobGoesOn) {
+  const std::string dir = tessera::testing::fresh_dir("slurm", "lost");
+  SlurmCluster slurm(2, dir);
+  SLURM_UP_OR_SKIP(slurm);
+  write_config(dir, 1000000);
+  const std::string step_line = kToken + "timeout -k 5 120 " +
+                                slurm.in(1, "srun -N 2 -n 4 --ntasks-per-node=2 --kill-on-bad-exit=1 " +
+                                                std::string(TESSERA_BINARY) + " train " + dir + "/config.toml" +
+                                                " --set train.batch_size=8 --set train.output_dir=" + dir + "/ddp");
+  const std::string kill_host2 = "for i in $(seq 600); do grep -q \"step 20 \" " + dir +
+                                 "/ddp.log 2>/dev/null && break; sleep 0.1; done; " + slurm.hosts("kill host2");
+  const auto started = Clock::now();
+  ShellRun ddp = shell(dir, "ddp", "(" + kill_host2 + ") & " + step_line + "; status=$?; wait; exit $status");
+  EXPECT_NE(ddp.status, 0) << ddp.output;
+  EXPECT_NE(ddp.output.find("on host2"), std::string::npos) << ddp.output;  // the lost ranks, named
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 90.0) << ddp.output;
+}
+
+TEST(SlurmCluster, TheElasticJobScriptGoesOnAfterALostNode) {
+  const std::string dir = tessera::testing::fresh_dir("slurm", "elastic");
+  SlurmCluster slurm(2, dir);
+  SLURM_UP_OR_SKIP(slurm);
+  write_config(dir, 300);
+  const std::string script = std::string(TESSERA_SOURCE_DIR) + "/examples/slurm/train_elastic.sbatch";
+  // Rank 0 slowed by 20 ms a step in the first generation, so that the loss comes mid-run.
+  const std::string submit = kToken + "export TESSERA=" + std::string(TESSERA_BINARY) + " CONFIG=" + dir +
+                             "/config.toml; timeout -k 5 180 " +
+                             slurm.in(1, "sbatch --wait -o " + dir + "/elastic.out " + script +
+                                             " --set train.checkpoint_every=5 --set distributed.debug_slow_rank=0"
+                                             " --set distributed.debug_slow_ms=20");
+  const std::string kill_host2 = "for i in $(seq 600); do grep -q \"step 20 \" " + dir +
+                                 "/elastic.out 2>/dev/null && break; sleep 0.1; done; " + slurm.hosts("kill host2");
+  ShellRun r = shell(dir, "elastic", "(" + kill_host2 + ") & " + submit + "; status=$?; wait; exit $status");
+  const std::string out = read_text(dir + "/elastic.out");
+  EXPECT_EQ(r.status, 0) << r.output << out;
+  EXPECT_NE(out.find("2 agent(s), 2 worker(s)"), std::string::npos) << out;
+  EXPECT_NE(out.find("1 agent(s), 1 worker(s)"), std::string::npos) << out;  // the new generation on host1
+  EXPECT_NE(out.find("step 300 "), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace tessera
