@@ -42,7 +42,9 @@ ProcessGroupPtr init_process_group(const InitOptions& options) {
   BackendContext context;
   context.timeout = options.timeout;
   std::shared_ptr<Store> root;
-  join_slurm_step();  // a task of `srun -n N`: the Slurm variables become the env contract below
+  // A task of `srun -n N`: the Slurm variables become the env contract below (unless the job asks
+  // for the mpi backend, which joins through srun's MPI plugin instead).
+  if (options.backend != "mpi") join_slurm_step(options.timeout);
   if (std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr) {
     launcher::WorkerEnv env = launcher::worker_env_from_environment();
     root = store_from_env(options.timeout);

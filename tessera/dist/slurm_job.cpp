@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "tessera/core/error.h"
-#include "tessera/dist/backends/mpi/mpi_job.h"
 #include "tessera/dist/net/interface.h"
 #include "tessera/dist/store/tcp_store.h"
 #include "tessera/dist/store/tcp_store_server.h"
@@ -39,8 +39,12 @@ JobStore* job_store = nullptr;
 
 Milliseconds exit_wait() {
   const char* value = env_setting("TESSERA_SLURM_EXIT_WAIT_S");
-  const int seconds = value != nullptr && *value != '\0' ? std::atoi(value) : 30;
-  return Milliseconds(std::max(0, seconds) * 1000LL);
+  if (value == nullptr || *value == '\0') return Milliseconds(30000);
+  char* end = nullptr;
+  const long seconds = std::strtol(value, &end, 10);
+  // Read at exit, where an error would only hide the job's own outcome: a bad value is the default.
+  if (end == value || *end != '\0' || seconds < 0 || seconds > 3600) return Milliseconds(30000);
+  return Milliseconds(seconds * 1000LL);
 }
 
 // Rank 0 at exit: the other tasks may still be finishing their last store calls (their groups'
@@ -64,24 +68,40 @@ void say_this_task_left() {
   }
 }
 
-int usable_cores() {
+// Intra-op threads of a task: SLURM_CPUS_PER_TASK when the job asked for it; else the task's CPU
+// binding when Slurm gave it one narrower than the machine (the mask is the task's own); else, as
+// `tessera run` divides them, the machine's cores over the node's tasks.
+int threads_for_task(const launcher::SlurmStep& step, const std::map<std::string, std::string>& variables) {
+  if (auto it = variables.find("SLURM_CPUS_PER_TASK"); it != variables.end()) {
+    const int n = std::atoi(it->second.c_str());
+    if (n >= 1) return std::min(n, 1024);
+  }
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int mask = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : machine;
+  if (mask < machine) return std::clamp(mask, 1, 1024);
+  return std::clamp(machine / step.local_tasks, 1, 1024);
 }
 
 void set_variable(const std::string& name, const std::string& value) { ::setenv(name.c_str(), value.c_str(), 1); }
 
-void join(const launcher::SlurmStep& step) {
-  launcher::WorkerEnv env = launcher::worker_env_from_slurm(step, launcher::slurm_environment());
+void join(const launcher::SlurmStep& step, Milliseconds timeout) {
+  const auto variables = launcher::slurm_environment();
+  launcher::WorkerEnv env = launcher::worker_env_from_slurm(step, variables);
+  const bool master_given = variables.count("MASTER_ADDR") > 0;
+  TESSERA_CHECK(master_given || env.rank != 0 || step.node_id == 0, "[slurm] rank 0 of Slurm job ", step.job_id,
+                " runs on node ", step.node_id, ", not on the first node of the list (", step.nodes.front(),
+                ") where the others look for its store: use srun's default block distribution (--distribution=block)");
   // Every task on the first node reaches the store where it listens, whatever that node's name
   // resolves to there (each computes the same address); the other nodes use the name.
-  if (step.node_id == 0) env.master_addr = slurm_store_host(step, env.master_addr);
+  if (!master_given && step.node_id == 0) env.master_addr = slurm_store_host(step, env.master_addr);
+  if (env.num_threads == 0) env.num_threads = threads_for_task(step, variables);
+  // The environment changes before the store's server starts its thread (setenv beside a thread's
+  // getenv is undefined behaviour); init_process_group is called before the trainer's threads.
+  for (const auto& [name, value] : launcher::to_variables(env)) set_variable(name, value);
+  set_num_threads(env.num_threads);
   auto store = std::make_unique<JobStore>();
   store->ntasks = step.ntasks;
-  TESSERA_CHECK(env.rank != 0 || step.node_id == 0, "[slurm] rank 0 of Slurm job ", step.job_id,
-                " runs on node ", step.node_id, ", not on the first node of the list (", step.nodes.front(),
-                ") where the others look for its store: use srun's default block distribution, or set MASTER_ADDR");
   if (env.rank == 0) {
     TcpStoreServerOptions options;
     options.host = env.master_addr;
@@ -95,22 +115,13 @@ void join(const launcher::SlurmStep& step) {
                            " (another job on this node may hold the port: set MASTER_PORT)"));
     }
   }
-  for (const auto& [name, value] : launcher::to_variables(env)) set_variable(name, value);
   TcpStoreOptions client;
   client.host = env.master_addr, client.port = static_cast<uint16_t>(env.master_port);
   client.token = env.job_token, client.rank = env.rank;
-  store->client = std::make_unique<TcpStore>(client);  // retries until rank 0 listens (60 s)
+  client.timeout = client.connect_timeout = timeout;  // retries until rank 0 listens
+  store->client = std::make_unique<TcpStore>(client);
   job_store = store.release();
   std::atexit(env.rank == 0 ? wait_for_the_others_then_stop : say_this_task_left);
-  if (env.num_threads == 0 && step.local_tasks > 1) {
-    // As `tessera run` divides the cores among a node's workers; under a Slurm CPU binding the
-    // affinity mask is this task's own already.
-    const char* per_task = std::getenv("SLURM_CPUS_PER_TASK");
-    const int threads = per_task != nullptr && std::atoi(per_task) > 0 ? std::atoi(per_task)
-                                                                        : std::max(1, usable_cores() / step.local_tasks);
-    set_variable("TESSERA_NUM_THREADS", std::to_string(threads));
-    set_num_threads(threads);
-  }
 }
 
 }  // namespace
@@ -119,26 +130,30 @@ std::string slurm_store_host(const launcher::SlurmStep& step, const std::string&
   const std::string what = concat("MASTER_ADDR '", master_addr, "' (the first node of Slurm job ", step.job_id, ")");
   std::string host = detail::listen_address(master_addr, what);
   if (host == "127.0.0.1" && step.nnodes > 1) {
+    // Towards a node other than this one: the route to this node's own address leaves over loopback.
     const char* iface = env_setting("TESSERA_SOCKET_IFNAME");
-    host = iface != nullptr ? detail::address_of_interface(iface) : detail::address_towards(step.nodes[1]);
+    const std::string& other = step.nodes[step.node_id == 0 ? 1 : 0];
+    host = iface != nullptr ? detail::address_of_interface(iface) : detail::address_towards(other);
   }
   return host;
 }
 
 std::optional<launcher::SlurmStep> slurm_step_to_join() {
-  if (std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr) return std::nullopt;
-  if (launched_by_mpi()) return std::nullopt;
+  // Started by `tessera run` (a worker, or a parameter server, which has no RANK) or by mpirun (whose
+  // processes may inherit the Slurm variables of the step that started its daemons): not a task here.
+  if (std::getenv("RANK") != nullptr || std::getenv("TESSERA_ROLE") != nullptr) return std::nullopt;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return std::nullopt;
   return launcher::slurm_step_from_environment();
 }
 
-bool join_slurm_step() {
+bool join_slurm_step(Milliseconds timeout) {
   static std::mutex mu;
   static bool joined = false;
   std::lock_guard lock(mu);
   if (joined) return true;
   std::optional<launcher::SlurmStep> step = slurm_step_to_join();
   if (!step) return false;
-  join(*step);
+  join(*step, timeout);
   joined = true;
   return true;
 }

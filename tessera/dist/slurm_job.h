@@ -6,12 +6,14 @@
 #include <string>
 
 #include "tessera/dist/launcher/slurm_env.h"
+#include "tessera/dist/store/store.h"  // Milliseconds
 
 namespace tessera::dist {
 
 // The Slurm step of several tasks this process belongs to, when nothing else started it: not
-// `tessera run` (RANK and WORLD_SIZE set) and not an MPI launcher (launched_by_mpi). ValueError
-// when the step's variables are missing or disagree.
+// `tessera run` (RANK or TESSERA_ROLE set) and not mpirun (OMPI_COMM_WORLD_SIZE). srun's MPI plugins
+// (PMIx, PMI-2) do not change that: the Slurm variables say it all, and only a job that asks for
+// the mpi backend joins through MPI. ValueError when the step's variables are missing or disagree.
 std::optional<launcher::SlurmStep> slurm_step_to_join();
 
 // Where the store of a Slurm step's first node listens: the address the routes towards
@@ -21,12 +23,14 @@ std::optional<launcher::SlurmStep> slurm_step_to_join();
 std::string slurm_store_host(const launcher::SlurmStep& step, const std::string& master_addr);
 
 // For such a step (once per process): sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// NODE_RANK, MASTER_ADDR, MASTER_PORT and TESSERA_JOB_TOKEN in this process's environment, so the
-// rest of tessera reads the step as a `tessera run` job; on rank 0 starts the store (kept until the
-// process exits, which waits up to TESSERA_SLURM_EXIT_WAIT_S for every task to leave it); sets the
-// intra-op threads to cores / tasks on this node unless TESSERA_NUM_THREADS is set. Call it before
-// the process starts threads of its own (it changes the environment). Returns whether this process
+// NODE_RANK, MASTER_ADDR, MASTER_PORT, TESSERA_JOB_TOKEN and TESSERA_NUM_THREADS in this process's
+// environment, so the rest of tessera reads the step as a `tessera run` job (the threads: the
+// launcher's own TESSERA_NUM_THREADS, else SLURM_CPUS_PER_TASK, else the task's CPU binding, else the
+// node's cores over its tasks); on rank 0 starts the store (kept until the process exits, which waits
+// up to TESSERA_SLURM_EXIT_WAIT_S for every task to leave it); every task's first connection waits
+// up to `timeout` for it. It changes the environment: call it before the process starts threads that
+// read it (init_process_group does, as the first thing a worker calls). Returns whether this process
 // is such a task.
-bool join_slurm_step();
+bool join_slurm_step(Milliseconds timeout);
 
 }  // namespace tessera::dist

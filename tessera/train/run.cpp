@@ -6,6 +6,7 @@
 
 #include "tessera/dist/init.h"
 #include "tessera/dist/launcher/env.h"
+#include "tessera/dist/launcher/slurm_env.h"
 #include "tessera/io/checkpoint.h"
 #include "tessera/train/ps_job.h"
 
@@ -33,7 +34,16 @@ std::unique_ptr<Trainer> make_trainer(const TrainConfig& config) {
                      std::to_string(config.parallel.tp) + " need at least " + std::to_string(needed) +
                      " processes: add --nproc " + std::to_string(needed));
   }
-  return std::make_unique<Trainer>(config, dist::launched_as_job() ? init_group(config) : nullptr);
+  if (dist::launched_as_job()) return std::make_unique<Trainer>(config, init_group(config));
+  // A job that asked Slurm for several tasks, running this in its batch script (or salloc's shell)
+  // without srun: one process trains, and the user should know the other tasks sit idle.
+  if (const int tasks = dist::launcher::slurm_batch_script_tasks(dist::launcher::slurm_environment()); tasks > 1)
+    std::fprintf(stderr,
+                 "[train] warning: this runs in the batch script of a Slurm job of %d tasks, not under srun: it "
+                 "trains as ONE process. Start it with `srun tessera train ...` (one process per task), or "
+                 "`tessera train --nproc N` for N processes on this node\n",
+                 tasks);
+  return std::make_unique<Trainer>(config, nullptr);
 }
 
 }  // namespace

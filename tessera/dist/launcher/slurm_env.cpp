@@ -1,5 +1,6 @@
 #include "tessera/dist/launcher/slurm_env.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
@@ -13,8 +14,9 @@ constexpr const char* kOp = "[slurm_env]";
 constexpr size_t kMaxHosts = 65536;
 constexpr const char* kHint = " (srun sets it in every task; see tessera/dist/launcher/slurm_env.h)";
 
-// Slurm's own id for the batch script's step (SLURM_BATCH_SCRIPT), where some versions set SLURM_STEP_ID.
-constexpr long long kBatchStepId = 4294967294LL;
+// Slurm's steps of its own (since 20.11: batch script 0xfffffffb, extern 0xfffffffc, interactive
+// 0xfffffffa; before, the batch script was 0xfffffffe) are all at or above SLURM_MAX_NORMAL_STEP_ID.
+constexpr long long kMaxNormalStepId = 0xfffffff0LL;
 
 long long parse_number(std::string_view text, std::string_view variable, long long lo, long long hi) {
   long long value = 0;
@@ -77,8 +79,9 @@ bool all_digits(std::string_view text) {
   return true;
 }
 
-// The names one bracket group's ranges give ("01-03,07" -> 01 02 03 07).
-std::vector<std::string> expand_ranges(std::string_view ranges, std::string_view list, std::string_view variable) {
+// The names one bracket group's ranges give ("01-03,07" -> 01 02 03 07), at most `budget` of them.
+std::vector<std::string> expand_ranges(std::string_view ranges, std::string_view list, std::string_view variable,
+                                       size_t budget) {
   std::vector<std::string> out;
   size_t start = 0;
   while (start <= ranges.size()) {
@@ -91,8 +94,8 @@ std::vector<std::string> expand_ranges(std::string_view ranges, std::string_view
                   "' is not a number or a range of numbers (like 01-04)");
     const long long lo = parse_number(low, variable, 0, 999999999), hi = parse_number(high, variable, 0, 999999999);
     TESSERA_CHECK(lo <= hi, kOp, " ", variable, "='", list, "': the range '", range, "' runs backwards");
-    TESSERA_CHECK(static_cast<size_t>(hi - lo) < kMaxHosts, kOp, " ", variable, "='", list, "': the range '", range,
-                  "' names more than ", kMaxHosts, " hosts");
+    TESSERA_CHECK(static_cast<size_t>(hi - lo) < budget - std::min(budget, out.size()), kOp, " ", variable, "='",
+                  list, "' names more than ", kMaxHosts, " hosts");
     for (long long n = lo; n <= hi; ++n) {
       std::string digits = std::to_string(n);
       if (digits.size() < low.size()) digits.insert(0, low.size() - digits.size(), '0');
@@ -117,9 +120,9 @@ std::vector<std::string> expand_host_list(std::string_view list, std::string_vie
         const size_t close = item.find(']', i);  // split_top_level checked that it exists
         std::string_view ranges = item.substr(i + 1, close - i - 1);
         TESSERA_CHECK(!ranges.empty(), kOp, " ", variable, "='", list, "': empty brackets");
-        std::vector<std::string> parts = expand_ranges(ranges, list, variable);
-        TESSERA_CHECK(names.size() * parts.size() + hosts.size() <= kMaxHosts, kOp, " ", variable, "='", list,
-                      "' names more than ", kMaxHosts, " hosts");
+        // Every name so far times every part, beside the hosts already listed, within the bound.
+        const size_t budget = (kMaxHosts - hosts.size()) / names.size();
+        std::vector<std::string> parts = expand_ranges(ranges, list, variable, budget);
         std::vector<std::string> product;
         for (const std::string& name : names)
           for (const std::string& part : parts) product.push_back(name + part);
@@ -175,14 +178,12 @@ std::optional<SlurmStep> slurm_step_from_variables(const std::map<std::string, s
   step.ntasks = static_cast<int>(parse_number(*ntasks_text, ntasks_name, 1, 1 << 20));
   if (step.ntasks == 1) return std::nullopt;
   step.job_id = parse_number(*job, "SLURM_JOB_ID", 0, (1LL << 53));
+  // The batch script (or salloc's shell) is no step of tasks: what runs there is one process (or a
+  // launcher of its own, `tessera run --nproc-per-node N`); slurm_batch_script() tells it apart.
   const std::string* step_text = find(variables, "SLURM_STEP_ID");
-  const long long step_id = step_text ? parse_number(*step_text, "SLURM_STEP_ID", 0, 1LL << 40) : kBatchStepId;
-  // The batch script is task 0 of no step: the other SLURM_NTASKS - 1 ranks would never come.
-  TESSERA_CHECK(step_id != kBatchStepId, kOp, " this process runs in the batch script of Slurm job ", step.job_id,
-                " (SLURM_NTASKS=", step.ntasks, ", no SLURM_STEP_ID), not in a step of its tasks: start it with srun "
-                "(`srun tessera train ...`: one process per task), or start `srun --ntasks-per-node=1 tessera run "
-                "--nproc-per-node N -- ...`");
-  step.step_id = step_id;
+  if (step_text == nullptr) return std::nullopt;
+  step.step_id = parse_number(*step_text, "SLURM_STEP_ID", 0, 1LL << 40);
+  if (step.step_id >= kMaxNormalStepId) return std::nullopt;
   step.rank = static_cast<int>(parse_number(required(variables, "SLURM_PROCID", step.ntasks), "SLURM_PROCID", 0,
                                             step.ntasks - 1));
   const char* nnodes_name = "SLURM_NNODES";
@@ -271,12 +272,20 @@ std::map<std::string, std::string> slurm_environment() {
   for (const char* name : {"SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_NNODES",
                            "SLURM_STEP_NUM_NODES", "SLURM_PROCID", "SLURM_LOCALID",
                            "SLURM_NODEID", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
-                           "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "MASTER_ADDR", "MASTER_PORT",
+                           "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_CPUS_PER_TASK", "MASTER_ADDR", "MASTER_PORT",
                            "TESSERA_JOB_TOKEN", "TESSERA_NUM_THREADS"})
     if (const char* value = std::getenv(name)) variables[name] = value;
   return variables;
 }
 
 std::optional<SlurmStep> slurm_step_from_environment() { return slurm_step_from_variables(slurm_environment()); }
+
+int slurm_batch_script_tasks(const std::map<std::string, std::string>& variables) {
+  if (find(variables, "SLURM_JOB_ID") == nullptr || slurm_step_from_variables(variables)) return 0;
+  const std::string* step = find(variables, "SLURM_STEP_ID");
+  if (step != nullptr && parse_number(*step, "SLURM_STEP_ID", 0, 1LL << 40) < kMaxNormalStepId) return 0;
+  const std::string* ntasks = find(variables, "SLURM_NTASKS");
+  return ntasks == nullptr ? 0 : static_cast<int>(parse_number(*ntasks, "SLURM_NTASKS", 1, 1 << 20));
+}
 
 }  // namespace tessera::dist::launcher

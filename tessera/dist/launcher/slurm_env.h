@@ -59,9 +59,15 @@ struct SlurmStep {
 };
 
 // The step this process is a task of, or nullopt when it is none (SLURM_JOB_ID or SLURM_NTASKS
-// unset) or a step of one task. ValueError as above.
+// unset; the batch script or salloc's shell, which run in no step or in one of Slurm's own) or a
+// step of one task. ValueError as above.
 std::optional<SlurmStep> slurm_step_from_variables(const std::map<std::string, std::string>& variables);
 std::optional<SlurmStep> slurm_step_from_environment();
+
+// SLURM_NTASKS when this process runs in a job's batch script (or salloc's shell) rather than in a
+// step of its tasks, else 0: a program started there without srun is one process, not the job's
+// tasks, which the trainer says when the job asked for more.
+int slurm_batch_script_tasks(const std::map<std::string, std::string>& variables);
 
 // A task's WorkerEnv: the mapping above; MASTER_ADDR, MASTER_PORT and TESSERA_JOB_TOKEN from
 // `variables` when set there. ValueError when TESSERA_JOB_TOKEN is missing.

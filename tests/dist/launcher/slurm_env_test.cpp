@@ -170,10 +170,24 @@ TEST(SlurmStep, InconsistentVariablesAreRefused) {
   }
 }
 
-TEST(SlurmStep, TheBatchScriptIsNotATaskOfAStep) {
+TEST(SlurmStep, TheBatchScriptAndSlurmsOwnStepsAreNoStepOfTasks) {
+  // The batch script has no SLURM_STEP_ID (or, by version, one of Slurm's own ids, all at or above
+  // 0xfffffff0: batch 0xfffffffb, extern 0xfffffffc, interactive 0xfffffffa, before 20.11 batch
+  // 0xfffffffe): one process there, which says so when the job has several tasks.
   auto v = task_three();
   v.erase("SLURM_STEP_ID");
-  expect_error<ValueError>([&] { slurm_step_from_variables(v); }, {"batch script of Slurm job 4242", "srun"});
+  EXPECT_FALSE(slurm_step_from_variables(v).has_value());
+  EXPECT_EQ(slurm_batch_script_tasks(v), 4);
+  for (const char* id : {"4294967291", "4294967292", "4294967290", "4294967294", "4294967280"}) {
+    v["SLURM_STEP_ID"] = id;
+    EXPECT_FALSE(slurm_step_from_variables(v).has_value()) << id;
+    EXPECT_EQ(slurm_batch_script_tasks(v), 4) << id;
+  }
+  v["SLURM_STEP_ID"] = "4294967279";  // the largest normal step
+  EXPECT_TRUE(slurm_step_from_variables(v).has_value());
+  EXPECT_EQ(slurm_batch_script_tasks(v), 0);
+  EXPECT_EQ(slurm_batch_script_tasks(task_three()), 0);
+  EXPECT_EQ(slurm_batch_script_tasks({}), 0);
 }
 
 TEST(SlurmLauncherPlace, OneLauncherPerNodeFindsItsNodeAndMaster) {

@@ -8,6 +8,7 @@
 #include "tessera/dist/backends/mpi/mpi_job.h"
 #include "tessera/dist/backends/mpi/mpi_runtime.h"
 #include "tessera/dist/launcher/job_token.h"
+#include "tessera/dist/slurm_job.h"
 #include "tessera/dist/store/tcp_store.h"
 #include "tessera/dist/store/tcp_store_server.h"
 
@@ -78,13 +79,18 @@ std::string start_store_server(bool one_machine, int size) {
   std::string host = "127.0.0.1";  // loopback only when it can: nothing else can reach the store
   if (!one_machine) {
     const char* master = std::getenv("MASTER_ADDR");
-    if (master == nullptr || *master == '\0') {
+    if (master != nullptr && *master != '\0') {
+      host = master;
+    } else if (auto step = launcher::slurm_step_from_environment()) {
+      // srun with an MPI plugin: rank 0 runs on the step's first node; the others learn the address
+      // over MPI, so no name needs to resolve anywhere.
+      host = slurm_store_host(*step, step->nodes.front());
+    } else {
       throw ValueError(concat("[init_process_group] rank 0: the ", size,
                               " ranks of this mpirun job are on several machines, so the rendezvous store must "
                               "listen on an address the others can reach: set MASTER_ADDR to this machine's "
                               "address (e.g. mpirun -x MASTER_ADDR=node0 ...)"));
     }
-    host = master;
   }
   TcpStoreServerOptions options;
   options.host = host;
