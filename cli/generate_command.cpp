@@ -6,6 +6,7 @@
 #include "tessera/io/checkpoint.h"
 #include "tessera/nn/char_transformer.h"
 #include "tessera/train/trainer.h"
+#include "tessera/train/whole_checkpoint.h"
 
 namespace tessera::cli {
 
@@ -25,7 +26,7 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--top-k", o->top_k, "Sample from the k most likely characters (0: all)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
   return {cmd, [=]() -> int {
-    io::CheckpointFiles files = io::load_checkpoint(o->path);
+    io::CheckpointFiles files = train::load_whole_checkpoint(o->path);
     const auto& meta = files.model.metadata;
     auto cfg_it = meta.find("tessera.config");
     auto vocab_it = meta.find("tessera.vocabulary");

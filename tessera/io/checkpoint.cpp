@@ -24,6 +24,7 @@ std::string step_name(int64_t step) {
 }
 
 constexpr const char* kRunFile = "run";
+constexpr const char* kShardsDir = "zero";  // a ZeRO run's shards (parallel/zero/sharded_checkpoint.h)
 
 // Removes all but the newest `keep` step directories that run `run_id` wrote.
 void remove_old(const fs::path& dir, int64_t keep, const std::string& run_id) {
@@ -59,7 +60,8 @@ std::string new_run_id() {
 }
 
 std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, const SafetensorsFile& model,
-                            const SafetensorsFile& trainer, int64_t keep, const std::string& run_id) {
+                            const SafetensorsFile& trainer, int64_t keep, const std::string& run_id,
+                            const std::string& shards) {
   TESSERA_CHECK(!run_id.empty() && run_id.find('\n') == std::string::npos, "[save_checkpoint] needs a run id");
   fs::path dir(checkpoints_dir);
   std::error_code ec;
@@ -79,6 +81,10 @@ std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, co
     save_safetensors((tmp_dir / "model.safetensors").string(), model.tensors, model.metadata);
     save_safetensors((tmp_dir / "trainer.safetensors").string(), trainer.tensors, trainer.metadata);
     write_file_atomic((tmp_dir / kRunFile).string(), run_id + "\n");
+    if (!shards.empty()) {
+      fs::rename(shards, tmp_dir / kShardsDir, ec);
+      if (ec) throw IoError("cannot move " + shards + " into " + tmp_dir.string() + ": " + ec.message());
+    }
     fsync_directory(tmp_dir.string());
   } catch (const std::exception& e) {
     // A full disk or an I/O error: the half-written step goes, `latest` still names the last whole one.
@@ -133,6 +139,7 @@ CheckpointFiles load_checkpoint(const std::string& path_in) {
   files.path = path.string();
   files.model = load_safetensors((path / "model.safetensors").string());
   files.trainer = load_safetensors((path / "trainer.safetensors").string());
+  if (fs::exists(path / kShardsDir / "index.json")) files.shards = (path / kShardsDir).string();
   return files;
 }
 

@@ -19,14 +19,18 @@ namespace tessera::io {
 struct CheckpointFiles {
   SafetensorsFile model;
   SafetensorsFile trainer;
-  std::string path;  // the step directory it was read from
+  std::string path;    // the step directory it was read from
+  std::string shards;  // <path>/zero when the step holds a ZeRO run's shards (its model file holds no
+                       // tensors then: train/whole_checkpoint.h consolidates them), else ""
 };
 
 // Writes step `step` of run `run_id` under `checkpoints_dir`, points `latest` at it and keeps that
 // run's newest `keep`. A step directory of the same name written by another run is an IoError, never
-// replaced. Returns the step directory.
+// replaced. `shards`, when given, is a directory (a ZeRO run's sharded state) moved into the step as
+// `zero/` before the step is renamed into place. Returns the step directory.
 std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, const SafetensorsFile& model,
-                            const SafetensorsFile& trainer, int64_t keep, const std::string& run_id);
+                            const SafetensorsFile& trainer, int64_t keep, const std::string& run_id,
+                            const std::string& shards = "");
 // The id of the run that wrote a step directory ("" for one written before runs had ids).
 std::string checkpoint_run_id(const std::string& step_dir);
 // A new run id: 16 hex digits from the system's entropy source.

@@ -53,6 +53,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.zero_stage", &c.distributed.zero_stage},
       {"distributed.zero_wrap_policy", &c.distributed.zero_wrap_policy},
       {"distributed.zero_min_unit_mb", &c.distributed.zero_min_unit_mb},
+      {"distributed.zero_checkpoint", &c.distributed.zero_checkpoint},
       {"distributed.ps_mode", &c.distributed.ps_mode}, {"distributed.staleness", &c.distributed.staleness},
       {"distributed.ps_host", &c.distributed.ps_host},
       {"distributed.debug_slow_rank", &c.distributed.debug_slow_rank},
@@ -284,6 +285,7 @@ void validate(const TrainConfig& c) {
                 "[config] distributed.zero_stage must be 1, 2 or 3, got ", c.distributed.zero_stage);
   one_of("distributed.zero_wrap_policy", c.distributed.zero_wrap_policy, {"layer", "size"});
   positive("distributed.zero_min_unit_mb", c.distributed.zero_min_unit_mb);
+  one_of("distributed.zero_checkpoint", c.distributed.zero_checkpoint, {"whole", "sharded"});
   if (c.distributed.strategy == "zero")
     TESSERA_CHECK(c.distributed.comm_hook == "none" && !c.distributed.sync_batchnorm &&
                       !c.distributed.find_unused_parameters,

@@ -81,6 +81,11 @@ struct DistributedConfig {
   int64_t zero_stage = 2;
   std::string zero_wrap_policy = "layer";
   double zero_min_unit_mb = 1;
+  // What a ZeRO run's checkpoints hold: "whole" (gathered on rank 0 under single-process names) or
+  // "sharded" (each rank writes its own pieces, parallel/zero/sharded_checkpoint.h: no rank ever
+  // holds the whole state). Both resume at any world size, stage or strategy and are read by
+  // `tessera eval`/`generate`.
+  std::string zero_checkpoint = "whole";
   std::string backend = "auto";        // auto | gloo | shm | mpi
   double timeout_s = 300;              // rendezvous and every collective
   double bucket_cap_mb = 25;           // DDP gradient buckets

@@ -109,6 +109,13 @@ class Strategy {
   virtual void load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) {
     optimizer.load_state_dict(state);
   }
+  // Sharded checkpoints (ZeRO with distributed.zero_checkpoint = "sharded"): every rank writes its own
+  // pieces of the model and optimizer state into `dir` (collective; rank 0 writes the index last),
+  // and reads back the pieces it needs from a directory of any world size and stage.
+  virtual bool writes_sharded_checkpoints() const { return false; }
+  virtual bool reads_sharded_checkpoints() const { return false; }
+  virtual void save_shards(const optim::Optimizer& /*optimizer*/, const std::string& /*dir*/) {}
+  virtual void load_shards(optim::Optimizer& /*optimizer*/, const std::string& /*dir*/) {}
   // Whether this process keeps the whole model after prepare (the mesh keeps only its stage's shards,
   // so Trainer::model() is refused there and full_state_dict() gathers it).
   virtual bool keeps_whole_model() const { return true; }

@@ -18,6 +18,7 @@
 #include "tessera/io/checkpoint.h"
 #include "tessera/ops/ops.h"
 #include "tessera/train/lr_scaling.h"
+#include "tessera/train/whole_checkpoint.h"
 #include "tessera/util/thread_pool.h"
 #include "tessera/dist/launcher/env.h"
 #include "tessera/util/settings.h"
@@ -395,6 +396,20 @@ std::pair<io::SafetensorsFile, io::SafetensorsFile> Trainer::checkpoint_files(nn
 
 std::string Trainer::save_checkpoint() {
   if (run_id_.empty()) run_id_ = io::new_run_id();  // saved before fit: rank 0 alone writes
+  if (strategy_->writes_sharded_checkpoints()) {
+    // Every rank writes its own pieces beside the step directories (the index last); rank 0 then
+    // writes the step's position and moves the pieces in as zero/ before the step is renamed into
+    // place, so the step appears whole or not at all and no rank ever holds the whole state.
+    const std::string shards =
+        (fs::path(checkpoints_dir()) / (".step-" + std::to_string(step_) + ".shards." + run_id_)).string();
+    strategy_->save_shards(*optimizer_, shards);  // collective
+    if (rank() != 0) return "";
+    strategy_->before_checkpoint(run_output(), step_);
+    std::lock_guard lock(state_mu_);
+    auto [model, trainer] = checkpoint_files({}, {}, default_generator().state());
+    return io::save_checkpoint(checkpoints_dir(), step_, model, trainer, config_.train.keep_checkpoints, run_id_,
+                               shards);
+  }
   nn::StateDict state = strategy_->model_state();                        // collective for the mesh
   nn::StateDict optimizer_state = strategy_->optimizer_state(*optimizer_);  // likewise
   if (rank() != 0) return "";  // rank 0 writes for all
@@ -431,9 +446,14 @@ void Trainer::resume(const std::string& path_in) {
   TESSERA_CHECK(!files.trainer.metadata.count("tessera.model_parallel"), "[resume] ", trainer_file,
                 " was written by a model-parallel run of an earlier version, without the optimizer's state: it "
                 "can be evaluated or fine-tuned from (a fresh run that loads model.safetensors), not resumed");
-  strategy_->load_model_state(files.model.tensors);
+  if (!files.shards.empty() && strategy_->reads_sharded_checkpoints()) {
+    strategy_->load_shards(*optimizer_, files.shards);  // this rank's pieces only; collective
+  } else {
+    if (!files.shards.empty()) files = whole_checkpoint(files);  // another strategy: consolidated
+    strategy_->load_model_state(files.model.tensors);
+    strategy_->load_optimizer_state(*optimizer_, files.trainer.tensors);
+  }
   resumed_ = true;
-  strategy_->load_optimizer_state(*optimizer_, files.trainer.tensors);
   step_ = metadata_int(files.trainer.metadata, "tessera.step", trainer_file);
   epoch_ = metadata_int(files.trainer.metadata, "tessera.epoch", trainer_file);
   batch_in_epoch_ = metadata_int(files.trainer.metadata, "tessera.batch_in_epoch", trainer_file);

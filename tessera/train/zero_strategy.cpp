@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tessera/core/cpu_allocator.h"
+#include "tessera/parallel/zero/sharded_checkpoint.h"
 
 namespace tessera::train {
 
@@ -53,6 +54,15 @@ nn::StateDict ZeroStrategy::optimizer_state(const optim::Optimizer& optimizer) {
 void ZeroStrategy::load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) {
   attach_once(optimizer);
   zero_->load_full_optimizer_state(optimizer, state);
+}
+
+void ZeroStrategy::save_shards(const optim::Optimizer& optimizer, const std::string& dir) {
+  parallel::zero::save_sharded(*zero_, optimizer, dir);
+}
+
+void ZeroStrategy::load_shards(optim::Optimizer& optimizer, const std::string& dir) {
+  attach_once(optimizer);
+  parallel::zero::load_sharded(*zero_, optimizer, dir);
 }
 
 void ZeroStrategy::add_step_metrics(nlohmann::json& record) const {

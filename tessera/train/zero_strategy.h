@@ -33,6 +33,10 @@ class ZeroStrategy : public LocalStrategy {
   // Stage 3 keeps only pieces of the parameters between steps.
   bool keeps_whole_model() const override { return config_.distributed.zero_stage < 3; }
   bool holds_whole_state() const override { return false; }
+  bool writes_sharded_checkpoints() const override { return config_.distributed.zero_checkpoint == "sharded"; }
+  bool reads_sharded_checkpoints() const override { return true; }
+  void save_shards(const optim::Optimizer& optimizer, const std::string& dir) override;
+  void load_shards(optim::Optimizer& optimizer, const std::string& dir) override;
   void add_step_metrics(nlohmann::json& record) const override;
   std::string describe() const override;
 
