@@ -141,7 +141,7 @@ std::string slurm_store_host(const launcher::SlurmStep& step, const std::string&
 std::optional<launcher::SlurmStep> slurm_step_to_join() {
   // Started by `tessera run` (a worker, or a parameter server, which has no RANK) or by mpirun (whose
   // processes may inherit the Slurm variables of the step that started its daemons): not a task here.
-  if (std::getenv("RANK") != nullptr || std::getenv("TESSERA_ROLE") != nullptr) return std::nullopt;
+  if (std::getenv("RANK") != nullptr || env_setting("TESSERA_ROLE") != nullptr) return std::nullopt;
   if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return std::nullopt;
   return launcher::slurm_step_from_environment();
 }
