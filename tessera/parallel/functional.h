@@ -14,6 +14,16 @@ namespace tessera::parallel {
 // group's other collectives; `group` must outlive the backward.
 Tensor all_reduce_sum(const Tensor& x, dist::ProcessGroup& group);
 
+// (n_r, ...) on rank r -> (Σ_r n_r, ...), the ranks' rows in rank order, on every rank: the negatives
+// of a contrastive loss (CLIP, MIL-NCE) drawn from every rank's batch. The row counts n_r may differ;
+// the trailing shapes must agree (ValueError naming both ranks' shapes otherwise). Backward: every
+// rank's loss reads every rank's rows, so dL/dx_r = Σ_s dL_s/dy[rows of r], a reduce-scatter of the
+// gradient: the gradient of the SUM of every rank's loss, as for all_reduce_sum. (Megatron's gather
+// in parallel/tensor takes its own slice instead, because there every rank computes the same loss.)
+// Two collectives forward (the row counts, then the rows) and one backward; every rank calls it and
+// runs its backward in the same order; `group` must outlive the backward.
+Tensor all_gather_with_grad(const Tensor& x, dist::ProcessGroup& group);
+
 // Σ_ranks x as a new tensor, outside autograd (x is not modified, and may be a gradient the engine
 // also hands to other nodes): the forward and backward of the differentiable collectives here and
 // in parallel/tensor/mappings.h.
