@@ -368,7 +368,7 @@ TEST(MultiHost, AnElasticJobSurvivesALinkDown) {
 TEST(MultiHost, PreflightNamesTheSlowLink) {
   const std::string dir = tessera::testing::fresh_dir("multihost", "doctor");
   if (::geteuid() != 0) GTEST_SKIP() << "test hosts need root (network namespaces, veth, tc)";
-  const std::string name = "d" + std::to_string(::getpid() % 100000);
+  const std::string name = tessera::testing::unique_cluster_name('d');
   const std::string cluster = "env TESSERA_CLUSTER=" + name + " bash " + kCluster;
   struct Down {
     std::string cmd;

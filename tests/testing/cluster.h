@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -14,9 +16,20 @@ namespace tessera::testing {
 
 inline const std::string kClusterScript = std::string(TESSERA_SOURCE_DIR) + "/scripts/cluster.sh";
 
+// A cluster name of `prefix` and 5 base-36 digits from the pid and the clock: pids repeat between the
+// suite's runs (a sandbox numbers them from 1 again), and a name that collided with a cluster an
+// earlier run left behind would make `up` refuse, or `down` remove another test's hosts.
+inline std::string unique_cluster_name(char prefix) {
+  uint64_t x = static_cast<uint64_t>(::getpid()) * 0x9E3779B97F4A7C15ull ^
+               static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::string name(1, prefix);
+  for (int i = 0; i < 5; ++i, x /= 36) name += "0123456789abcdefghijklmnopqrstuvwxyz"[x % 36];
+  return name;
+}
+
 class Cluster {
  public:
-  Cluster(int n, const std::string& dir) : name_("m" + std::to_string(::getpid() % 100000)), dir_(dir) {
+  Cluster(int n, const std::string& dir) : name_(unique_cluster_name('m')), dir_(dir) {
     const std::string cmd = env() + " bash " + kClusterScript + " up " + std::to_string(n) + " > " + dir + "/cluster.log 2>&1";
     up_ = std::system(cmd.c_str()) == 0;
   }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "testing/cluster.h"
 #include "testing/temp_dir.h"
 
 namespace tessera::testing {
@@ -18,7 +19,7 @@ inline const std::string kSlurmScript = std::string(TESSERA_SOURCE_DIR) + "/scri
 class SlurmCluster {
  public:
   SlurmCluster(int nodes, const std::string& dir)
-      : name_("s" + std::to_string(::getpid() % 100000)), dir_(dir) {
+      : name_(unique_cluster_name('s')), dir_(dir) {
     installed_ = std::system("command -v slurmctld > /dev/null && command -v munged > /dev/null") == 0;
     if (installed_ && ::geteuid() == 0)
       up_ = std::system((env() + " bash " + kSlurmScript + " up " + std::to_string(nodes) + " > " + dir +
