@@ -1,7 +1,5 @@
 #include "tessera/dist/slurm_job.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +9,7 @@
 #include <thread>
 
 #include "tessera/core/error.h"
+#include "tessera/dist/launcher/launcher.h"
 #include "tessera/dist/net/interface.h"
 #include "tessera/dist/store/tcp_store.h"
 #include "tessera/dist/store/tcp_store_server.h"
@@ -77,8 +76,7 @@ int threads_for_task(const launcher::SlurmStep& step, const std::map<std::string
     if (n >= 1) return std::min(n, 1024);
   }
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  cpu_set_t set;
-  const int mask = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : machine;
+  const int mask = launcher::usable_cores();
   if (mask < machine) return std::clamp(mask, 1, 1024);
   return std::clamp(machine / step.local_tasks, 1, 1024);
 }

@@ -9,7 +9,6 @@
 #include <memory>
 #include <set>
 #include <optional>
-#include <sched.h>
 #include <sys/wait.h>
 #include <sstream>
 #include <thread>
@@ -20,6 +19,7 @@
 #include "tessera/dist/net/interface.h"
 #include "tessera/dist/launcher/env.h"
 #include "tessera/dist/launcher/job_token.h"
+#include "tessera/dist/launcher/launcher.h"
 #include "tessera/dist/launcher/rendezvous.h"
 #include "tessera/dist/launcher/supervisor.h"
 #include "tessera/dist/launcher/worker_process.h"
@@ -40,11 +40,7 @@ using tessera::detail::concat;
 using detail::say;
 using detail::seconds;
 
-int usable_cores() {
-  cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
+using dist::launcher::usable_cores;
 
 // What happened to one generation.
 enum class Outcome { kFinished, kLocalFailure, kMembershipChanged, kFatal };

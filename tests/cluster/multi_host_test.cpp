@@ -21,6 +21,7 @@
 #include "testing/state_compare.h"
 #include "testing/cluster.h"
 #include "testing/temp_dir.h"
+#include "testing/train_alone.h"
 
 namespace tessera {
 namespace {
@@ -70,13 +71,7 @@ NodeRun run_two_hosts(const Cluster& cluster, const std::string& dir, const std:
   return r;
 }
 
-// One process on this machine (the reference), training into <dir>/<name>; its final model.
-nn::StateDict train_alone(const std::string& dir, const std::string& name, const std::string& train_args) {
-  const std::string cmd = std::string(TESSERA_BINARY) + " train " + dir + "/config.toml " + train_args +
-                          " --set train.output_dir=" + dir + "/" + name + " > " + dir + "/" + name + ".log 2>&1";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << tessera::testing::read_text(dir + "/" + name + ".log");
-  return io::load_checkpoint(dir + "/" + name + "/checkpoints").model.tensors;
-}
+using tessera::testing::train_alone;
 
 // DDP across 2 hosts × 1 and 2 hosts × 2 processes equals one process on the global batch (the
 // single-host DDP test's tolerance), for the MLP and the CNN. The first layout finds its interface by

@@ -17,6 +17,7 @@
 #include "testing/slurm_cluster.h"
 #include "testing/state_compare.h"
 #include "testing/temp_dir.h"
+#include "testing/train_alone.h"
 
 namespace tessera {
 namespace {
@@ -59,13 +60,7 @@ ShellRun srun_train(const SlurmCluster& slurm, const std::string& dir, const std
                                    dir + "/config.toml " + train_args));
 }
 
-nn::StateDict train_alone(const std::string& dir, const std::string& name, const std::string& train_args) {
-  ShellRun r = shell(dir, name,
-                std::string(TESSERA_BINARY) + " train " + dir + "/config.toml " + train_args +
-                    " --set train.output_dir=" + dir + "/" + name);
-  EXPECT_EQ(r.status, 0) << r.output;
-  return io::load_checkpoint(dir + "/" + name + "/checkpoints").model.tensors;
-}
+using tessera::testing::train_alone;
 
 // `srun -N 2 -n 4` (2 tasks a node) and `srun -N 2 -n 3` (tasks placed unevenly by Slurm) train
 // one DDP job each, equal to one process on the global batch within the DDP tests' 1e-5.

@@ -15,6 +15,7 @@
 #include "tessera/io/checkpoint.h"
 #include "testing/state_compare.h"
 #include "testing/temp_dir.h"
+#include "testing/train_alone.h"
 
 namespace tessera {
 namespace {
@@ -42,11 +43,7 @@ TEST(SlurmTasks, TwoTasksOfAStepTrainAsOneJobEqualToOneProcess) {
   const std::string dir = tessera::testing::fresh_dir("slurm_tasks", "two");
   const std::string config = write_config(dir);
   const std::string bin = TESSERA_BINARY;
-  ASSERT_EQ(std::system((bin + " train " + config + " --set train.batch_size=24 --set train.output_dir=" + dir +
-                         "/single > " + dir + "/single.log 2>&1")
-                            .c_str()),
-            0)
-      << read_text(dir + "/single.log");
+  const nn::StateDict single = tessera::testing::train_alone(dir, "single", "--set train.batch_size=24");
   // A job id of this process's own, so that its port (slurm_port) is not another test's.
   const std::string job = std::to_string(::getpid());
   std::string script;
@@ -60,7 +57,6 @@ TEST(SlurmTasks, TwoTasksOfAStepTrainAsOneJobEqualToOneProcess) {
   const std::string logs = read_text(dir + "/tasks.log") + read_text(dir + "/task0.log") + read_text(dir + "/task1.log");
   // Both tasks exit cleanly: rank 0 kept the store until the other had left it.
   ASSERT_NE(logs.find("exit 0 0"), std::string::npos) << logs;
-  const nn::StateDict single = io::load_checkpoint(dir + "/single/checkpoints").model.tensors;
   const nn::StateDict tasks = io::load_checkpoint(dir + "/tasks/checkpoints").model.tensors;
   EXPECT_LT(tessera::testing::max_state_difference(single, tasks), 1e-5) << logs;
 }

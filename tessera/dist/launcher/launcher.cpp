@@ -44,13 +44,6 @@ std::string resolve_token(const LaunchOptions& o) {
   return random_job_token();
 }
 
-int usable_cores() {
-  // The affinity mask, not the machine: under taskset or a container's cpuset the job gets fewer.
-  cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 int resolve_threads(const LaunchOptions& o) {
   if (o.threads_per_worker > 0) return o.threads_per_worker;
   if (const char* env = env_setting("TESSERA_NUM_THREADS"); env != nullptr && *env != '\0') {
@@ -62,6 +55,13 @@ int resolve_threads(const LaunchOptions& o) {
 }
 
 }  // namespace
+
+int usable_cores() {
+  // The affinity mask, not the machine: under taskset or a container's cpuset the job gets fewer.
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 std::vector<WorkerEnv> worker_envs(const LaunchOptions& resolved) {
   std::vector<WorkerEnv> envs;

@@ -96,6 +96,10 @@ LaunchResult launch(const LaunchOptions& options);
 // The env contract of each local worker for options whose master_port, job_token and
 // threads_per_worker are already resolved (launch() does that first).
 std::vector<WorkerEnv> worker_envs(const LaunchOptions& resolved);
+
+// The cores this process may run on (its affinity mask: taskset, a cpuset, a Slurm binding), which
+// the launchers divide among a node's workers.
+int usable_cores();
 // The same for each local server (none unless servers_per_node > 0).
 std::vector<ServerEnv> server_envs(const LaunchOptions& resolved);
 

@@ -161,6 +161,16 @@ double max_difference(const nn::Module& single, const nn::StateDict& state) {
   return worst;
 }
 
+// `world` replicas of one model, all from seed 7 (as train_single's), one per rank.
+std::vector<std::shared_ptr<nn::Module>> replicas(const ModelFactory& make, int world) {
+  std::vector<std::shared_ptr<nn::Module>> models;
+  for (int r = 0; r < world; ++r) {
+    manual_seed(7);
+    models.push_back(make());
+  }
+  return models;
+}
+
 ModelFactory mlp() {
   return [] { return std::static_pointer_cast<nn::Module>(nn::make_mlp({20, 32, 16, 5})); };
 }
@@ -351,11 +361,7 @@ TEST(ZeroCheckpoint, ConsolidatedShardsEqualTheWholeStateAndBadDirectoriesAreRef
   Recipe s = setup_for("mlp", 1);
   const std::string dir = tessera::testing::fresh_dir("zero", "consolidate") + "/shards";
   nn::StateDict whole_model, whole_optimizer;
-  std::vector<std::shared_ptr<nn::Module>> models;
-  for (int r = 0; r < 3; ++r) {
-    manual_seed(7);
-    models.push_back(s.make());
-  }
+  auto models = replicas(s.make, 3);
   testing::run_on_threads(3, threaded(3), [&](dist::ProcessGroup& group) {
     const int r = group.rank();
     ZeroDataParallel zero(models[static_cast<size_t>(r)], testing::borrow(group), {.stage = 3});
@@ -408,11 +414,7 @@ TEST(ZeroCheckpoint, OptimizerStateHasTheSingleProcessNamesAndShapes) {
   }
   const nn::StateDict expected = opt->state_dict();
   nn::StateDict got;
-  std::vector<std::shared_ptr<nn::Module>> models;
-  for (int r = 0; r < 3; ++r) {
-    manual_seed(7);
-    models.push_back(s.make());
-  }
+  auto models = replicas(s.make, 3);
   testing::run_on_threads(3, threaded(3), [&](dist::ProcessGroup& group) {
     const int r = group.rank();
     ZeroOptions options;
@@ -440,11 +442,7 @@ TEST(ZeroMemory, Stage3StatePerRankIsSixteenPsiOverN) {
   // moments (8Ψ/N) between steps. The stated overhead: each unit pads its chunk to a multiple of N,
   // at most N - 1 elements (4(N-1) bytes) per unit for values and gradients.
   for (int world : {1, 2, 4}) {
-    std::vector<std::shared_ptr<nn::Module>> models;
-    for (int r = 0; r < world; ++r) {
-      manual_seed(7);
-      models.push_back(nn::make_mlp({784, 512, 256, 10}));
-    }
+    auto models = replicas([] { return std::static_pointer_cast<nn::Module>(nn::make_mlp({784, 512, 256, 10})); }, world);
     const int64_t psi = models[0]->num_parameters();
     Data data = make_data(1, 4 * world, {784}, 10, 1);
     testing::run_on_threads(world, threaded(world), [&](dist::ProcessGroup& group) {
@@ -469,11 +467,7 @@ TEST(ZeroMemory, Stage3StatePerRankIsSixteenPsiOverN) {
 }
 
 TEST(ZeroMemory, Stage3FreesEveryGatheredUnitBetweenSteps) {
-  std::vector<std::shared_ptr<nn::Module>> models;
-  for (int r = 0; r < 2; ++r) {
-    manual_seed(7);
-    models.push_back(gpt()());
-  }
+  auto models = replicas(gpt(), 2);
   Data data = make_data(1, 4, {8}, 11, 1, true);
   testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
     const int r = group.rank();
@@ -495,11 +489,7 @@ TEST(ZeroMemory, Stage3FreesEveryGatheredUnitBetweenSteps) {
 // ---- misuse ----
 
 TEST(Zero, AParameterWithoutAGradientIsNamed) {
-  std::vector<std::shared_ptr<nn::Module>> models;
-  for (int r = 0; r < 2; ++r) {
-    manual_seed(7);
-    models.push_back(nn::make_mlp({4, 3, 2}));
-  }
+  auto models = replicas([] { return std::static_pointer_cast<nn::Module>(nn::make_mlp({4, 3, 2})); }, 2);
   testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
     const int r = group.rank();
     ZeroOptions options;

@@ -1,0 +1,22 @@
+// The reference the multi-process tests compare with: one `tessera train` process on this machine.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "tessera/io/checkpoint.h"
+#include "testing/temp_dir.h"
+
+namespace tessera::testing {
+
+// Trains <dir>/config.toml with `train_args` into <dir>/<name> (its output in <dir>/<name>.log) and
+// returns the final model.
+inline nn::StateDict train_alone(const std::string& dir, const std::string& name, const std::string& train_args) {
+  const std::string cmd = std::string(TESSERA_BINARY) + " train " + dir + "/config.toml " + train_args +
+                          " --set train.output_dir=" + dir + "/" + name + " > " + dir + "/" + name + ".log 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << read_text(dir + "/" + name + ".log");
+  return io::load_checkpoint(dir + "/" + name + "/checkpoints").model.tensors;
+}
+
+}  // namespace tessera::testing
