@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "tessera/core/device.h"
@@ -13,6 +14,9 @@ namespace tessera {
 class Storage {
  public:
   static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
+  // Memory someone else owns (a NumPy array's buffer, for tessera.from_numpy): never freed here;
+  // `release` runs once the last tensor viewing it is gone, and tells the owner it may let go.
+  static std::shared_ptr<Storage> wrap(void* data, size_t nbytes, Device device, std::function<void()> release);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -39,6 +43,7 @@ class Storage {
   size_t nbytes_;
   Device device_;
   std::atomic<uint64_t> version_{0};
+  std::function<void()> external_release_;  // set for wrap()ped memory
 };
 
 }  // namespace tessera

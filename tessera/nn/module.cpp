@@ -25,6 +25,35 @@ Tensor Module::register_buffer(const std::string& name, Tensor value) {
   return value;
 }
 
+namespace {
+template <typename Value>
+bool replace_entry(std::vector<std::pair<std::string, Value>>& entries, const std::string& name, Value value) {
+  for (auto& [n, v] : entries)
+    if (n == name) {
+      v = std::move(value);
+      return true;
+    }
+  return false;
+}
+}  // namespace
+
+void Module::set_parameter(const std::string& name, Tensor value) {
+  TESSERA_CHECK(value.defined(), "[set_parameter] parameter '", name, "' of ", this->name(), " is undefined");
+  value.set_requires_grad(true);
+  if (!replace_entry(parameters_, name, value)) register_parameter(name, value);
+}
+
+void Module::set_buffer(const std::string& name, Tensor value) {
+  TESSERA_CHECK(value.defined(), "[set_buffer] buffer '", name, "' of ", this->name(), " is undefined");
+  if (!replace_entry(buffers_, name, value)) register_buffer(name, value);
+}
+
+void Module::set_child(const std::string& name, std::shared_ptr<Module> module) {
+  TESSERA_CHECK(module != nullptr, "[set_child] child '", name, "' of ", this->name(), " is null");
+  TESSERA_CHECK(name.find('.') == std::string::npos, "[set_child] name '", name, "' must not contain '.'");
+  if (!replace_entry(children_, name, module)) children_.emplace_back(name, module);
+}
+
 void Module::collect(const std::string& prefix, bool params, bool recurse, StateDict& out) const {
   for (const auto& [n, t] : params ? parameters_ : buffers_) out.emplace_back(prefix + n, t);
   if (!recurse) return;

@@ -51,6 +51,11 @@ class Module {
     children_.emplace_back(name, module);
     return module;
   }
+  // Register, or put in place of the entry already registered under `name` (same position): what
+  // Python's attribute assignment does (`self.fc = nn.Linear(...)`, `self.w = nn.Parameter(...)`).
+  void set_parameter(const std::string& name, Tensor value);
+  void set_buffer(const std::string& name, Tensor value);
+  void set_child(const std::string& name, std::shared_ptr<Module> module);
 
  private:
   void collect(const std::string& prefix, bool params, bool recurse, StateDict& out) const;

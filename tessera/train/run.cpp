@@ -65,14 +65,17 @@ RunOutcome run(const TrainConfig& config, const RunOptions& options) {
     trainer->resume(options.resume == "latest" || options.resume == "auto" ? "" : options.resume);
     if (lead) std::fprintf(stderr, "resumed at step %lld\n", static_cast<long long>(trainer->global_step()));
   }
+  // The handlers before ours come back afterwards (Python's KeyboardInterrupt for tessera.train.run).
+  void (*previous_int)(int) = SIG_DFL;
+  void (*previous_term)(int) = SIG_DFL;
   if (options.stop_on_signals) {
-    std::signal(SIGINT, on_stop_signal);
-    std::signal(SIGTERM, on_stop_signal);
+    previous_int = std::signal(SIGINT, on_stop_signal);
+    previous_term = std::signal(SIGTERM, on_stop_signal);
   }
   outcome.fit = trainer->fit();
   if (options.stop_on_signals) {
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
+    std::signal(SIGINT, previous_int);
+    std::signal(SIGTERM, previous_term);
   }
   const FitResult& r = outcome.fit;
   outcome.interrupted = r.stopped_early && !(config.train.max_steps > 0 && r.steps >= config.train.max_steps);

@@ -1,0 +1,19 @@
+// PYBIND11_MODULE(_tessera): the extension's entry point. See bindings.h for the layout.
+#include "python/src/bindings.h"
+
+PYBIND11_MODULE(_tessera, m) {
+  using namespace tessera::python;
+  m.doc() = "tessera: distributed deep-learning training (C++ engine); import tessera, not this module";
+  bind_errors(m);
+  bind_tensor(m);
+  auto nn = m.def_submodule("nn", "layers, Module and functional ops");
+  bind_nn(nn);
+  auto optim = m.def_submodule("optim", "optimizers and learning-rate schedulers");
+  bind_optim(optim);
+  auto data = m.def_submodule("data", "datasets, samplers and the loader");
+  bind_data(data);
+  auto distributed = m.def_submodule("distributed", "process groups, collectives, DistributedDataParallel");
+  bind_distributed(distributed);
+  auto train = m.def_submodule("train", "train.run(config): the trainer behind `tessera train`");
+  bind_train(train);
+}

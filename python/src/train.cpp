@@ -1,0 +1,55 @@
+// tessera.train.run (the trainer `tessera train` runs, on a TOML config's text) and tessera.save /
+// tessera.load (safetensors files of named tensors, PyTorch's state_dict layout).
+#include <pybind11/stl.h>
+
+#include <cmath>
+
+#include "python/src/bindings.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/train/config.h"
+#include "tessera/train/run.h"
+
+namespace tessera::python {
+
+void bind_train(py::module_& m) {
+  m.def("_run", [](const std::string& toml_text, const std::string& source, const std::vector<std::string>& overrides,
+                   const std::string& resume) {
+          // No text: `source` is a config file's path.
+          train::TrainConfig config = toml_text.empty() ? train::load_config(source) : train::parse_config(toml_text, source);
+          for (const auto& o : overrides) train::apply_override(config, o);
+          train::RunOptions options;
+          options.resume = resume;
+          train::RunOutcome outcome;
+          {
+            py::gil_scoped_release release;
+            outcome = train::run(config, options);
+          }
+          py::dict result;
+          result["steps"] = outcome.fit.steps;
+          result["interrupted"] = outcome.interrupted;
+          result["server"] = outcome.server;
+          result["checkpoint"] = outcome.fit.last_checkpoint;
+          if (outcome.fit.last_eval) {
+            result["loss"] = outcome.fit.last_eval->loss;
+            const double accuracy = outcome.fit.last_eval->accuracy;
+            result["accuracy"] = std::isnan(accuracy) ? py::object(py::none()) : py::float_(accuracy);
+          }
+          return result;
+        }, py::arg("toml_text"), py::arg("source"), py::arg("overrides"), py::arg("resume"));
+
+  m.def("_save", [](const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& path,
+                      const std::map<std::string, std::string>& metadata) {
+        py::gil_scoped_release release;
+        io::save_safetensors(path, tensors, metadata);
+      }, py::arg("tensors"), py::arg("path"), py::arg("metadata"));
+  m.def("_load", [](const std::string& path) {
+        io::SafetensorsFile file;
+        {
+          py::gil_scoped_release release;
+          file = io::load_safetensors(path);
+        }
+        return py::make_tuple(file.tensors, file.metadata);
+      }, py::arg("path"));
+}
+
+}  // namespace tessera::python

@@ -1,0 +1,50 @@
+"""tessera.train.run(config): the trainer of `tessera train`, from Python.
+
+`config` is a path to a TOML file, TOML text, or a dict of sections ({"model": {"type": "mlp"}, ...});
+`overrides` are "section.key=value" strings as `--set` takes. Inside a job (tessera run, mpirun,
+srun) each process runs its part; alone, it trains in this process. Returns a dict with steps,
+loss, accuracy and the checkpoint written."""
+import os as _os
+
+from ._tessera import train as _native
+
+
+def _toml_value(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"tessera.train.run: a config value of type {type(value).__name__} has no TOML form")
+
+
+def _to_toml(config, prefix=""):
+    lines, tables = [], []
+    for key, value in config.items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, value in tables:
+        name = f"{prefix}{key}"
+        lines.append(f"[{name}]")
+        lines.append(_to_toml(value, name + "."))
+    return "\n".join(lines)
+
+
+def run(config, overrides=(), resume=""):
+    if isinstance(config, dict):
+        text, source = _to_toml(config), "<dict>"
+    elif isinstance(config, (str, _os.PathLike)) and _os.path.isfile(config):
+        text, source = "", str(config)  # read by the C++ loader, which knows the file's directory
+    elif isinstance(config, str) and "=" in config:
+        text, source = config, "<string>"
+    else:
+        raise FileNotFoundError(f"tessera.train.run: no config file {config!r} (pass a path, TOML text or a dict)")
+    return _native._run(text, source, [str(o) for o in overrides], resume)
+
+
+__all__ = ["run"]

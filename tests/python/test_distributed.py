@@ -1,0 +1,42 @@
+"""tessera.distributed from Python, in real processes started by `tessera run`."""
+import os
+
+import numpy as np
+import pytest
+
+import tessera
+from conftest import REPO, python_args, run
+
+
+def test_every_collective_under_tessera_run(tessera_bin):
+    code, out = run([tessera_bin, "run", "--nproc-per-node", "2", "--",
+                     *python_args("tests/python/collectives_job.py")])
+    assert code == 0, out
+    assert "rank 0 ok" in out and "rank 1 ok" in out, out
+
+
+def test_a_lost_peer_is_a_python_exception_naming_it(tessera_bin):
+    code, out = run([tessera_bin, "run", "--nproc-per-node", "2", "--",
+                     *python_args("tests/python/lost_peer_job.py")], timeout=120)
+    assert "rank 0 caught" in out, out
+    assert "rank 1" in out.split("rank 0 caught", 1)[1], out
+
+
+def test_ddp_from_python_equals_one_process_on_the_global_batch(tessera_bin, tmp_path):
+    steps = ["--max-steps", "15", "--no-eval", "--lr", "0.05"]
+    two = tmp_path / "two.safetensors"
+    one = tmp_path / "one.safetensors"
+    code, out = run([tessera_bin, "run", "--nproc-per-node", "2", "--",
+                     *python_args("examples/python/train_ddp.py", *steps, "--batch-size", "32", "--save", str(two))])
+    assert code == 0, out
+    code, out = run(python_args("examples/python/train_ddp.py", *steps, "--batch-size", "64", "--save", str(one)))
+    assert code == 0, out
+    a, b = tessera.load(two), tessera.load(one)
+    assert list(a.keys()) == list(b.keys())
+    for name in a:
+        np.testing.assert_allclose(a[name].numpy(), b[name].numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+    # And not trivially: training moved the parameters away from their start.
+    tessera.manual_seed(0)
+    start = tessera.nn.Sequential(tessera.nn.Flatten(), tessera.nn.Linear(784, 256), tessera.nn.ReLU(),
+                                  tessera.nn.Linear(256, 10)).state_dict()
+    assert np.abs(a["1.weight"].numpy() - start["1.weight"].numpy()).max() > 1e-3

@@ -1,0 +1,43 @@
+"""The examples of examples/python, run as a user would (short runs)."""
+import re
+
+from conftest import python_args, run
+
+
+def accuracy(out):
+    match = re.search(r"test accuracy ([0-9.]+)", out)
+    assert match, out
+    return float(match.group(1))
+
+
+def test_the_one_process_mlp_learns():
+    code, out = run(python_args("examples/python/train_mlp.py", "--max-steps", "300"))
+    assert code == 0, out
+    assert accuracy(out) > 0.75, out
+
+
+def test_the_custom_module_trains_saves_and_loads(tmp_path):
+    code, out = run(python_args("examples/python/custom_module.py", "--max-steps", "150",
+                                "--out", str(tmp_path / "custom.safetensors")))
+    assert code == 0, out
+    assert "parameters: stem.weight, stem.bias, blocks.0.fc1.weight" in out, out
+    assert "log_temperature" in out
+    assert "identical on 10 of 10 batches" in out, out
+    assert accuracy(out) > 0.7, out
+
+
+def test_the_parameter_server_job(tessera_bin, tmp_path):
+    code, out = run([tessera_bin, "run", "--servers", "1", "--workers", "2", "--",
+                     *python_args("examples/python/train_ps.py", "--set", "train.max_steps=60",
+                                  "--set", f"train.output_dir={tmp_path / 'ps'}")])
+    assert code == 0, out
+    assert out.count("worker done: 60 steps") >= 1, out
+    assert accuracy(out) > 0.5, out
+
+
+def test_the_ddp_example_under_tessera_run(tessera_bin):
+    code, out = run([tessera_bin, "run", "--nproc-per-node", "2", "--",
+                     *python_args("examples/python/train_ddp.py", "--max-steps", "200")])
+    assert code == 0, out
+    assert "2 rank(s)" in out, out
+    assert accuracy(out) > 0.7, out
