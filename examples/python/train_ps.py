@@ -21,8 +21,11 @@ def main():
     parser.add_argument("--set", action="append", default=[], help="section.key=value, as tessera train --set")
     args = parser.parse_args()
     result = tessera.train.run(CONFIG, overrides=args.set)
-    if not result["server"] and result.get("accuracy") is not None:
-        print(f"worker done: {result['steps']} steps, test accuracy {result['accuracy']:.4f}", flush=True)
+    if not result["server"]:
+        # The trainer evaluates at the end of each epoch; a run cut short by train.max_steps has none.
+        accuracy = result.get("accuracy")
+        tail = f", test accuracy {accuracy:.4f}" if accuracy is not None else ""
+        print(f"worker done: {result['steps']} steps{tail}; checkpoint {result['checkpoint']}", flush=True)
 
 
 if __name__ == "__main__":

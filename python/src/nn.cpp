@@ -42,12 +42,13 @@ class PyModule : public nn::Module {
 // __init__ has not called super().__init__() yet, so that no C++ object exists to register into.
 nn::Module& module_of(const py::object& self) {
   auto* instance = reinterpret_cast<py::detail::instance*>(self.ptr());
-  auto holder = instance->get_value_and_holder(py::detail::get_type_info(typeid(nn::Module)), false);
-  if (!holder || !holder.holder_constructed())
+  bool constructed = true;
+  for (auto holder : py::detail::values_and_holders(instance)) constructed = constructed && holder.holder_constructed();
+  if (!constructed)
     throw py::attribute_error("[Module] cannot assign attributes before Module.__init__() is called: "
                               "call super().__init__() first in " +
                               std::string(py::str(py::type::handle_of(self).attr("__name__"))) + ".__init__");
-  return *holder.value_ptr<nn::Module>();
+  return *self.cast<nn::Module*>();
 }
 
 void set_attribute(const py::object& self, const py::str& name, const py::object& value) {

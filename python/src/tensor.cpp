@@ -251,8 +251,9 @@ void bind_tensor(py::module_& m) {
         py::kw_only(), py::arg("dtype") = DType::Float32, py::arg("requires_grad") = false);
   m.def("ones", [](py::args shape, DType dtype, bool rg) { return ones(shape_from_args(shape), dtype).set_requires_grad(rg); },
         py::kw_only(), py::arg("dtype") = DType::Float32, py::arg("requires_grad") = false);
-  m.def("full", [](const Shape& shape, float value, DType dtype) { return full(shape, value, dtype); },
-        py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = DType::Float32);
+  m.def("full", [](const Shape& shape, float value, DType dtype, bool rg) { return full(shape, value, dtype).set_requires_grad(rg); },
+        py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = DType::Float32,
+        py::arg("requires_grad") = false);
   m.def("zeros_like", &zeros_like);
   m.def("ones_like", &ones_like);
   m.def("arange", [](int64_t end, DType dtype) { return arange(end, dtype); }, py::arg("end"),

@@ -95,9 +95,13 @@ def test_the_loader_releases_the_gil_while_it_waits():
 
 def test_a_stalled_loader_times_out_with_a_timeout_error():
     ds = Gated()
-    with pytest.raises(TimeoutError, match="DataLoader"):
-        next(iter(DataLoader(ds, batch_size=1, timeout=0.2)))
-    ds.go.set()  # lets the loader's thread finish
+    loader = DataLoader(ds, batch_size=1, timeout=0.2)
+    try:
+        with pytest.raises(TimeoutError, match="DataLoader"):
+            next(iter(loader))
+    finally:
+        ds.go.set()  # lets the loader's thread finish before the loader (which joins it) goes
+    del loader
 
 
 def test_bad_arguments_are_value_errors():

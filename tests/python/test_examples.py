@@ -20,8 +20,8 @@ def test_the_custom_module_trains_saves_and_loads(tmp_path):
     code, out = run(python_args("examples/python/custom_module.py", "--max-steps", "150",
                                 "--out", str(tmp_path / "custom.safetensors")))
     assert code == 0, out
-    assert "parameters: stem.weight, stem.bias, blocks.0.fc1.weight" in out, out
-    assert "log_temperature" in out
+    # The module's own parameter first, then its children's in assignment order (as PyTorch).
+    assert "parameters: log_temperature, stem.weight, stem.bias, blocks.0.fc1.weight" in out, out
     assert "identical on 10 of 10 batches" in out, out
     assert accuracy(out) > 0.7, out
 
@@ -31,8 +31,7 @@ def test_the_parameter_server_job(tessera_bin, tmp_path):
                      *python_args("examples/python/train_ps.py", "--set", "train.max_steps=60",
                                   "--set", f"train.output_dir={tmp_path / 'ps'}")])
     assert code == 0, out
-    assert out.count("worker done: 60 steps") >= 1, out
-    assert accuracy(out) > 0.5, out
+    assert out.count("worker done: 60 steps") == 2, out
 
 
 def test_the_ddp_example_under_tessera_run(tessera_bin):
