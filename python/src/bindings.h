@@ -21,6 +21,7 @@ void bind_nn(py::module_& m);
 void bind_optim(py::module_& m);
 void bind_data(py::module_& m);
 void bind_distributed(py::module_& m);
+void bind_ps(py::module_& m);
 void bind_train(py::module_& m);
 
 // A module handed to C++ code that keeps it (a parent, Sequential, DistributedDataParallel): when it

@@ -9,6 +9,8 @@
 #include "tessera/parallel/ddp/distributed_data_parallel.h"
 #include "tessera/ops/ops.h"
 #include "tessera/parallel/functional.h"
+#include "tessera/parallel/zero/zero_data_parallel.h"
+#include "tessera/optim/optimizer.h"
 
 namespace tessera::python {
 namespace {
@@ -191,6 +193,61 @@ void bind_distributed(py::module_& m) {
       .def("eval", [](Ddp& d) { d.module().eval(); })
       .def("no_sync", [](Ddp& d) { return NoSyncContext{&d, nullptr}; }, py::keep_alive<0, 1>())
       .def("join", &Ddp::join, py::call_guard<py::gil_scoped_release>());
+
+  // ZeRO stages 1-3 (FSDP): the optimizer is built over zero.parameters() (this rank's pieces) and
+  // stepped through zero.step(opt), as in C++ (parallel/zero/zero_data_parallel.h).
+  using Zero = parallel::zero::ZeroDataParallel;
+  using Release = py::call_guard<py::gil_scoped_release>;
+  py::class_<Zero>(m, "ZeroDataParallel")
+      .def(py::init([](const py::object& module, int stage, const py::object& group, double bucket_cap_mb,
+                       const std::string& wrap_policy, double min_unit_mb, bool prefetch) {
+             parallel::zero::ZeroOptions options;
+             options.stage = stage;
+             options.bucket_cap_bytes = static_cast<size_t>(bucket_cap_mb * (1 << 20));
+             options.wrap_policy = wrap_policy;
+             options.min_unit_bytes = static_cast<size_t>(min_unit_mb * (1 << 20));
+             options.prefetch = prefetch;
+             auto held = keep_python_alive(module);
+             auto g = group_or_default(group, "ZeroDataParallel");
+             py::gil_scoped_release release;
+             return new Zero(held, g, options);
+           }),
+           py::arg("module"), py::arg("stage") = 2, py::arg("process_group") = py::none(),
+           py::arg("bucket_cap_mb") = 25.0, py::arg("wrap_policy") = "layer", py::arg("min_unit_mb") = 1.0,
+           py::arg("prefetch") = true)
+      .def("forward", &Zero::forward, Release())
+      .def("__call__", &Zero::forward, Release())
+      .def("parameters", &Zero::parameters, "This rank's pieces: build the optimizer over these")
+      .def("attach", &Zero::attach, py::arg("optimizer"))
+      .def("step", &Zero::step, py::arg("optimizer"), Release())
+      .def("clip_grad_norm_", &Zero::clip_grad_norm, py::arg("max_norm"), Release())
+      .def("zero_grad", &Zero::zero_grad)
+      .def_property_readonly("stage", &Zero::stage)
+      .def("full_state_dict", [](Zero& z) {
+        nn::StateDict state;
+        {
+          py::gil_scoped_release release;
+          state = z.full_state_dict();
+        }
+        py::object dict = py::module_::import("collections").attr("OrderedDict")();
+        for (const auto& [name, tensor] : state) dict[py::str(name)] = tensor;
+        return dict;
+      }, "The whole model under its own names, on every rank (collective)")
+      .def("load_full_state_dict", [](Zero& z, const py::dict& state) {
+        nn::StateDict converted;
+        for (auto [k, v] : state) converted.emplace_back(k.cast<std::string>(), v.cast<Tensor>());
+        py::gil_scoped_release release;
+        z.load_full_state_dict(converted);
+      })
+      .def("memory", [](const Zero& z, const optim::Optimizer* optimizer) {
+        auto mem = z.memory(optimizer);
+        py::dict out;
+        out["parameters"] = mem.parameters;
+        out["gradients"] = mem.gradients;
+        out["optimizer_state"] = mem.optimizer_state;
+        out["total"] = mem.total();
+        return out;
+      }, py::arg("optimizer") = nullptr, "Bytes of training state this rank holds now");
 }
 
 }  // namespace tessera::python

@@ -64,11 +64,15 @@ parallel::ps::ServerOptions ps_server_options(const TrainConfig& c, const dist::
   return o;
 }
 
-int run_parameter_server(const TrainConfig& config, const dist::launcher::PsRoleEnv& role) {
+parallel::ps::ServerReport serve_parameters(const TrainConfig& config, const dist::launcher::PsRoleEnv& role) {
   parallel::ps::ParameterServer server(ps_server_options(config, role, job_token()));
   auto store = dist::store_from_env(timeout_of(config), -1 - role.server_rank);
   parallel::ps::publish_server_address(*store, role.server_rank, server.address());
-  parallel::ps::ServerReport r = server.run();
+  return server.run();
+}
+
+int run_parameter_server(const TrainConfig& config, const dist::launcher::PsRoleEnv& role) {
+  parallel::ps::ServerReport r = serve_parameters(config, role);
   nlohmann::json report{{"server", role.server_rank},
                         {"mode", config.distributed.ps_mode},
                         {"staleness_bound", config.distributed.staleness},

@@ -14,8 +14,12 @@ parallel::ps::OptimizerSpec ps_optimizer_spec(const OptimizerConfig& optimizer);
 parallel::ps::ServerOptions ps_server_options(const TrainConfig& config, const dist::launcher::PsRoleEnv& role,
                                               const std::string& token);
 
-// A server process: listens, publishes its address, serves until every worker has finished or
-// been lost, then writes its report to <output_dir>/ps/server-<i>.json. Returns the exit code.
+// A server's life: listens, publishes its address in the job's store, serves until every worker
+// has finished or been lost. Uses the config's optimizer and distributed sections.
+parallel::ps::ServerReport serve_parameters(const TrainConfig& config, const dist::launcher::PsRoleEnv& role);
+
+// A server process: serve_parameters, then its report written to <output_dir>/ps/server-<i>.json.
+// Returns the exit code.
 int run_parameter_server(const TrainConfig& config, const dist::launcher::PsRoleEnv& role);
 
 // A worker process: its rank and the servers' addresses, from the environment and the store.

@@ -40,3 +40,19 @@ def test_ddp_from_python_equals_one_process_on_the_global_batch(tessera_bin, tmp
     start = tessera.nn.Sequential(tessera.nn.Flatten(), tessera.nn.Linear(784, 256), tessera.nn.ReLU(),
                                   tessera.nn.Linear(256, 10)).state_dict()
     assert np.abs(a["1.weight"].numpy() - start["1.weight"].detach().numpy()).max() > 1e-3
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_zero_from_python_equals_one_process_on_the_global_batch(tessera_bin, tmp_path, stage):
+    two, one = tmp_path / "two.safetensors", tmp_path / "one.safetensors"
+    steps = ["--stage", str(stage), "--max-steps", "12"]
+    code, out = run([tessera_bin, "run", "--nproc-per-node", "2", "--",
+                     *python_args("examples/python/train_zero.py", *steps, "--batch-size", "32", "--save", str(two))])
+    assert code == 0, out
+    assert f"stage {stage}: 12 steps" in out, out
+    code, out = run(python_args("examples/python/train_zero.py", *steps, "--batch-size", "64", "--save", str(one)))
+    assert code == 0, out
+    a, b = tessera.load(two), tessera.load(one)
+    assert list(a.keys()) == list(b.keys())
+    for name in a:
+        np.testing.assert_allclose(a[name].numpy(), b[name].numpy(), rtol=1e-4, atol=1e-5, err_msg=name)

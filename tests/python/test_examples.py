@@ -28,10 +28,26 @@ def test_the_custom_module_trains_saves_and_loads(tmp_path):
 
 def test_the_parameter_server_job(tessera_bin, tmp_path):
     code, out = run([tessera_bin, "run", "--servers", "1", "--workers", "2", "--",
-                     *python_args("examples/python/train_ps.py", "--set", "train.max_steps=60",
-                                  "--set", f"train.output_dir={tmp_path / 'ps'}")])
+                     *python_args("examples/python/train_ps.py", "--max-steps", "150", "--mode", "sync")])
     assert code == 0, out
-    assert out.count("worker done: 60 steps") == 2, out
+    assert "worker 0 done: 150 steps" in out and "worker 1 done: 150 steps" in out, out
+    # Synchronous: each of the 150 steps is one update, applied once both workers pushed it.
+    assert "server 0: 150 updates, workers finished [0, 1]" in out, out
+    assert min(float(a) for a in re.findall(r"test accuracy ([0-9.]+)", out)) > 0.7, out
+
+
+def test_train_run_runs_a_parameter_server_config(tessera_bin, tmp_path):
+    script = tmp_path / "ps_config.py"
+    script.write_text(
+        "import tessera\n"
+        "r = tessera.train.run({'model': {'name': 'mlp', 'hidden': [64]},\n"
+        "    'optimizer': {'name': 'sgd', 'lr': 0.05},\n"
+        f"    'train': {{'epochs': 1, 'batch_size': 64, 'max_steps': 40, 'output_dir': '{tmp_path / 'run'}'}},\n"
+        "    'distributed': {'strategy': 'ps', 'ps_mode': 'sync'}})\n"
+        "print('server' if r['server'] else f\"worker steps {r['steps']}\", flush=True)\n")
+    code, out = run([tessera_bin, "run", "--servers", "1", "--workers", "2", "--", *python_args(str(script))])
+    assert code == 0, out
+    assert out.count("worker steps 40") == 2 and "server" in out, out
 
 
 def test_the_ddp_example_under_tessera_run(tessera_bin):

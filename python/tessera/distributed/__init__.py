@@ -9,7 +9,7 @@ Every collective waits at most the group's timeout and then raises TimeoutError 
 operation and the ranks that did not arrive; a lost peer raises tessera.PeerFailureError."""
 import atexit as _atexit
 
-from ._tessera import distributed as _native
+from .._tessera import distributed as _native
 
 ReduceOp = _native.ReduceOp
 ProcessGroup = _native.ProcessGroup
@@ -32,6 +32,16 @@ send = _native.send
 recv = _native.recv
 all_gather_with_grad = _native.all_gather_with_grad
 DistributedDataParallel = _native.DistributedDataParallel
+ZeroDataParallel = _native.ZeroDataParallel
+
+
+def FullyShardedDataParallel(module, **options):
+    """FSDP's full sharding is ZeRO stage 3: ZeroDataParallel(module, stage=3, ...)."""
+    options.setdefault("stage", 3)
+    return ZeroDataParallel(module, **options)
+
+
+from . import ps  # noqa: E402,F401
 
 # The default group's threads end before the interpreter does, not in a static destructor after it.
 _atexit.register(destroy_process_group)
