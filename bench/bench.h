@@ -16,6 +16,10 @@ struct TrainStepOptions {
   bool with_torch = true;        // also run bench/torch_train_step.py under /usr/bin/python3
   std::string python = "/usr/bin/python3";
   std::string script;            // path of torch_train_step.py (defaults to the source tree's)
+  // Also the same step from Python (bench/python_train_step.py over the tessera module in
+  // python_path), when that module was built.
+  bool with_python = true;
+  std::string python_script, python_path;
 };
 
 int train_step(const TrainStepOptions& options);

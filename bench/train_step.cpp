@@ -1,5 +1,6 @@
 // tessera bench train-step: forward + backward + SGD step at batch 128 for the MLP and the CNN, with
-// each thread count, beside PyTorch's best configuration measured in the same run.
+// each thread count, beside the same step written in Python over tessera's module (what the
+// bindings cost) and PyTorch's best configuration, all measured in the same run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,15 +62,16 @@ struct TorchResult {
   std::string config, error;
 };
 
-TorchResult time_torch(const TrainStepOptions& o, const std::string& model, int threads, int steps) {
+// Runs a reference script (PyTorch's, or tessera's own step from Python) whose last stdout line is
+// one JSON object with samples_per_s_median/min/max.
+TorchResult time_script(const std::string& command, const std::string& what) {
   std::ostringstream cmd;
-  // coreutils' timeout bounds the wait: a wedged PyTorch run fails this cell instead of hanging.
-  cmd << "timeout " << kTorchTimeoutSeconds << " " << o.python << " " << o.script << " --model " << model << " --threads " << threads << " --steps " << steps
-      << " --repeats " << o.repeats << " 2>/dev/null";
+  // coreutils' timeout bounds the wait: a wedged run fails this cell instead of hanging.
+  cmd << "timeout " << kTorchTimeoutSeconds << " " << command << " 2>/dev/null";
   TorchResult r;
   FILE* pipe = popen(cmd.str().c_str(), "r");
   if (!pipe) {
-    r.error = "could not start " + o.python;
+    r.error = "could not start: " + cmd.str();
     return r;
   }
   std::string out;
@@ -77,7 +79,7 @@ TorchResult time_torch(const TrainStepOptions& o, const std::string& model, int 
   while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
   int status = pclose(pipe);
   if (status != 0) {
-    r.error = "PyTorch run failed or timed out (is python3-torch installed?): " + cmd.str();
+    r.error = what + " run failed or timed out: " + cmd.str();
     return r;
   }
   try {
@@ -86,12 +88,25 @@ TorchResult time_torch(const TrainStepOptions& o, const std::string& model, int 
     auto line = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
     auto j = nlohmann::json::parse(line);
     r.stats = {j.at("samples_per_s_median"), j.at("samples_per_s_min"), j.at("samples_per_s_max")};
-    r.config = j.at("best_config");
+    r.config = j.value("best_config", "-");
     r.ok = true;
   } catch (const std::exception& e) {
-    r.error = std::string("could not parse PyTorch output: ") + e.what();
+    r.error = "could not parse the " + what + " output: " + e.what();
   }
   return r;
+}
+
+TorchResult time_torch(const TrainStepOptions& o, const std::string& model, int threads, int steps) {
+  return time_script(o.python + " " + o.script + " --model " + model + " --threads " + std::to_string(threads) +
+                         " --steps " + std::to_string(steps) + " --repeats " + std::to_string(o.repeats),
+                     "PyTorch (is python3-torch installed?)");
+}
+
+TorchResult time_python(const TrainStepOptions& o, const std::string& model, int threads, int steps) {
+  return time_script("env PYTHONPATH=" + o.python_path + " PYTHONDONTWRITEBYTECODE=1 " + o.python + " " +
+                         o.python_script + " --model " + model + " --threads " + std::to_string(threads) +
+                         " --steps " + std::to_string(steps) + " --repeats " + std::to_string(o.repeats),
+                     "tessera from Python (was the Python module built?)");
 }
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -121,8 +136,8 @@ std::vector<int> parse_threads(const std::string& s) {
 int train_step(const TrainStepOptions& o) {
   std::printf("tessera bench train-step: batch %ld, SGD(momentum 0.9), median [min-max] of %d repeats\n",
               static_cast<long>(kBatch), o.repeats);
-  std::printf("%-5s %-7s %-30s %-30s %-6s %s\n", "model", "threads", "tessera samples/s", "pytorch samples/s", "ratio",
-              "pytorch config");
+  std::printf("%-5s %-7s %-24s %-24s %-7s %-24s %-6s %s\n", "model", "threads", "tessera samples/s",
+              "from python samples/s", "py/c++", "pytorch samples/s", "ratio", "pytorch config");
   int worst = 0;
   for (const std::string& model : split_list(o.models)) {
     TESSERA_CHECK(model == "mlp" || model == "cnn", "[bench train-step] unknown model '", model, "' (expected mlp or cnn)");
@@ -130,8 +145,19 @@ int train_step(const TrainStepOptions& o) {
     for (int threads : parse_threads(o.threads)) {
       set_num_threads(threads);
       Stats t = time_tessera(model, steps, o.repeats);
-      char ts[64], ps[64] = "-", ratio[16] = "-";
+      char ts[64], ps[64] = "-", ratio[16] = "-", pys[64] = "-", py_ratio[16] = "-";
       std::snprintf(ts, sizeof ts, "%.0f [%.0f-%.0f]", t.median, t.min, t.max);
+      if (o.with_python) {
+        TorchResult py = time_python(o, model, threads, steps);
+        if (py.ok) {
+          std::snprintf(pys, sizeof pys, "%.0f [%.0f-%.0f]", py.stats.median, py.stats.min, py.stats.max);
+          std::snprintf(py_ratio, sizeof py_ratio, "%.3f", py.stats.median / t.median);
+        } else {
+          std::snprintf(pys, sizeof pys, "failed");
+          std::fprintf(stderr, "%s\n", py.error.c_str());
+          worst = 1;
+        }
+      }
       std::string config = "-";
       if (o.with_torch) {
         TorchResult p = time_torch(o, model, threads, steps);
@@ -144,7 +170,8 @@ int train_step(const TrainStepOptions& o) {
           worst = 1;
         }
       }
-      std::printf("%-5s %-7d %-30s %-30s %-6s %s\n", model.c_str(), threads, ts, ps, ratio, config.c_str());
+      std::printf("%-5s %-7d %-24s %-24s %-7s %-24s %-6s %s\n", model.c_str(), threads, ts, pys, py_ratio, ps, ratio,
+                  config.c_str());
       std::fflush(stdout);
     }
   }

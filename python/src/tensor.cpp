@@ -9,6 +9,7 @@
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/rng.h"
 #include "tessera/ops/ops.h"
+#include "tessera/util/thread_pool.h"
 
 namespace tessera::python {
 namespace {
@@ -271,6 +272,8 @@ void bind_tensor(py::module_& m) {
   m.def("split", &split, py::arg("tensor"), py::arg("split_size"), py::arg("dim") = 0, Release());
   m.def("where", &where, Release());
   m.def("index_select", &index_select, Release());
+  m.def("set_num_threads", &set_num_threads, py::arg("n"), "The one intra-op pool (ops and OpenBLAS)");
+  m.def("get_num_threads", &num_threads);
   m.def("is_grad_enabled", &autograd::grad_enabled);
   m.def("set_grad_enabled", &autograd::set_grad_enabled);
 }
