@@ -28,13 +28,19 @@ host_pid() { cat "$state/$1.pid" 2>/dev/null || die "no host '$1' in cluster '$n
 in_host() { local pid; pid=$(host_pid "$1"); shift; nsenter -t "$pid" -n -u -i -m -- "$@"; }
 
 # kill -9 every process in host $1's network namespace but the host itself, which stays (reused).
+# All of them are stopped first, then killed: a machine that is lost stops everywhere at once, so no
+# process of it may see another die and act on it (one killed in pid order could, and did: an agent
+# saw its worker die and began ending the generation before its own kill came).
 kill_host() {
-  local pid ns
+  local pid ns victims=()
   pid=$(host_pid "$1")
   ns=$(readlink "/proc/$pid/ns/net")
   for p in /proc/[0-9]*; do
-    [ "${p#/proc/}" != "$pid" ] && [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$ns" ] && kill -9 "${p#/proc/}" 2>/dev/null || true
+    [ "${p#/proc/}" != "$pid" ] && [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$ns" ] && victims+=("${p#/proc/}")
   done
+  [ ${#victims[@]} -eq 0 ] && return 0
+  kill -STOP "${victims[@]}" 2>/dev/null || true
+  kill -9 "${victims[@]}" 2>/dev/null || true
 }
 
 # Signal $2 to every process in host $1 whose first argument is $3: "train" picks a host's

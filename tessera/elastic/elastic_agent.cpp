@@ -100,6 +100,8 @@ class Agent {
     r.max_nodes = o_.max_nodes;
     r.last_call = o_.last_call;
     r.join_timeout = o_.join_timeout;
+    r.heartbeat_timeout = o_.heartbeat_timeout;  // the rendezvous' waits end, or are reported, on this clock
+    r.log_fd = o_.stderr_fd;
     rdzv_ = std::make_unique<Rendezvous>(*store_, r, agent_id_);
   }
 

@@ -1,14 +1,17 @@
 #include "tessera/elastic/rendezvous.h"
 
+#include <algorithm>
 #include <sstream>
 #include <thread>
 
 #include "tessera/core/error.h"
+#include "tessera/elastic/agent_log.h"
 
 namespace tessera::elastic {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+using tessera::detail::concat;  // elastic::detail (agent_log.h) hides tessera::detail
 }  // namespace
 
 int Membership::world_size() const {
@@ -46,8 +49,10 @@ bool Rendezvous::job_over() { return store_.get(key_("done")) || store_.get(key_
 
 std::optional<Membership> Rendezvous::join(int slots, const std::string& host) {
   TESSERA_CHECK(slots >= 1, "[rendezvous] an agent needs at least one worker, got ", slots);
-  const Clock::time_point start = Clock::now();
   while (true) {
+    // join_timeout is per round: time spent as a too-late agent before it does not count against it.
+    const Clock::time_point start = Clock::now();
+    bool said = false;
     if (job_over()) return std::nullopt;
     const int64_t g = generation();
     const int64_t index = store_.add(gkey(g, "count"), 1);  // 1-based
@@ -69,9 +74,11 @@ std::optional<Membership> Rendezvous::join(int slots, const std::string& host) {
         continue;
       }
       if (Clock::now() - start > options_.join_timeout)
-        throw TimeoutError(detail::concat("[rendezvous] ", options_.run_id, ": only ", count, " of at least ",
+        throw TimeoutError(concat("[rendezvous] ", options_.run_id, ": only ", count, " of at least ",
                                           options_.min_nodes, " agents joined generation ", g, " within ",
                                           options_.join_timeout.count() / 1000.0, " s (", store_.describe(), ")"));
+      note_wait(start, said, concat("waiting for generation ", g, " to close: ", count, " of at least ",
+                                    options_.min_nodes, " agent(s) joined (", store_.describe(), ")"));
       std::this_thread::sleep_for(options_.poll);
     }
     if (!closed) continue;  // the round was abandoned: join the next
@@ -85,6 +92,7 @@ std::optional<Membership> Rendezvous::join(int slots, const std::string& host) {
         while (!(record = store_.get(gkey(g, "member/" + std::to_string(i))))) {
           TESSERA_CHECK(Clock::now() - start <= options_.join_timeout, "[rendezvous] member ", i, " of generation ",
                         g, " never wrote its record");
+          note_wait(start, said, concat("waiting for member ", i, " of generation ", g, " to write its record"));
           std::this_thread::sleep_for(options_.poll);
         }
         std::istringstream in(*record);
@@ -96,11 +104,57 @@ std::optional<Membership> Rendezvous::join(int slots, const std::string& host) {
     }
     // Too late for generation g: say so (the members grow the job if they may) and wait for g + 1.
     store_.add(gkey(g, "waiting"), 1);
-    while (generation() == g) {
-      if (job_over()) return std::nullopt;
-      std::this_thread::sleep_for(options_.poll);
-    }
+    if (!wait_for_next(g, *closed)) return std::nullopt;
   }
+}
+
+// Generation g's members end it (grow, failure, lost) and bump gen. Two states would leave gen at g
+// for ever, and every late agent waiting here with it; both are closed here after heartbeat_timeout:
+//  - g's end is recorded but gen was never bumped: end_generation is three writes, and its caller
+//    died between them (the chaos run: a lost host's agent, killed just after its worker, wrote
+//    g30/end and g31/expected but not gen; the three survivors lost the race to end g30, came back
+//    as late agents of g30, and waited here until the test gave up);
+//  - g never ended and none of its members beats (all gone, no one left to notice).
+bool Rendezvous::wait_for_next(int64_t g, int64_t members) {
+  const Clock::time_point since = Clock::now();
+  Clock::time_point last_beat = since, ended_seen{};
+  int64_t beats = -1;
+  bool said = false;
+  while (generation() == g) {
+    if (job_over()) return false;
+    const Clock::time_point now = Clock::now();
+    int64_t sum = 0;
+    for (int64_t j = 0; j < members; ++j) sum += beat_of(g, static_cast<int>(j));
+    if (sum != beats) beats = sum, last_beat = now;
+    if (std::optional<GenerationEnd> end = end_of(g)) {
+      // Timed from when the end was seen: a live ender bumps gen within milliseconds of writing it.
+      if (ended_seen == Clock::time_point{}) ended_seen = now;
+      if (now - ended_seen > options_.heartbeat_timeout) {
+        if (options_.log_fd >= 0)
+          detail::say(options_.log_fd, concat("generation ", g, " ended (", end->kind, ") but generation ", g + 1,
+                                              " did not start within ", detail::seconds(now - ended_seen),
+                                              ": the agent that ended it stopped half-way; starting it"));
+        store_.compare_set(key_("gen"), std::to_string(g), std::to_string(g + 1));
+        continue;
+      }
+    } else if (now - last_beat > options_.heartbeat_timeout) {
+      const std::string text = concat("none of generation ", g, "'s ", members, " agent(s) sent a heartbeat for ",
+                                      detail::seconds(now - last_beat));
+      if (options_.log_fd >= 0) detail::say(options_.log_fd, text + "; ending it");
+      // The agents waiting with this one make the next round (which also closes by last_call).
+      end_generation(g, "lost", text, static_cast<int>(std::max<int64_t>(waiting(g), 1)));
+      continue;
+    }
+    note_wait(since, said, concat("too late for generation ", g, " (", members, " agent(s)), waiting for it to end"));
+    std::this_thread::sleep_for(options_.poll);
+  }
+  return true;
+}
+
+void Rendezvous::note_wait(Clock::time_point since, bool& said, const std::string& what) {
+  if (said || options_.log_fd < 0 || Clock::now() - since <= options_.heartbeat_timeout) return;
+  said = true;
+  detail::say(options_.log_fd, concat(what, " for ", detail::seconds(Clock::now() - since)));
 }
 
 bool Rendezvous::end_generation(int64_t g, const std::string& kind, const std::string& text, int expected_next) {
@@ -141,12 +195,14 @@ int64_t Rendezvous::waiting(int64_t g) { return get_int(gkey(g, "waiting")).valu
 
 std::optional<std::string> Rendezvous::wait_in_generation(int64_t g, const std::string& key) {
   const Clock::time_point start = Clock::now();
+  bool said = false;
   while (true) {
     if (std::optional<std::string> v = store_.get(gkey(g, key))) return v;
     if (generation() != g) return std::nullopt;
     if (Clock::now() - start > options_.join_timeout)
-      throw TimeoutError(detail::concat("[rendezvous] ", options_.run_id, ": generation ", g, "'s '", key,
+      throw TimeoutError(concat("[rendezvous] ", options_.run_id, ": generation ", g, "'s '", key,
                                         "' did not appear within ", options_.join_timeout.count() / 1000.0, " s"));
+    note_wait(start, said, concat("waiting for generation ", g, "'s '", key, "' (", store_.describe(), ")"));
     std::this_thread::sleep_for(options_.poll);
   }
 }

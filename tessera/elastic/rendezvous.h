@@ -13,7 +13,8 @@
 //   g<g>/beat/<r>         the heartbeat counter of the member of node rank r (i - 1)
 //   g<g>/finished/<r>     node r's workers all exited 0
 //   g<g>/end              why generation g ended: "<kind> <unix ms> <text>", kind failure | grow |
-//                         lost; set once, together with gen = g + 1
+//                         lost; set once, then gen = g + 1 (a late agent finishes that second write
+//                         when the ender died between the two)
 //   g<g>/last_step        the step rank 0 had reached when g ended, or "none" when it never
 //                         started (for the recovery report)
 //   done, failed          the job finished / gave up (a late agent then exits instead of waiting)
@@ -38,6 +39,10 @@ struct RendezvousOptions {
   int min_nodes = 1, max_nodes = 1;
   Milliseconds last_call{1000};      // a round with >= min agents closes once no one joined for this long
   Milliseconds join_timeout{60000};  // a round that cannot close (< min agents) fails after this
+  // A generation none of whose members beats for this long is over (as the agents' watch decides),
+  // and a wait in the rendezvous that passes it is reported once on log_fd.
+  Milliseconds heartbeat_timeout{10000};
+  int log_fd = -1;  // the agent's stderr; -1: waits are not reported
   Milliseconds poll{50};
 };
 
@@ -100,6 +105,11 @@ class Rendezvous {
   }
   std::optional<int64_t> get_int(const std::string& full_key);
   bool job_over();
+  // The wait of an agent too late for generation g (of `members` agents) for g + 1. False: the job
+  // is over. Ends in at most about heartbeat_timeout once g's members are gone (see the .cpp).
+  bool wait_for_next(int64_t g, int64_t members);
+  // Reports "<what> for <seconds>" once (`said`), when a wait begun at `since` passes heartbeat_timeout.
+  void note_wait(std::chrono::steady_clock::time_point since, bool& said, const std::string& what);
 
   RendezvousStore& store_;
   RendezvousOptions options_;
