@@ -22,6 +22,7 @@ void bind_optim(py::module_& m);
 void bind_data(py::module_& m);
 void bind_distributed(py::module_& m);
 void bind_ps(py::module_& m);
+void bind_mesh(py::module_& m);
 void bind_train(py::module_& m);
 
 // A module handed to C++ code that keeps it (a parent, Sequential, DistributedDataParallel): when it

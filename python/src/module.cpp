@@ -14,6 +14,7 @@ PYBIND11_MODULE(_tessera, m) {
   bind_data(data);
   auto distributed = m.def_submodule("distributed", "process groups, collectives, DistributedDataParallel");
   bind_distributed(distributed);
+  bind_mesh(distributed);
   auto ps = distributed.def_submodule("ps", "parameter servers: is_server, run_server, Worker");
   bind_ps(ps);
   auto train = m.def_submodule("train", "train.run(config): the trainer behind `tessera train`");

@@ -15,6 +15,13 @@ def test_every_collective_under_tessera_run(tessera_bin):
     assert "rank 0 ok" in out and "rank 1 ok" in out, out
 
 
+def test_tensor_parallel_layers_on_a_device_mesh(tessera_bin):
+    code, out = run([tessera_bin, "run", "--nproc-per-node", "2", "--",
+                     *python_args("tests/python/tensor_parallel_job.py")])
+    assert code == 0, out
+    assert "rank 0 tensor-parallel ok" in out and "rank 1 tensor-parallel ok" in out, out
+
+
 def test_a_lost_peer_is_a_python_exception_naming_it(tessera_bin):
     code, out = run([tessera_bin, "run", "--nproc-per-node", "2", "--",
                      *python_args("tests/python/lost_peer_job.py")], timeout=120)
