@@ -17,6 +17,7 @@ namespace py = pybind11;
 
 void bind_errors(py::module_& m);
 void bind_tensor(py::module_& m);
+void bind_autograd(py::module_& m);
 void bind_nn(py::module_& m);
 void bind_optim(py::module_& m);
 void bind_data(py::module_& m);

@@ -6,6 +6,8 @@ PYBIND11_MODULE(_tessera, m) {
   m.doc() = "tessera: distributed deep-learning training (C++ engine); import tessera, not this module";
   bind_errors(m);
   bind_tensor(m);
+  auto autograd = m.def_submodule("autograd", "Functions written in Python, gradcheck");
+  bind_autograd(autograd);
   auto nn = m.def_submodule("nn", "layers, Module and functional ops");
   bind_nn(nn);
   auto optim = m.def_submodule("optim", "optimizers and learning-rate schedulers");
