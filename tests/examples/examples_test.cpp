@@ -3,11 +3,13 @@
 // server applies every step.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "tessera/io/safetensors.h"
 #include "testing/temp_dir.h"
 
 namespace tessera {
@@ -70,6 +72,39 @@ TEST(Examples, TrainWithParameterServers) {
   ExampleRun r = run(launch("--servers 1 --workers 2", "train_ps"), dir, "ps");
   expect_learned(r);
   EXPECT_NE(r.out.find("server 0: 60 updates"), std::string::npos) << r.out;
+}
+
+// MIL-NCE with negatives gathered over the ranks: one process and two ranks (each with half of every
+// global batch) end with the same encoders, and the loss goes down.
+TEST(Examples, MilNceOnTwoRanksEqualsOneProcess) {
+  const std::string dir = tessera::testing::fresh_dir("examples", "milnce");
+  ExampleRun one = run(example("milnce") + " --steps 30 --out " + dir + "/one", dir, "one");
+  expect_learned(one);
+  ExampleRun two = run(std::string(TESSERA_BINARY) + " run --nproc-per-node 2 -- " + example("milnce") +
+                           " --steps 30 --out " + dir + "/two", dir, "two");
+  expect_learned(two);
+  EXPECT_NE(two.out.find("text->video retrieval over 500 test clips"), std::string::npos) << two.out;
+  io::SafetensorsFile a = io::load_safetensors(dir + "/one/milnce-model.safetensors");
+  io::SafetensorsFile b = io::load_safetensors(dir + "/two/milnce-model.safetensors");
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
+    const std::vector<float> x = a.tensors[i].second.to_vector<float>(), y = b.tensors[i].second.to_vector<float>();
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t e = 0; e < x.size(); ++e)
+      ASSERT_NEAR(x[e], y[e], 1e-4 + 1e-3 * std::abs(x[e])) << a.tensors[i].first << "[" << e << "]";
+  }
+}
+
+// The example's default run on its synthetic set reaches the target: R@10 >= 0.9.
+TEST(LongTierExamples, MilNceReachesRecallAt10OfNinetyPercent) {
+  const std::string dir = tessera::testing::fresh_dir("examples", "milnce_long");
+  ExampleRun r = run(std::string(TESSERA_BINARY) + " run --nproc-per-node 2 -- " + example("milnce") + " --out " + dir,
+                     dir, "long");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("R@10 ([0-9.]+)"))) << r.out;
+  EXPECT_GE(std::stod(m[1]), 0.9) << r.out;
 }
 
 TEST(Examples, TrainATwoStagePipeline) {

@@ -1,0 +1,219 @@
+#include "tessera/data/clip_text.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/error.h"
+#include "tessera/io/atomic_file.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Bounds that keep a corrupt meta.json from asking for absurd allocations.
+constexpr int64_t kMaxDim = 1 << 20, kMaxClips = int64_t(1) << 31;
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError("[clip_text] cannot open " + path.string());
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+ClipTextMeta parse_meta(const fs::path& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError("[clip_text] " + path.string() + ": not JSON (" + e.what() + ")");
+  }
+  ClipTextMeta m;
+  auto field = [&](const char* name, int64_t limit) {
+    if (!j.is_object() || !j.contains(name) || !j[name].is_number_integer())
+      throw IoError(std::string("[clip_text] ") + path.string() + ": needs an integer \"" + name + "\"");
+    const int64_t v = j[name].get<int64_t>();
+    if (v < 1 || v > limit)
+      throw IoError(detail::concat("[clip_text] ", path.string(), ": \"", name, "\" = ", v, " is outside [1, ", limit, "]"));
+    return v;
+  };
+  m.frames = field("frames", kMaxDim);
+  m.feature_dim = field("feature_dim", kMaxDim);
+  m.vocab = field("vocab", int64_t(1) << 40);
+  m.words = field("words", kMaxDim);
+  m.candidates = field("candidates", kMaxDim);
+  m.clips = field("clips", kMaxClips);
+  return m;
+}
+
+}  // namespace
+
+ClipTextDataset::ClipTextDataset(ClipTextMeta meta, Tensor features, Tensor words, std::vector<int64_t> aligned)
+    : meta_(meta), features_(std::move(features)), words_(std::move(words)), aligned_(std::move(aligned)) {}
+
+Batch ClipTextDataset::get_batch(const std::vector<int64_t>& indices) const {
+  Tensor idx = from_vector(indices, {static_cast<int64_t>(indices.size())});
+  return {index_select(features_, 0, idx), index_select(words_, 0, idx)};
+}
+
+Tensor ClipTextDataset::aligned_narrations() const {
+  const int64_t k = meta_.candidates, l = meta_.words;
+  const std::vector<int64_t> all = words_.to_vector<int64_t>();
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(meta_.clips * l));
+  for (int64_t i = 0; i < meta_.clips; ++i) {
+    TESSERA_CHECK(aligned_[static_cast<size_t>(i)] >= 0, "[clip_text] clip ", i, " has no aligned narration to query with");
+    const int64_t at = (i * k + aligned_[static_cast<size_t>(i)]) * l;
+    out.insert(out.end(), all.begin() + at, all.begin() + at + l);
+  }
+  return from_vector(out, {meta_.clips, l});
+}
+
+std::shared_ptr<ClipTextDataset> load_clip_text(const std::string& dir_name) {
+  const fs::path dir(dir_name);
+  const ClipTextMeta m = parse_meta(dir / "meta.json");
+  // Features: the shards in name order, each (n, T, F), n summing to N.
+  std::vector<fs::path> shards;
+  if (!fs::is_directory(dir)) throw IoError("[clip_text] " + dir_name + " is not a directory");
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("features-", 0) == 0 && entry.path().extension() == ".safetensors") shards.push_back(entry.path());
+  }
+  std::sort(shards.begin(), shards.end());
+  if (shards.empty()) throw IoError("[clip_text] " + dir_name + " has no features-*.safetensors shard");
+  std::vector<Tensor> pieces;
+  int64_t clips = 0;
+  for (const fs::path& shard : shards) {
+    io::SafetensorsFile file = io::load_safetensors(shard.string());
+    auto it = std::find_if(file.tensors.begin(), file.tensors.end(), [](const auto& kv) { return kv.first == "features"; });
+    if (it == file.tensors.end()) throw IoError("[clip_text] " + shard.string() + " holds no \"features\" tensor");
+    const Tensor& f = it->second;
+    if (f.dtype() != DType::Float32 || f.dim() != 3 || f.shape()[1] != m.frames || f.shape()[2] != m.feature_dim)
+      throw IoError(detail::concat("[clip_text] ", shard.string(), ": \"features\" is ", dtype_name(f.dtype()), " ",
+                                   shape_str(f.shape()), ", meta.json says float32 (n, ", m.frames, ", ", m.feature_dim, ")"));
+    clips += f.shape()[0];
+    if (clips > m.clips)
+      throw IoError(detail::concat("[clip_text] ", dir_name, ": the shards hold more than the ", m.clips, " clips of meta.json"));
+    pieces.push_back(f);
+  }
+  if (clips != m.clips)
+    throw IoError(detail::concat("[clip_text] ", dir_name, ": the shards hold ", clips, " clips, meta.json says ", m.clips));
+  Tensor features = pieces.size() == 1 ? pieces[0] : cat(pieces, 0);
+
+  // Narrations: K per clip, each at most L ids in [1, V).
+  const fs::path jsonl = dir / "narrations.jsonl";
+  std::ifstream in(jsonl);
+  if (!in) throw IoError("[clip_text] cannot open " + jsonl.string());
+  const int64_t k = m.candidates, l = m.words;
+  std::vector<int64_t> words(static_cast<size_t>(m.clips * k * l), 0), filled(static_cast<size_t>(m.clips), 0),
+      aligned(static_cast<size_t>(m.clips), -1);
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto bad = [&](const std::string& why) {
+      return IoError(detail::concat("[clip_text] ", jsonl.string(), ":", number, ": ", why));
+    };
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      throw bad("not a JSON object");
+    }
+    if (!j.is_object() || !j.contains("clip") || !j["clip"].is_number_integer() || !j.contains("words") ||
+        !j["words"].is_array())
+      throw bad("needs {\"clip\": integer, \"words\": [ids]}");
+    const int64_t clip = j["clip"].get<int64_t>();
+    if (clip < 0 || clip >= m.clips) throw bad(detail::concat("clip ", clip, " is outside [0, ", m.clips, ")"));
+    int64_t& slot = filled[static_cast<size_t>(clip)];
+    if (slot >= k) throw bad(detail::concat("clip ", clip, " has more than ", k, " narrations"));
+    const auto& ids = j["words"];
+    if (static_cast<int64_t>(ids.size()) > l) throw bad(detail::concat(ids.size(), " words, more than ", l));
+    for (size_t w = 0; w < ids.size(); ++w) {
+      if (!ids[w].is_number_integer()) throw bad("a word id is not an integer");
+      const int64_t id = ids[w].get<int64_t>();
+      if (id < 1 || id >= m.vocab) throw bad(detail::concat("word id ", id, " is outside [1, ", m.vocab, ")"));
+      words[static_cast<size_t>((clip * k + slot) * l + static_cast<int64_t>(w))] = id;
+    }
+    if (j.value("aligned", false) && aligned[static_cast<size_t>(clip)] < 0) aligned[static_cast<size_t>(clip)] = slot;
+    ++slot;
+  }
+  for (int64_t i = 0; i < m.clips; ++i)
+    if (filled[static_cast<size_t>(i)] != k)
+      throw IoError(detail::concat("[clip_text] ", jsonl.string(), ": clip ", i, " has ", filled[static_cast<size_t>(i)],
+                                   " narrations, meta.json says ", k));
+  return std::make_shared<ClipTextDataset>(m, features, from_vector(words, {m.clips, k, l}), std::move(aligned));
+}
+
+void write_synthetic_clip_text(const std::string& dir_name, const SyntheticClipTextOptions& o) {
+  TESSERA_CHECK(o.clips > 0 && o.frames > 0 && o.feature_dim > 0 && o.candidates > 0 && o.clips_per_shard > 0,
+                "[clip_text] the synthetic set needs positive sizes");
+  TESSERA_CHECK(o.signature_words >= 1 && o.signature_words <= o.words && o.vocab > o.words,
+                "[clip_text] signature_words must be in [1, words] and vocab > words, got ", o.signature_words, ", ",
+                o.words, ", ", o.vocab);
+  const fs::path dir(dir_name);
+  fs::create_directories(dir);
+  std::mt19937_64 appearance_rng(o.seed * 2 + 1);  // A depends on the seed alone
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> appearance(static_cast<size_t>(o.vocab * o.feature_dim));
+  for (float& a : appearance) a = normal(appearance_rng);
+  std::mt19937_64 rng(o.seed * 1000003 + o.stream * 7919 + 17);
+  std::uniform_int_distribution<int64_t> word(1, o.vocab - 1);
+  std::uniform_real_distribution<float> strength(0.5f, 1.5f);
+  std::uniform_int_distribution<int64_t> position(0, o.candidates - 1);
+
+  std::string narrations;
+  std::vector<float> shard;
+  int64_t shard_index = 0, in_shard = 0;
+  auto flush = [&] {
+    if (in_shard == 0) return;
+    char name[64];
+    std::snprintf(name, sizeof name, "features-%05lld.safetensors", static_cast<long long>(shard_index++));
+    io::save_safetensors((dir / name).string(), {{"features", from_vector(shard, {in_shard, o.frames, o.feature_dim})}});
+    shard.clear();
+    in_shard = 0;
+  };
+  for (int64_t clip = 0; clip < o.clips; ++clip) {
+    std::vector<int64_t> signature;
+    while (static_cast<int64_t>(signature.size()) < o.signature_words) {
+      const int64_t w = word(rng);
+      if (std::find(signature.begin(), signature.end(), w) == signature.end()) signature.push_back(w);
+    }
+    for (int64_t t = 0; t < o.frames; ++t) {
+      std::vector<float> frame(static_cast<size_t>(o.feature_dim), 0.0f);
+      for (int64_t w : signature) {
+        const float s = strength(rng);
+        for (int64_t f = 0; f < o.feature_dim; ++f) frame[static_cast<size_t>(f)] += s * appearance[static_cast<size_t>(w * o.feature_dim + f)];
+      }
+      for (float& v : frame) v += o.noise * normal(rng);
+      shard.insert(shard.end(), frame.begin(), frame.end());
+    }
+    const int64_t aligned_at = position(rng);
+    for (int64_t c = 0; c < o.candidates; ++c) {
+      std::vector<int64_t> ids;
+      if (c == aligned_at) ids = signature;
+      while (static_cast<int64_t>(ids.size()) < o.words) ids.push_back(word(rng));
+      std::shuffle(ids.begin(), ids.end(), rng);
+      nlohmann::json line{{"clip", clip}, {"words", ids}, {"aligned", c == aligned_at}};
+      narrations += line.dump() + "\n";
+    }
+    if (++in_shard == o.clips_per_shard) flush();
+  }
+  flush();
+  io::write_file_atomic((dir / "narrations.jsonl").string(), narrations);
+  nlohmann::json meta{{"frames", o.frames}, {"feature_dim", o.feature_dim}, {"vocab", o.vocab}, {"words", o.words},
+                      {"candidates", o.candidates}, {"clips", o.clips}};
+  io::write_file_atomic((dir / "meta.json").string(), meta.dump(2) + "\n");
+}
+
+}  // namespace tessera::data
