@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "python/src/bindings.h"
+#include "tessera/data/clip_text.h"
 #include "tessera/data/data_loader.h"
 #include "tessera/data/dataset.h"
 #include "tessera/data/sampler.h"
@@ -136,6 +137,17 @@ void bind_data(py::module_& m) {
         "Fashion-MNIST (Debian's dataset-fashion-mnist): images (N, 1, 28, 28) normalised, labels int64");
   m.def("synthetic_classification", &data::make_synthetic_classification, py::arg("n"), py::arg("sample_shape"),
         py::arg("classes"), py::arg("seed"), py::arg("stream") = 0);
+
+  py::class_<data::ClipTextDataset, data::Dataset, std::shared_ptr<data::ClipTextDataset>>(m, "ClipTextDataset")
+      .def_property_readonly("features", &data::ClipTextDataset::features)
+      .def("aligned_narrations", &data::ClipTextDataset::aligned_narrations);
+  m.def("load_clip_text", &data::load_clip_text, py::arg("dir"),
+        "Clip features (safetensors shards) and narrations (JSONL): inputs (B, T, F), targets (B, K, L)");
+  m.def("write_synthetic_clip_text", [](const std::string& dir, int64_t clips, uint64_t seed, uint64_t stream) {
+          data::SyntheticClipTextOptions o;
+          o.clips = clips, o.seed = seed, o.stream = stream;
+          data::write_synthetic_clip_text(dir, o);
+        }, py::arg("dir"), py::arg("clips") = 4000, py::arg("seed") = 0, py::arg("stream") = 0);
 
   py::class_<data::Sampler, std::shared_ptr<data::Sampler>>(m, "Sampler", py::dynamic_attr())
       .def("__len__", &data::Sampler::size)

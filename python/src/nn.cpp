@@ -6,6 +6,7 @@
 
 #include "python/src/bindings.h"
 #include "tessera/nn/layers.h"
+#include "tessera/nn/milnce.h"
 #include "tessera/nn/models.h"
 #include "tessera/nn/transformer.h"
 #include "tessera/ops/ops.h"
@@ -123,6 +124,14 @@ void bind_functional(py::module_& f) {
   f.def("scaled_dot_product_attention", [](const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
           return scaled_dot_product_attention(q, k, v, causal);
         }, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("is_causal") = false, Release());
+  f.def("logsumexp", [](const Tensor& x, int64_t dim) { return nn::logsumexp(x, dim); }, py::arg("input"), py::arg("dim"), Release());
+  f.def("l2_normalize", [](const Tensor& x) { return nn::l2_normalize(x); }, py::arg("input"), Release());
+  f.def("mil_nce_loss", [](const Tensor& video, const Tensor& text, float temperature, const py::object& group) {
+          dist::ProcessGroupPtr g = group.is_none() ? nullptr : group.cast<dist::ProcessGroupPtr>();
+          py::gil_scoped_release release;
+          return nn::mil_nce_loss(video, text, temperature, g.get());
+        }, py::arg("video"), py::arg("text"), py::arg("temperature") = 0.1f, py::arg("group") = py::none(),
+        "MIL-NCE over video (B, D) and text (B, K, D); with a group, negatives from every rank's batch");
 }
 
 }  // namespace
@@ -268,6 +277,21 @@ void bind_nn(py::module_& m) {
         if (i < 0 || i >= n) throw py::index_error("[Sequential] index out of range: " + std::to_string(i) + " of " + std::to_string(n));
         return s[static_cast<size_t>(i)];
       });
+  py::class_<nn::VideoEncoder, nn::Module, std::shared_ptr<nn::VideoEncoder>>(m, "VideoEncoder")
+      .def(py::init([](int64_t feature_dim, int64_t hidden, int64_t embed_dim) {
+             return std::make_shared<nn::VideoEncoder>(nn::MilNceConfig{.feature_dim = feature_dim, .hidden = hidden, .embed_dim = embed_dim});
+           }),
+           py::arg("feature_dim"), py::arg("hidden") = 256, py::arg("embed_dim") = 128);
+  py::class_<nn::TextEncoder, nn::Module, std::shared_ptr<nn::TextEncoder>>(m, "TextEncoder")
+      .def(py::init([](int64_t vocab, int64_t embed_dim) {
+             return std::make_shared<nn::TextEncoder>(nn::MilNceConfig{.vocab = vocab, .embed_dim = embed_dim});
+           }),
+           py::arg("vocab"), py::arg("embed_dim") = 128);
+  m.def("text_to_video_retrieval", [](const Tensor& text, const Tensor& video) {
+    nn::RetrievalMetrics r = nn::text_to_video_retrieval(text, video);
+    return py::dict(py::arg("r1") = r.r1, py::arg("r5") = r.r5, py::arg("r10") = r.r10,
+                    py::arg("median_rank") = r.median_rank, py::arg("queries") = r.queries);
+  }, py::arg("text"), py::arg("video"));
   m.def("make_mlp", &nn::make_mlp, py::arg("sizes"), "Linear-ReLU-...-Linear over the given widths");
   m.def("make_cnn", &nn::make_cnn, py::arg("classes") = 10, "The Fashion-MNIST CNN of examples/cnn.toml");
 

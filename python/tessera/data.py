@@ -12,6 +12,9 @@ SequentialSampler = _native.SequentialSampler
 RandomSampler = _native.RandomSampler
 DistributedSampler = _native.DistributedSampler
 DataLoader = _native.DataLoader
+ClipTextDataset = _native.ClipTextDataset
+load_clip_text = _native.load_clip_text
+write_synthetic_clip_text = _native.write_synthetic_clip_text
 
 
 class Dataset:
@@ -25,4 +28,5 @@ class Dataset:
 
 
 __all__ = ["Dataset", "TensorDataset", "FashionMNIST", "synthetic_classification", "Sampler", "SequentialSampler",
-           "RandomSampler", "DistributedSampler", "DataLoader"]
+           "RandomSampler", "DistributedSampler", "DataLoader", "ClipTextDataset", "load_clip_text",
+           "write_synthetic_clip_text"]

@@ -22,6 +22,9 @@ Flatten = _native.Flatten
 Sequential = _native.Sequential
 CausalSelfAttention = _native.CausalSelfAttention
 TransformerBlock = _native.TransformerBlock
+VideoEncoder = _native.VideoEncoder
+TextEncoder = _native.TextEncoder
+text_to_video_retrieval = _native.text_to_video_retrieval
 make_mlp = _native.make_mlp
 make_cnn = _native.make_cnn
 
