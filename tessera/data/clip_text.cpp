@@ -21,9 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Bounds that keep a corrupt meta.json from asking for absurd allocations.
-constexpr int64_t kMaxDim = 1 << 20, kMaxClips = int64_t(1) << 31;
-
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError("[clip_text] cannot open " + path.string());
@@ -33,28 +30,11 @@ std::string read_text(const fs::path& path) {
 }
 
 ClipTextMeta parse_meta(const fs::path& path) {
-  nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError("[clip_text] " + path.string() + ": not JSON (" + e.what() + ")");
+    return parse_clip_text_meta(read_text(path));
+  } catch (const ValueError& e) {
+    throw IoError("[clip_text] " + path.string() + ": " + e.what());
   }
-  ClipTextMeta m;
-  auto field = [&](const char* name, int64_t limit) {
-    if (!j.is_object() || !j.contains(name) || !j[name].is_number_integer())
-      throw IoError(std::string("[clip_text] ") + path.string() + ": needs an integer \"" + name + "\"");
-    const int64_t v = j[name].get<int64_t>();
-    if (v < 1 || v > limit)
-      throw IoError(detail::concat("[clip_text] ", path.string(), ": \"", name, "\" = ", v, " is outside [1, ", limit, "]"));
-    return v;
-  };
-  m.frames = field("frames", kMaxDim);
-  m.feature_dim = field("feature_dim", kMaxDim);
-  m.vocab = field("vocab", int64_t(1) << 40);
-  m.words = field("words", kMaxDim);
-  m.candidates = field("candidates", kMaxDim);
-  m.clips = field("clips", kMaxClips);
-  return m;
 }
 
 }  // namespace
@@ -116,6 +96,9 @@ std::shared_ptr<ClipTextDataset> load_clip_text(const std::string& dir_name) {
   std::ifstream in(jsonl);
   if (!in) throw IoError("[clip_text] cannot open " + jsonl.string());
   const int64_t k = m.candidates, l = m.words;
+  if (k * l > (int64_t(1) << 31) / m.clips)
+    throw IoError(detail::concat("[clip_text] ", dir_name, ": ", m.clips, " clips × ", k, " narrations × ", l,
+                                 " words is more word ids than a set may hold (2^31)"));
   std::vector<int64_t> words(static_cast<size_t>(m.clips * k * l), 0), filled(static_cast<size_t>(m.clips), 0),
       aligned(static_cast<size_t>(m.clips), -1);
   std::string line;
@@ -124,28 +107,17 @@ std::shared_ptr<ClipTextDataset> load_clip_text(const std::string& dir_name) {
     auto bad = [&](const std::string& why) {
       return IoError(detail::concat("[clip_text] ", jsonl.string(), ":", number, ": ", why));
     };
-    nlohmann::json j;
+    Narration n;
     try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
-      throw bad("not a JSON object");
+      n = parse_narration_line(line, m);
+    } catch (const ValueError& e) {
+      throw bad(e.what());
     }
-    if (!j.is_object() || !j.contains("clip") || !j["clip"].is_number_integer() || !j.contains("words") ||
-        !j["words"].is_array())
-      throw bad("needs {\"clip\": integer, \"words\": [ids]}");
-    const int64_t clip = j["clip"].get<int64_t>();
-    if (clip < 0 || clip >= m.clips) throw bad(detail::concat("clip ", clip, " is outside [0, ", m.clips, ")"));
-    int64_t& slot = filled[static_cast<size_t>(clip)];
-    if (slot >= k) throw bad(detail::concat("clip ", clip, " has more than ", k, " narrations"));
-    const auto& ids = j["words"];
-    if (static_cast<int64_t>(ids.size()) > l) throw bad(detail::concat(ids.size(), " words, more than ", l));
-    for (size_t w = 0; w < ids.size(); ++w) {
-      if (!ids[w].is_number_integer()) throw bad("a word id is not an integer");
-      const int64_t id = ids[w].get<int64_t>();
-      if (id < 1 || id >= m.vocab) throw bad(detail::concat("word id ", id, " is outside [1, ", m.vocab, ")"));
-      words[static_cast<size_t>((clip * k + slot) * l + static_cast<int64_t>(w))] = id;
-    }
-    if (j.value("aligned", false) && aligned[static_cast<size_t>(clip)] < 0) aligned[static_cast<size_t>(clip)] = slot;
+    int64_t& slot = filled[static_cast<size_t>(n.clip)];
+    if (slot >= k) throw bad(detail::concat("clip ", n.clip, " has more than ", k, " narrations"));
+    for (size_t w = 0; w < n.words.size(); ++w)
+      words[static_cast<size_t>((n.clip * k + slot) * l + static_cast<int64_t>(w))] = n.words[w];
+    if (n.aligned && aligned[static_cast<size_t>(n.clip)] < 0) aligned[static_cast<size_t>(n.clip)] = slot;
     ++slot;
   }
   for (int64_t i = 0; i < m.clips; ++i)

@@ -19,13 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "tessera/data/clip_text_format.h"
 #include "tessera/data/dataset.h"
 
 namespace tessera::data {
-
-struct ClipTextMeta {
-  int64_t frames = 0, feature_dim = 0, vocab = 0, words = 0, candidates = 0, clips = 0;
-};
 
 class ClipTextDataset : public Dataset {
  public:
