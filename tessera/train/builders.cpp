@@ -1,6 +1,7 @@
 #include "tessera/train/builders.h"
 
 #include "tessera/data/bag_of_words.h"
+#include "tessera/data/csv.h"
 #include "tessera/nn/char_transformer.h"
 #include "tessera/nn/embedding_bag.h"
 #include "tessera/nn/models.h"
@@ -17,17 +18,21 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& c, int64_t vocab_size
     return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
         std::make_shared<nn::EmbeddingBag>(c.data.vocab_size, c.model.embed_dim),
         std::make_shared<nn::Linear>(c.model.embed_dim, c.data.classes)});
+  // Tables: logistic (softmax) regression over data.classes, linear regression to one number.
+  if (c.model.name == "logistic" || c.model.name == "linear")
+    return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+        std::make_shared<nn::Linear>(c.model.input_dim, c.model.name == "linear" ? 1 : c.data.classes)});
   if (c.model.name == "mlp") {
     auto model = std::make_shared<nn::Sequential>();
     model->push_back(std::make_shared<nn::Flatten>());
-    int64_t in = 784;
+    int64_t in = c.model.input_dim;
     for (int64_t h : c.model.hidden) {
       model->push_back(std::make_shared<nn::Linear>(in, h));
       model->push_back(std::make_shared<nn::ReLU>());
       if (c.model.dropout > 0) model->push_back(std::make_shared<nn::Dropout>(static_cast<float>(c.model.dropout)));
       in = h;
     }
-    model->push_back(std::make_shared<nn::Linear>(in, c.data.dataset == "synthetic" ? c.data.classes : 10));
+    model->push_back(std::make_shared<nn::Linear>(in, c.data.dataset == "synthetic" || c.data.dataset == "csv" ? c.data.classes : 10));
     return model;
   }
   nn::CharTransformerConfig t;
@@ -72,7 +77,21 @@ std::shared_ptr<optim::LRScheduler> build_schedule(const ScheduleConfig& s, opti
 Datasets load_datasets(const TrainConfig& c) {
   const auto& d = c.data;
   Datasets sets;
-  if (d.dataset == "fashion-mnist") {
+  if (d.dataset == "csv") {
+    data::CsvOptions options;
+    options.label = d.label;
+    options.regression = c.model.name == "linear";
+    auto load = [&](const std::string& where, const char* key) {
+      data::CsvTable t = data::load_csv(data::csv_files(where), options);
+      TESSERA_CHECK(static_cast<int64_t>(t.feature_columns.size()) == c.model.input_dim, "[config] ", key, " = ", where,
+                    " has ", t.feature_columns.size(), " feature columns, model.input_dim is ", c.model.input_dim);
+      TESSERA_CHECK(options.regression || t.classes <= d.classes, "[config] ", key, " = ", where, " has labels up to ",
+                    t.classes - 1, ", data.classes is ", d.classes);
+      return t.data;
+    };
+    sets.train = load(d.path, "data.path");
+    sets.eval = load(d.test_path, "data.test_path");
+  } else if (d.dataset == "fashion-mnist") {
     sets.train = data::load_fashion_mnist(d.dir, "train");
     sets.eval = data::load_fashion_mnist(d.dir, "test");
   } else if (d.dataset == "synthetic") {

@@ -25,8 +25,9 @@ std::vector<Key> keys_of(TrainConfig& c) {
   return {
       {"model.name", &c.model.name}, {"model.hidden", &c.model.hidden}, {"model.dropout", &c.model.dropout},
       {"model.layers", &c.model.layers}, {"model.heads", &c.model.heads}, {"model.embed_dim", &c.model.embed_dim},
-      {"model.context", &c.model.context}, {"model.activation_checkpointing", &c.model.activation_checkpointing},
+      {"model.context", &c.model.context}, {"model.input_dim", &c.model.input_dim}, {"model.activation_checkpointing", &c.model.activation_checkpointing},
       {"data.dataset", &c.data.dataset}, {"data.dir", &c.data.dir}, {"data.path", &c.data.path},
+      {"data.test_path", &c.data.test_path}, {"data.label", &c.data.label},
       {"data.val_fraction", &c.data.val_fraction}, {"data.samples", &c.data.samples},
       {"data.test_samples", &c.data.test_samples}, {"data.classes", &c.data.classes},
       {"data.vocab_size", &c.data.vocab_size}, {"data.bag_length", &c.data.bag_length},
@@ -219,8 +220,16 @@ void validate(const TrainConfig& c) {
   auto non_negative = [](const std::string& key, double v) {
     TESSERA_CHECK(v >= 0, "[config] ", key, " must be >= 0, got ", v);
   };
-  one_of("model.name", c.model.name, {"mlp", "cnn", "transformer", "bow"});
-  one_of("data.dataset", c.data.dataset, {"fashion-mnist", "text", "synthetic", "bag-of-words"});
+  one_of("model.name", c.model.name, {"mlp", "cnn", "transformer", "bow", "logistic", "linear"});
+  one_of("data.dataset", c.data.dataset, {"fashion-mnist", "text", "synthetic", "bag-of-words", "csv"});
+  const bool tabular = c.model.name == "logistic" || c.model.name == "linear";
+  TESSERA_CHECK(!tabular || c.data.dataset == "csv", "[config] model.name = '", c.model.name,
+                "' reads a table: set data.dataset = 'csv' (and data.path, data.test_path, data.label)");
+  TESSERA_CHECK(c.data.dataset != "csv" || tabular || c.model.name == "mlp", "[config] model.name = '", c.model.name,
+                "' does not fit data.dataset = 'csv' (tables train logistic, linear or mlp)");
+  TESSERA_CHECK(c.data.dataset != "csv" || !c.data.test_path.empty(),
+                "[config] data.dataset = 'csv' needs data.test_path, the table to evaluate on");
+  positive("model.input_dim", static_cast<double>(c.model.input_dim));
   one_of("optimizer.name", c.optimizer.name, {"sgd", "adam", "adamw", "lars", "lamb"});
   one_of("optimizer.scale_lr", c.optimizer.scale_lr, {"none", "linear", "sqrt"});
   one_of("schedule.name", c.schedule.name, {"constant", "step", "cosine"});

@@ -13,6 +13,7 @@ struct ModelConfig {
   std::vector<int64_t> hidden = {512, 256};  // mlp hidden sizes
   double dropout = 0.0;                      // mlp (between hidden layers) and transformer
   int64_t layers = 4, heads = 4, embed_dim = 128, context = 64;  // transformer; bow uses embed_dim
+  int64_t input_dim = 784;  // mlp, logistic and linear: features per sample (a CSV table's feature columns)
   // transformer: each block keeps only its input and recomputes the rest in backward (nn/checkpoint.h)
   bool activation_checkpointing = false;
 };
@@ -20,7 +21,9 @@ struct ModelConfig {
 struct DataConfig {
   std::string dataset = "fashion-mnist";  // fashion-mnist | text | synthetic | bag-of-words
   std::string dir = "/usr/share/datasets/fashion-mnist";
-  std::string path = "/usr/share/games/fortunes";  // text corpus: a file or a directory
+  std::string path = "/usr/share/games/fortunes";  // text corpus, or the csv training table: a file or a directory
+  std::string test_path;        // csv: the test table (a file or a directory of *.csv)
+  std::string label = "label";  // csv: the label column (logistic, mlp: class ids in [0, classes); linear: numbers)
   double val_fraction = 0.1;                       // text
   int64_t samples = 2048, test_samples = 512, classes = 10;  // synthetic and bag-of-words
   int64_t vocab_size = 100000, bag_length = 32, topic_words = 200;  // bag-of-words (make_bag_of_words)

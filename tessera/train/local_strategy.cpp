@@ -9,6 +9,7 @@ Tensor default_loss(const Tensor& output, const Tensor& targets) {
     const int64_t v = output.shape()[2];
     return cross_entropy(reshape(output, {-1, v}), reshape(targets, {-1}));
   }
+  if (targets.dtype() == DType::Float32) return mse_loss(output, targets);  // regression (a linear model on a table)
   return cross_entropy(output, targets);
 }
 

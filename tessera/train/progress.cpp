@@ -75,6 +75,9 @@ EpochReport epoch_report(int64_t epoch, int64_t step, double train_loss, double 
     r.record["eval_perplexity"] = std::exp(eval_loss);
     std::snprintf(summary, sizeof summary, "epoch %lld: train loss %.4f, validation loss %.4f (perplexity %.2f), %.1fs",
                   static_cast<long long>(epoch), train_loss, eval_loss, std::exp(eval_loss), epoch_seconds);
+  } else if (std::isnan(eval_accuracy)) {  // a regression: the loss is the mean squared error
+    std::snprintf(summary, sizeof summary, "epoch %lld: train loss %.4f, test loss (MSE) %.4f, %.1fs",
+                  static_cast<long long>(epoch), train_loss, eval_loss, epoch_seconds);
   } else {
     r.record["eval_accuracy"] = eval_accuracy;
     std::snprintf(summary, sizeof summary, "epoch %lld: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1fs",

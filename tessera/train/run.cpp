@@ -1,5 +1,6 @@
 #include "tessera/train/run.h"
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -86,6 +87,9 @@ RunOutcome run(const TrainConfig& config, const RunOptions& options) {
   if (r.last_eval && lead) {
     if (trainer->vocabulary())
       std::printf("%s%s validation loss %.4f\n", which, at.c_str(), r.last_eval->loss);
+    else if (std::isnan(r.last_eval->accuracy))
+      std::printf("%s%s test loss (MSE) %.4f on %lld samples\n", which, at.c_str(), r.last_eval->loss,
+                  static_cast<long long>(r.last_eval->samples));
     else
       std::printf("%s%s test accuracy %.2f%% (loss %.4f) on %lld samples\n", which, at.c_str(),
                   100.0 * r.last_eval->accuracy, r.last_eval->loss, static_cast<long long>(r.last_eval->samples));

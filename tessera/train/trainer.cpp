@@ -323,7 +323,7 @@ EvalResult Trainer::evaluate() {
     sums.loss_sum += static_cast<double>(c->loss.item<float>()) * weight;
     sums.weight += weight;
     sums.samples += batch->inputs.shape()[0];
-    if (c->output.defined()) {
+    if (c->output.defined() && batch->targets.dtype() == DType::Int64) {  // classes (not a regression's numbers)
       std::vector<int64_t> pred = argmax(c->output, 1).to_vector<int64_t>(), truth = batch->targets.to_vector<int64_t>();
       for (size_t i = 0; i < pred.size(); ++i) sums.correct += pred[i] == truth[i];
     }
@@ -332,7 +332,7 @@ EvalResult Trainer::evaluate() {
   strategy_->sum_over_job(sums);
   r.samples = sums.samples;
   r.loss = sums.weight ? sums.loss_sum / sums.weight : std::numeric_limits<double>::quiet_NaN();
-  r.accuracy = vocab_ ? std::numeric_limits<double>::quiet_NaN()
+  r.accuracy = vocab_ || config_.model.name == "linear" ? std::numeric_limits<double>::quiet_NaN()
                       : (sums.samples ? static_cast<double>(sums.correct) / sums.samples : 0.0);
   return r;
 }

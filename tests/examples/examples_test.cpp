@@ -96,6 +96,28 @@ TEST(Examples, MilNceOnTwoRanksEqualsOneProcess) {
   }
 }
 
+// Logistic regression and k-means over CSV partitions, each rank reading only its own files: 4 ranks
+// end with the weights and centroids of one process on the whole table.
+TEST(Examples, TabularOnFourRanksEqualsOneProcess) {
+  const std::string dir = tessera::testing::fresh_dir("examples", "tabular");
+  ExampleRun one = run(example("tabular") + " --steps 100 --out " + dir + "/one", dir, "one");
+  expect_learned(one);
+  ExampleRun four = run(std::string(TESSERA_BINARY) + " run --nproc-per-node 4 -- " + example("tabular") +
+                            " --steps 100 --out " + dir + "/four", dir, "four");
+  expect_learned(four);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(four.out, m, std::regex("4 rank\\(s\\), 4000 training rows: test accuracy ([0-9.]+)"))) << four.out;
+  EXPECT_GE(std::stod(m[1]), 0.9) << four.out;
+  io::SafetensorsFile a = io::load_safetensors(dir + "/one/tabular-result.safetensors");
+  io::SafetensorsFile b = io::load_safetensors(dir + "/four/tabular-result.safetensors");
+  ASSERT_EQ(a.tensors.size(), 3u);
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const std::vector<float> x = a.tensors[i].second.to_vector<float>(), y = b.tensors[i].second.to_vector<float>();
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t e = 0; e < x.size(); ++e) ASSERT_NEAR(x[e], y[e], 1e-4 + 1e-4 * std::abs(x[e])) << a.tensors[i].first;
+  }
+}
+
 // The example's default run on its synthetic set reaches the target: R@10 >= 0.9.
 TEST(LongTierExamples, MilNceReachesRecallAt10OfNinetyPercent) {
   const std::string dir = tessera::testing::fresh_dir("examples", "milnce_long");
