@@ -6,6 +6,7 @@
 
 #include "python/src/bindings.h"
 #include "tessera/data/clip_text.h"
+#include "tessera/data/csv.h"
 #include "tessera/data/data_loader.h"
 #include "tessera/data/dataset.h"
 #include "tessera/data/sampler.h"
@@ -148,6 +149,21 @@ void bind_data(py::module_& m) {
           o.clips = clips, o.seed = seed, o.stream = stream;
           data::write_synthetic_clip_text(dir, o);
         }, py::arg("dir"), py::arg("clips") = 4000, py::arg("seed") = 0, py::arg("stream") = 0);
+
+  m.def("load_csv", [](const py::object& paths, const std::string& label, bool header, const std::string& delimiter,
+                       bool regression) {
+          std::vector<std::string> files = py::isinstance<py::str>(paths) ? data::csv_files(paths.cast<std::string>())
+                                                                          : paths.cast<std::vector<std::string>>();
+          TESSERA_CHECK(delimiter.size() == 1, "[load_csv] the delimiter must be one character, got '", delimiter, "'");
+          data::CsvOptions o;
+          o.label = label, o.header = header, o.delimiter = delimiter[0], o.regression = regression;
+          data::CsvTable t = data::load_csv(files, o);
+          return py::make_tuple(t.data, t.feature_columns);
+        }, py::arg("paths"), py::arg("label") = "label", py::arg("header") = true, py::arg("delimiter") = ",",
+        py::arg("regression") = false,
+        "A CSV file, a directory of *.csv partitions or a list of files as (TensorDataset, feature names)");
+  m.def("csv_partition_of", &data::csv_partition_of, py::arg("paths"), py::arg("rank"), py::arg("world"));
+  m.def("csv_files", &data::csv_files, py::arg("file_or_directory"));
 
   py::class_<data::Sampler, std::shared_ptr<data::Sampler>>(m, "Sampler", py::dynamic_attr())
       .def("__len__", &data::Sampler::size)

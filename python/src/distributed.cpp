@@ -9,6 +9,7 @@
 #include "tessera/parallel/ddp/distributed_data_parallel.h"
 #include "tessera/ops/ops.h"
 #include "tessera/parallel/functional.h"
+#include "tessera/parallel/kmeans.h"
 #include "tessera/parallel/zero/zero_data_parallel.h"
 #include "tessera/optim/optimizer.h"
 
@@ -157,6 +158,20 @@ void bind_distributed(py::module_& m) {
           return parallel::all_gather_with_grad(x, *g);
         }, py::arg("tensor"), py::arg("group") = py::none(),
         "Rows of every rank in rank order; backward reduce-scatters the gradient (contrastive losses)");
+
+  m.def("kmeans", [](const Tensor& points, const Tensor& initial, int64_t max_iterations, double tolerance,
+                     const py::object& group) {
+          dist::ProcessGroupPtr g = group.is_none() ? default_group_or_null() : group.cast<dist::ProcessGroupPtr>();
+          parallel::KMeansResult r;
+          {
+            py::gil_scoped_release release;
+            r = parallel::kmeans(points, initial, {max_iterations, tolerance}, g.get());
+          }
+          return py::dict(py::arg("centroids") = r.centroids, py::arg("iterations") = r.iterations,
+                          py::arg("inertia") = r.inertia, py::arg("converged") = r.converged);
+        }, py::arg("points"), py::arg("initial"), py::arg("max_iterations") = 300, py::arg("tolerance") = 1e-4,
+        py::arg("group") = py::none(),
+        "Data-parallel k-means over this rank's points (one all-reduce per iteration); alone: the default group or none");
 
   using Ddp = parallel::ddp::DistributedDataParallel;
   py::class_<NoSyncContext>(m, "_NoSync")

@@ -33,6 +33,7 @@ recv = _native.recv
 all_gather_with_grad = _native.all_gather_with_grad
 DistributedDataParallel = _native.DistributedDataParallel
 ZeroDataParallel = _native.ZeroDataParallel
+kmeans = _native.kmeans
 DeviceMesh = _native.DeviceMesh
 ColumnParallelLinear = _native.ColumnParallelLinear
 RowParallelLinear = _native.RowParallelLinear

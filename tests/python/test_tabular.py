@@ -1,0 +1,57 @@
+"""Tables from Python: load_csv, logistic regression, and k-means against NumPy's Lloyd iterations."""
+import numpy as np
+import pytest
+
+import tessera
+import tessera.distributed as dist
+from tessera import nn, optim
+from tessera.data import DataLoader, load_csv
+
+
+def write_blobs(path, rows, seed):
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
+    labels = rng.integers(0, 3, rows)
+    points = centres[labels] + rng.standard_normal((rows, 2))
+    with open(path, "w") as f:
+        f.write("a,b,label\n")
+        for (x, y), c in zip(points, labels):
+            f.write(f"{x},{y},{c}\n")
+    return points.astype(np.float32), labels
+
+
+def test_logistic_regression_on_a_csv_table(tmp_path):
+    write_blobs(tmp_path / "train.csv", 600, 1)
+    write_blobs(tmp_path / "test.csv", 300, 2)
+    train, columns = load_csv(str(tmp_path / "train.csv"))
+    test, _ = load_csv([str(tmp_path / "test.csv")])
+    assert columns == ["a", "b"] and len(train) == 600
+    tessera.manual_seed(0)
+    model = nn.Linear(2, 3)
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for epoch in range(5):
+        for x, y in DataLoader(train, batch_size=32, shuffle=True, seed=epoch):
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    with tessera.no_grad():
+        accuracy = model(test.inputs).argmax(dim=1).eq(test.targets).mean().item()
+    assert accuracy > 0.95
+
+
+def test_a_missing_value_names_its_line(tmp_path):
+    (tmp_path / "bad.csv").write_text("a,label\n1,0\n,1\n")
+    with pytest.raises(OSError, match=r"bad.csv:3: column \"a\""):
+        load_csv(str(tmp_path / "bad.csv"))
+
+
+def test_kmeans_matches_lloyds_iterations_in_numpy(tmp_path):
+    points, _ = write_blobs(tmp_path / "k.csv", 300, 3)
+    init = points[:3].copy()
+    result = dist.kmeans(tessera.from_numpy(points), tessera.from_numpy(init), max_iterations=100, tolerance=0.0)
+    c = init.astype(np.float64)
+    for _ in range(result["iterations"]):
+        labels = ((points[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
+        c = np.stack([points[labels == k].mean(0) if (labels == k).any() else c[k] for k in range(3)])
+    np.testing.assert_allclose(result["centroids"].numpy(), c, rtol=1e-4, atol=1e-4)
