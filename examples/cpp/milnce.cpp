@@ -3,7 +3,7 @@
 // every rank's batch (all_gather_with_grad), so N ranks train as one process on the global batch.
 // Without data it writes a synthetic set with a planted clip-text correspondence first.
 //
-//   build/tessera run --nproc-per-node 2 -- build/examples/cpp/milnce [--steps 600] [--out DIR]
+//   build/tessera run --nproc-per-node 2 -- build/examples/cpp/milnce [--steps 1000] [--out DIR]
 #include <filesystem>
 
 #include "common.h"
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   data::DataLoader loader(train_set, sampler, data::DataLoaderOptions{.batch_size = global_batch / world, .drop_last = true});
 
   int64_t step = 0;
-  const int64_t steps = args.steps == 200 ? 600 : args.steps;  // 600 by default (--steps overrides)
+  const int64_t steps = args.steps == 200 ? 1000 : args.steps;  // 1000 by default (--steps overrides)
   for (int64_t epoch = 0; step < steps; ++epoch) {
     loader.start_epoch(epoch);
     while (auto batch = loader.next()) {
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
       optimizer.zero_grad();
       loss.backward();  // through the gathers to every rank's rows, then DDP's all-reduce
       optimizer.step();
-      if ((++step % 100 == 0 || step == 1) && rank == 0)
+      if ((++step % 100 == 0 || step == 1 || step == steps) && rank == 0)
         std::printf("step %lld loss %.4f\n", static_cast<long long>(step), loss.item<float>());
     }
   }

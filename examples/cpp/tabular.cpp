@@ -61,7 +61,10 @@ int main(int argc, char** argv) {
 
   // Softmax regression from zero weights: the mean loss over all rows, summed from each rank's part.
   auto model = std::make_shared<nn::Linear>(10, 3);
-  fill_(model->weight, 0.0f), fill_(model->bias, 0.0f);
+  {
+    NoGradGuard no_grad;  // written in place: not a step to differentiate
+    fill_(model->weight, 0.0f), fill_(model->bias, 0.0f);
+  }
   optim::SGD optimizer(model->parameters(), optim::SGDOptions{.lr = 0.5});
   for (int64_t step = 1; step <= steps; ++step) {
     Tensor loss = mul(cross_entropy((*model)(train->inputs()), train->targets()), train->size() / rows);

@@ -44,7 +44,16 @@ ClipTextDataset::ClipTextDataset(ClipTextMeta meta, Tensor features, Tensor word
 
 Batch ClipTextDataset::get_batch(const std::vector<int64_t>& indices) const {
   Tensor idx = from_vector(indices, {static_cast<int64_t>(indices.size())});
-  return {index_select(features_, 0, idx), index_select(words_, 0, idx)};
+  // index_select gathers float32 rows; the word ids (int64) are copied row by row.
+  const int64_t row = meta_.candidates * meta_.words;
+  Tensor words = Tensor::empty({static_cast<int64_t>(indices.size()), meta_.candidates, meta_.words}, DType::Int64);
+  const int64_t* from = words_.data<int64_t>();
+  int64_t* to = words.data<int64_t>();
+  for (size_t i = 0; i < indices.size(); ++i) {
+    TESSERA_CHECK_INDEX(indices[i] >= 0 && indices[i] < meta_.clips, "[clip_text] clip ", indices[i], " of ", meta_.clips);
+    std::copy(from + indices[i] * row, from + (indices[i] + 1) * row, to + static_cast<int64_t>(i) * row);
+  }
+  return {index_select(features_, 0, idx), words};
 }
 
 Tensor ClipTextDataset::aligned_narrations() const {

@@ -22,7 +22,7 @@ def test_the_loss_matches_its_formula():
 
 
 def test_training_on_the_synthetic_set_improves_retrieval(tmp_path):
-    write_synthetic_clip_text(str(tmp_path / "train"), clips=1000, seed=3, stream=0)
+    write_synthetic_clip_text(str(tmp_path / "train"), clips=4000, seed=3, stream=0)
     write_synthetic_clip_text(str(tmp_path / "test"), clips=200, seed=3, stream=1)
     train, test = load_clip_text(str(tmp_path / "train")), load_clip_text(str(tmp_path / "test"))
     tessera.manual_seed(0)
@@ -34,8 +34,8 @@ def test_training_on_the_synthetic_set_improves_retrieval(tmp_path):
             return nn.text_to_video_retrieval(text(test.aligned_narrations()), video(test.features))["r10"]
 
     before = recall_at_10()
-    for epoch in range(2):
-        for clips, words in DataLoader(train, batch_size=100, shuffle=True, seed=epoch):
+    for epoch in range(8):
+        for clips, words in DataLoader(train, batch_size=128, shuffle=True, seed=epoch):
             loss = nn.functional.mil_nce_loss(video(clips), text(words), temperature=0.1)
             opt.zero_grad()
             loss.backward()

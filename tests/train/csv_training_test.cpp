@@ -60,7 +60,7 @@ TEST(CsvTraining, ATableThatDoesNotFitTheConfigIsRefused) {
   TrainConfig missing = csv_config(dir, "logistic");
   missing.data.test_path.clear();
   EXPECT_THROW(validate(missing), ValueError);
-  EXPECT_THROW(parse_config("[model]\nname = \"logistic\"\n", "test"), ValueError);  // a table model needs csv
+  EXPECT_THROW(validate(parse_config("[model]\nname = \"logistic\"\n", "test")), ValueError);  // needs csv
 }
 
 }  // namespace
