@@ -8,7 +8,7 @@ packages=(cmake ninja-build g++ libopenblas-openmp-dev libdnnl-dev libgtest-dev 
           libcli11-dev nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgloo-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes
           etcd-server clang libclang-rt-14-dev iproute2 slurm-wlm munge
           pybind11-dev python3-dev python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel)
-[ "${1:-}" = "--bench" ] && packages+=(python3-torch)
+[ "${1:-}" = "--bench" ] && packages+=(python3-torch python3-sklearn)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
