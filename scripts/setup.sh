@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what tessera needs from Debian's packages. Usage: scripts/setup.sh [--bench]
-# --bench also installs PyTorch (python3-torch), the reference that `tessera bench` runs beside us.
+# --bench also installs PyTorch (python3-torch), the reference that `tessera bench` runs beside us, and
+# scikit-learn (python3-sklearn) for bench/sklearn_tabular.py.
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
