@@ -17,5 +17,6 @@ Command add_bench_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
 Command add_env_command(CLI::App& app);
 Command add_doctor_command(CLI::App& app);
+Command add_tune_command(CLI::App& app);
 
 }  // namespace tessera::cli
