@@ -24,6 +24,8 @@ find_package(dnnl CONFIG REQUIRED)
 # toml++: training configs.
 find_package(nlohmann_json REQUIRED)
 find_package(ZLIB REQUIRED)
+# libpng (Debian's libpng-dev): the image-folder dataset's PNG decoder (data/image_folder.h).
+find_package(PNG REQUIRED)
 find_package(tomlplusplus REQUIRED)
 
 # Gloo (Debian's libgloo-dev): the `gloo` backend's collectives over its TCP transport.

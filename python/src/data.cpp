@@ -7,6 +7,7 @@
 #include "python/src/bindings.h"
 #include "tessera/data/clip_text.h"
 #include "tessera/data/csv.h"
+#include "tessera/data/image_folder.h"
 #include "tessera/data/data_loader.h"
 #include "tessera/data/dataset.h"
 #include "tessera/data/sampler.h"
@@ -162,6 +163,11 @@ void bind_data(py::module_& m) {
         }, py::arg("paths"), py::arg("label") = "label", py::arg("header") = true, py::arg("delimiter") = ",",
         py::arg("regression") = false,
         "A CSV file, a directory of *.csv partitions or a list of files as (TensorDataset, feature names)");
+  py::class_<data::ImageFolderDataset, data::Dataset, std::shared_ptr<data::ImageFolderDataset>>(m, "ImageFolder")
+      .def(py::init([](const std::string& root, int64_t channels) { return data::load_image_folder(root, {channels}); }),
+           py::arg("root"), py::arg("channels") = 0,
+           "ROOT/<class>/*.png, classes in folder-name order, decoded per batch: (C, H, W) in [0, 1]")
+      .def_property_readonly("classes", &data::ImageFolderDataset::classes);
   m.def("csv_partition_of", &data::csv_partition_of, py::arg("paths"), py::arg("rank"), py::arg("world"));
   m.def("csv_files", &data::csv_files, py::arg("file_or_directory"));
 

@@ -15,6 +15,7 @@ DataLoader = _native.DataLoader
 ClipTextDataset = _native.ClipTextDataset
 load_clip_text = _native.load_clip_text
 write_synthetic_clip_text = _native.write_synthetic_clip_text
+ImageFolder = _native.ImageFolder
 load_csv = _native.load_csv
 csv_files = _native.csv_files
 csv_partition_of = _native.csv_partition_of
@@ -32,4 +33,4 @@ class Dataset:
 
 __all__ = ["Dataset", "TensorDataset", "FashionMNIST", "synthetic_classification", "Sampler", "SequentialSampler",
            "RandomSampler", "DistributedSampler", "DataLoader", "ClipTextDataset", "load_clip_text",
-           "write_synthetic_clip_text", "load_csv", "csv_files", "csv_partition_of"]
+           "write_synthetic_clip_text", "ImageFolder", "load_csv", "csv_files", "csv_partition_of"]

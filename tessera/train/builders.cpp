@@ -2,6 +2,7 @@
 
 #include "tessera/data/bag_of_words.h"
 #include "tessera/data/csv.h"
+#include "tessera/data/image_folder.h"
 #include "tessera/nn/char_transformer.h"
 #include "tessera/nn/embedding_bag.h"
 #include "tessera/nn/models.h"
@@ -32,7 +33,7 @@ std::shared_ptr<nn::Module> build_model(const TrainConfig& c, int64_t vocab_size
       if (c.model.dropout > 0) model->push_back(std::make_shared<nn::Dropout>(static_cast<float>(c.model.dropout)));
       in = h;
     }
-    model->push_back(std::make_shared<nn::Linear>(in, c.data.dataset == "synthetic" || c.data.dataset == "csv" ? c.data.classes : 10));
+    model->push_back(std::make_shared<nn::Linear>(in, c.data.dataset == "synthetic" || c.data.dataset == "csv" || c.data.dataset == "image-folder" ? c.data.classes : 10));
     return model;
   }
   nn::CharTransformerConfig t;
@@ -91,6 +92,22 @@ Datasets load_datasets(const TrainConfig& c) {
     };
     sets.train = load(d.path, "data.path");
     sets.eval = load(d.test_path, "data.test_path");
+  } else if (d.dataset == "image-folder") {
+    // DIR/train/<class>/*.png and DIR/test/<class>/*.png, decoded batch by batch.
+    for (const char* split : {"train", "test"}) {
+      auto set = data::load_image_folder(d.dir + "/" + split);
+      const Shape s = set->image_shape();
+      const int64_t classes = c.model.name == "cnn" ? 10 : d.classes;
+      TESSERA_CHECK(static_cast<int64_t>(set->classes().size()) <= classes, "[config] ", d.dir, "/", split, " has ",
+                    set->classes().size(), " class folders, the model ", classes, " outputs (data.classes)");
+      if (c.model.name == "cnn")
+        TESSERA_CHECK(s == (Shape{1, 28, 28}), "[config] the cnn takes 1x28x28 images; ", d.dir, "/", split, " holds ",
+                      shape_str(s));
+      else
+        TESSERA_CHECK(s[0] * s[1] * s[2] == c.model.input_dim, "[config] ", d.dir, "/", split, " holds ", shape_str(s),
+                      " images (", s[0] * s[1] * s[2], " values), model.input_dim is ", c.model.input_dim);
+      (std::string(split) == "train" ? sets.train : sets.eval) = set;
+    }
   } else if (d.dataset == "fashion-mnist") {
     sets.train = data::load_fashion_mnist(d.dir, "train");
     sets.eval = data::load_fashion_mnist(d.dir, "test");

@@ -221,12 +221,14 @@ void validate(const TrainConfig& c) {
     TESSERA_CHECK(v >= 0, "[config] ", key, " must be >= 0, got ", v);
   };
   one_of("model.name", c.model.name, {"mlp", "cnn", "transformer", "bow", "logistic", "linear"});
-  one_of("data.dataset", c.data.dataset, {"fashion-mnist", "text", "synthetic", "bag-of-words", "csv"});
+  one_of("data.dataset", c.data.dataset, {"fashion-mnist", "text", "synthetic", "bag-of-words", "csv", "image-folder"});
   const bool tabular = c.model.name == "logistic" || c.model.name == "linear";
   TESSERA_CHECK(!tabular || c.data.dataset == "csv", "[config] model.name = '", c.model.name,
                 "' reads a table: set data.dataset = 'csv' (and data.path, data.test_path, data.label)");
   TESSERA_CHECK(c.data.dataset != "csv" || tabular || c.model.name == "mlp", "[config] model.name = '", c.model.name,
                 "' does not fit data.dataset = 'csv' (tables train logistic, linear or mlp)");
+  TESSERA_CHECK(c.data.dataset != "image-folder" || c.model.name == "mlp" || c.model.name == "cnn",
+                "[config] data.dataset = 'image-folder' trains mlp or cnn, not '", c.model.name, "'");
   TESSERA_CHECK(c.data.dataset != "csv" || !c.data.test_path.empty(),
                 "[config] data.dataset = 'csv' needs data.test_path, the table to evaluate on");
   positive("model.input_dim", static_cast<double>(c.model.input_dim));

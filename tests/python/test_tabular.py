@@ -55,3 +55,23 @@ def test_kmeans_matches_lloyds_iterations_in_numpy(tmp_path):
         labels = ((points[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
         c = np.stack([points[labels == k].mean(0) if (labels == k).any() else c[k] for k in range(3)])
     np.testing.assert_allclose(result["centroids"].numpy(), c, rtol=1e-4, atol=1e-4)
+
+
+def test_an_image_folder_from_python(tmp_path):
+    import struct
+    import zlib
+
+    def png(path, value):  # a 4x4 gray PNG written by hand (no imaging library needed)
+        raw = b"".join(b"\x00" + bytes([value] * 4) for _ in range(4))
+        chunk = lambda kind, data: struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 4, 4, 8, 0, 0, 0, 0)) +
+                         chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+    for name, value in (("dark", 10), ("light", 250)):
+        (tmp_path / name).mkdir()
+        png(tmp_path / name / "a.png", value)
+    images = tessera.data.ImageFolder(str(tmp_path))
+    assert images.classes == ["dark", "light"] and len(images) == 2
+    x, y = next(iter(DataLoader(images, batch_size=2)))
+    assert x.shape == (2, 1, 4, 4) and y.tolist() == [0, 1]
+    assert abs(x[1, 0, 0, 0].item() - 250 / 255) < 1e-6
