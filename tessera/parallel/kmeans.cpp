@@ -46,6 +46,8 @@ KMeansResult kmeans(const Tensor& points, const Tensor& initial, const KMeansOpt
   TESSERA_CHECK(points.dtype() == DType::Float32 && initial.dtype() == DType::Float32, "[kmeans] needs float32 points");
   TESSERA_CHECK(initial.dim() == 2 && initial.shape()[0] >= 1, "[kmeans] initial centroids must be (k, F), got ",
                 shape_str(initial.shape()));
+  TESSERA_CHECK(points.dim() == 2 && points.shape()[1] == initial.shape()[1], "[kmeans] points (n, F) and centroids (k, F) "
+                "must share F, got ", shape_str(points.shape()), " and ", shape_str(initial.shape()));
   TESSERA_CHECK(o.max_iterations >= 1 && o.tolerance >= 0, "[kmeans] max_iterations must be >= 1 and tolerance >= 0");
   NoGradGuard no_grad;
   const int64_t n = points.shape()[0], k = initial.shape()[0], f = initial.shape()[1];

@@ -89,14 +89,22 @@ TEST(Examples, MilNceOnTwoRanksEqualsOneProcess) {
   EXPECT_NE(two.out.find("text->video retrieval over 500 test clips"), std::string::npos) << two.out;
   io::SafetensorsFile a = io::load_safetensors(dir + "/one/milnce-model.safetensors");
   io::SafetensorsFile b = io::load_safetensors(dir + "/two/milnce-model.safetensors");
+  // Adam divides each update by the gradient's running RMS, so an element whose gradient is near zero
+  // may move by up to one step (lr = 2e-3) when summation order alone differs (it did in the
+  // sanitizer build); the encoders agree to far less on average.
   ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  double total = 0;
+  size_t count = 0;
   for (size_t i = 0; i < a.tensors.size(); ++i) {
     ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
     const std::vector<float> x = a.tensors[i].second.to_vector<float>(), y = b.tensors[i].second.to_vector<float>();
     ASSERT_EQ(x.size(), y.size());
-    for (size_t e = 0; e < x.size(); ++e)
-      ASSERT_NEAR(x[e], y[e], 1e-4 + 1e-3 * std::abs(x[e])) << a.tensors[i].first << "[" << e << "]";
+    for (size_t e = 0; e < x.size(); ++e) {
+      ASSERT_NEAR(x[e], y[e], 2e-3) << a.tensors[i].first << "[" << e << "]";
+      total += std::abs(x[e] - y[e]), ++count;
+    }
   }
+  EXPECT_LT(total / count, 1e-5);
 }
 
 // Logistic regression and k-means over CSV partitions, each rank reading only its own files: 4 ranks
