@@ -19,6 +19,7 @@ struct TrainStepOptions {
   // Also the same step from Python (bench/python_train_step.py over the tessera module in
   // python_path), when that module was built.
   bool with_python = true;
+  std::string precision = "fp32";  // or bf16: every column's steps under autocast (Autocast(BFloat16))
   std::string python_script, python_path;
 };
 
@@ -127,5 +128,7 @@ int comm(const CommOptions& options);
 int matmul(int n, const std::string& threads, int repeats);
 // Peak FP32 GFLOP/s of `threads` cores from a register-resident FMA loop (AVX-512 when the CPU has it).
 double measure_fma_peak_gflops(int threads);
+// The bf16 dot-product peak (AVX-512 BF16 `vdpbf16ps`, register-resident); 0 without the instruction.
+double measure_bf16_peak_gflops(int threads);
 
 }  // namespace tessera::bench

@@ -38,7 +38,30 @@ __attribute__((target("avx2,fma"))) double fma_loop_avx2() {
   return out[0] > 0 ? 12.0 * 8 * 2 * kIterations : 0.0;
 }
 
+// vdpbf16ps: each 32-bit lane multiplies two bf16 pairs and adds both to its fp32 accumulator, so an
+// instruction is 16 lanes × 2 products × 2 flops.
+__attribute__((target("avx512f,avx512bf16"))) double dpbf16_loop() {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1.0f + i * 1e-3f);
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3380);  // 1.0, ~6e-8
+  for (int64_t it = 0; it < kIterations; ++it)
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_dpbf16_ps(a[i], x, y);
+  __m512 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
+  return _mm512_reduce_add_ps(s) > 0 ? 12.0 * 16 * 4 * kIterations : 0.0;
+}
+
 }  // namespace
+
+double measure_bf16_peak_gflops(int threads) {
+  if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
+  double flops = 0.0;
+  auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : flops)
+  flops += dpbf16_loop();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return flops / seconds / 1e9;
+}
 
 double measure_fma_peak_gflops(int threads) {
   const bool avx512 = __builtin_cpu_supports("avx512f");

@@ -31,7 +31,9 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     args = parser.parse_args()
+    precision = tessera.bfloat16 if args.precision == "bf16" else tessera.float32
 
     tessera.set_num_threads(args.threads)
     tessera.manual_seed(0)
@@ -42,8 +44,9 @@ def main():
 
     def step():
         opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
+        with tessera.autocast(precision):
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
         opt.step()
 
     for _ in range(5):

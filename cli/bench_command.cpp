@@ -21,6 +21,8 @@ Command add_bench_command(CLI::App& app) {
   train_step->add_option("--torch-script", ts->script, "Path of torch_train_step.py")->capture_default_str();
   ts->python_script = std::string(TESSERA_SOURCE_DIR) + "/bench/python_train_step.py";
   ts->python_path = std::string(TESSERA_BINARY_DIR) + "/python";
+  train_step->add_option("--precision", ts->precision, "fp32, or bf16 (mixed precision: autograd/autocast.h)")
+      ->capture_default_str();
   train_step->add_flag("!--no-python", ts->with_python, "Skip the same step written in Python (tessera's module)");
   train_step->add_option("--python-path", ts->python_path, "Directory holding the tessera Python package")
       ->capture_default_str();

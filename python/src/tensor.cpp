@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "python/src/bindings.h"
+#include "tessera/autograd/autocast.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/rng.h"
 #include "tessera/ops/ops.h"
@@ -272,6 +273,20 @@ void bind_tensor(py::module_& m) {
   m.def("split", &split, py::arg("tensor"), py::arg("split_size"), py::arg("dim") = 0, Release());
   m.def("where", &where, Release());
   m.def("index_select", &index_select, Release());
+  // `with tessera.autocast(tessera.bfloat16):` — matrix products in bf16, fp32 accumulation.
+  struct AutocastScope {
+    DType dtype;
+    std::unique_ptr<Autocast> scope;
+  };
+  py::class_<AutocastScope>(m, "autocast", "Mixed precision for the block: matmul and linear in bfloat16 (fp32 accumulation)")
+      .def(py::init([](DType dtype) {
+             TESSERA_CHECK(dtype == DType::BFloat16 || dtype == DType::Float32,
+                           "[autocast] dtype must be tessera.bfloat16 or tessera.float32");
+             return AutocastScope{dtype, nullptr};
+           }),
+           py::arg("dtype") = DType::BFloat16)
+      .def("__enter__", [](AutocastScope& a) { a.scope = std::make_unique<Autocast>(a.dtype); })
+      .def("__exit__", [](AutocastScope& a, py::args) { a.scope.reset(); });
   m.def("set_num_threads", &set_num_threads, py::arg("n"), "The one intra-op pool (ops and OpenBLAS)");
   m.def("get_num_threads", &num_threads);
   m.def("is_grad_enabled", &autograd::grad_enabled);

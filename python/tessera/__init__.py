@@ -20,6 +20,7 @@ from ._tessera import (  # noqa: F401
     Tensor,
     TesseraError,
     arange,
+    autocast,
     bfloat16,
     cat,
     dtype,

@@ -1,5 +1,9 @@
-// matmul and linear over OpenBLAS sgemm. Backward products reuse the forward operands through
-// transposed views, which gemm() turns into BLAS transpose flags instead of copies.
+// matmul and linear over OpenBLAS sgemm, or oneDNN's bf16 matmul under Autocast(BFloat16)
+// (autograd/autocast.h). Backward products reuse the forward operands through transposed views,
+// which gemm() turns into BLAS transpose flags instead of copies, and run in the precision their
+// forward ran in.
+#include "tessera/autograd/autocast.h"
+#include "tessera/backend/cpu/bf16_gemm.h"
 #include "tessera/backend/cpu/gemm.h"
 #include "tessera/ops/detail.h"
 #include "tessera/util/thread_pool.h"
@@ -9,6 +13,15 @@ namespace tessera {
 using autograd::record;
 
 namespace {
+
+// C = alpha · A @ B + beta · C in the precision autocast asks for on this thread.
+void product(const cpu::MatrixRef& a, const cpu::MatrixRef& b, float* c, int64_t ldc, float alpha = 1.0f,
+             float beta = 0.0f) {
+  if (autocast_dtype() == DType::BFloat16)
+    cpu::gemm_bf16(a, b, c, ldc, alpha, beta);
+  else
+    cpu::gemm(a, b, c, ldc, alpha, beta);
+}
 
 // The (rows, cols) matrix at `base_offset` of a tensor whose last two dims are the matrix dims.
 cpu::MatrixRef matrix_at(const Tensor& t, int64_t element_offset) {
@@ -44,7 +57,7 @@ Tensor batched_matmul(Tensor a, Tensor b, const Shape& batch) {
       off_a += idx * bstride_a[d];
       off_b += idx * bstride_b[d];
     }
-    cpu::gemm(matrix_at(a, off_a), matrix_at(b, off_b), out.data<float>() + i * n * m, m);
+    product(matrix_at(a, off_a), matrix_at(b, off_b), out.data<float>() + i * n * m, m);
   }
   return out;
 }
@@ -72,7 +85,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     out = batched_matmul(expand(a, full_a), expand(b, full_b), batch);
   }
   bool ga = a.requires_grad(), gb = b.requires_grad();
-  return record(out, "MatmulBackward", {a, b}, [a, b, ga, gb](const Tensor& g) {
+  const DType precision = autocast_dtype();
+  return record(out, "MatmulBackward", {a, b}, [a, b, ga, gb, precision](const Tensor& g) {
+    Autocast as_forward(precision);
     Tensor grad_a, grad_b;
     if (ga) grad_a = sum_to(matmul(g, transpose(b, -1, -2)), a.shape());
     if (gb) grad_b = sum_to(matmul(transpose(a, -1, -2), g), b.shape());
@@ -95,19 +110,21 @@ Tensor linear_2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
     for (int64_t i = 0; i < N; ++i) std::copy(bp, bp + out_features, o + i * out_features);
     beta = 1.0f;
   }
-  cpu::gemm(matrix_at(x, 0), transposed(matrix_at(w, 0)), out.data<float>(), out_features, 1.0f, beta);
+  product(matrix_at(x, 0), transposed(matrix_at(w, 0)), out.data<float>(), out_features, 1.0f, beta);
   bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gbias = bias.defined() && bias.requires_grad();
-  return record(out, "LinearBackward", {x_in, w_in, bias}, [x, w, gx, gw, gbias](const Tensor& g_in) {
+  const DType precision = autocast_dtype();
+  return record(out, "LinearBackward", {x_in, w_in, bias}, [x, w, gx, gw, gbias, precision](const Tensor& g_in) {
+    Autocast as_forward(precision);
     Tensor g = blas_ready(g_in);
     Tensor grad_x, grad_w, grad_b;
     int64_t N = x.shape()[0], in_features = x.shape()[1], out_features = w.shape()[0];
     if (gx) {
       grad_x = Tensor::empty({N, in_features});
-      cpu::gemm(matrix_at(g, 0), matrix_at(w, 0), grad_x.data<float>(), in_features);
+      product(matrix_at(g, 0), matrix_at(w, 0), grad_x.data<float>(), in_features);
     }
     if (gw) {
       grad_w = Tensor::empty({out_features, in_features});
-      cpu::gemm(transposed(matrix_at(g, 0)), matrix_at(x, 0), grad_w.data<float>(), in_features);
+      product(transposed(matrix_at(g, 0)), matrix_at(x, 0), grad_w.data<float>(), in_features);
     }
     if (gbias) grad_b = sum(g, {0});
     return std::vector<Tensor>{grad_x, grad_w, grad_b};

@@ -46,7 +46,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"train.global_batch_size", &c.train.global_batch_size},
       {"train.eval_batch_size", &c.train.eval_batch_size}, {"train.seed", &c.train.seed},
       {"train.threads", &c.train.threads}, {"train.memory_budget_mb", &c.train.memory_budget_mb},
-      {"train.output_dir", &c.train.output_dir},
+      {"train.output_dir", &c.train.output_dir}, {"train.precision", &c.train.precision},
       {"train.log_every", &c.train.log_every}, {"train.checkpoint_every", &c.train.checkpoint_every},
       {"train.keep_checkpoints", &c.train.keep_checkpoints}, {"train.max_steps", &c.train.max_steps},
       {"train.overwrite", &c.train.overwrite},
@@ -233,6 +233,9 @@ void validate(const TrainConfig& c) {
                 "[config] data.dataset = 'csv' needs data.test_path, the table to evaluate on");
   positive("model.input_dim", static_cast<double>(c.model.input_dim));
   one_of("optimizer.name", c.optimizer.name, {"sgd", "adam", "adamw", "lars", "lamb"});
+  TESSERA_CHECK(c.train.precision != "fp16", "[config] train.precision = 'fp16' needs dynamic loss scaling, which is "
+                "not built yet; use 'bf16' (same speed here, no scaling needed) or 'fp32'");
+  one_of("train.precision", c.train.precision, {"fp32", "bf16"});
   one_of("optimizer.scale_lr", c.optimizer.scale_lr, {"none", "linear", "sqrt"});
   one_of("schedule.name", c.schedule.name, {"constant", "step", "cosine"});
   TESSERA_CHECK((c.model.name == "transformer") == (c.data.dataset == "text"),

@@ -61,6 +61,9 @@ struct RunConfig {
   int64_t threads = 0;            // 0: TESSERA_NUM_THREADS or all cores
   int64_t memory_budget_mb = 0;   // MiB live tensors may hold (cpu_allocator.h); 0: TESSERA_MEMORY_BUDGET
   std::string output_dir = "runs/default";
+  // fp32, or bf16: matrix products in bfloat16 with fp32 accumulation, everything else and the
+  // parameters, gradients and optimizer state in fp32 (autograd/autocast.h)
+  std::string precision = "fp32";
   int64_t log_every = 50;         // steps between log lines (metrics.jsonl gets every step)
   int64_t checkpoint_every = 0;   // steps between checkpoints; 0: at the end of each epoch only
   int64_t keep_checkpoints = 2;   // older ones are deleted

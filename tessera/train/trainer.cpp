@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "tessera/autograd/autocast.h"
 #include "tessera/core/cpu_allocator.h"
 #include "tessera/data/sampler.h"
 #include "tessera/io/checkpoint.h"
@@ -161,7 +162,11 @@ std::string Trainer::checkpoints_dir() const { return (fs::path(config_.train.ou
 double Trainer::train_step(const data::Batch& batch) {
   schedule_->set_position(step_);
   optimizer_->zero_grad();
-  const double loss = strategy_->forward_backward(batch);
+  double loss = 0;
+  {
+    Autocast mixed(config_.train.precision == "bf16" ? DType::BFloat16 : DType::Float32);
+    loss = strategy_->forward_backward(batch);
+  }
   if (config_.optimizer.clip_grad_norm > 0) strategy_->clip_gradients(config_.optimizer.clip_grad_norm);
   std::lock_guard lock(state_mu_);  // a survivor's save sees this step whole or not at all
   strategy_->optimizer_step(*optimizer_);
@@ -317,7 +322,11 @@ EvalResult Trainer::evaluate() {
   loader.start_epoch(0);
   EvalSums sums;
   while (auto batch = loader.next()) {
-    std::optional<EvalContribution> c = strategy_->evaluate_batch(*batch);
+    std::optional<EvalContribution> c;
+    {
+      Autocast mixed(config_.train.precision == "bf16" ? DType::BFloat16 : DType::Float32);
+      c = strategy_->evaluate_batch(*batch);
+    }
     if (!c) continue;
     const int64_t weight = batch->targets.numel();  // tokens for the LM, samples otherwise
     sums.loss_sum += static_cast<double>(c->loss.item<float>()) * weight;

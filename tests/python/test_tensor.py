@@ -137,3 +137,14 @@ def test_caller_mistakes_are_value_errors_naming_the_op():
         tessera.ones(2) + "a"
     with pytest.raises(ValueError):
         tessera.ones(2, 3).item()
+
+
+def test_autocast_multiplies_in_bf16():
+    a = np.random.default_rng(3).standard_normal((16, 64)).astype(np.float32)
+    ta = tessera.from_numpy(a)
+    with tessera.autocast(tessera.bfloat16):
+        mixed = (ta @ ta.T).numpy()
+    exact = (ta @ ta.T).numpy()
+    rounded = tessera.from_numpy(a).to(tessera.bfloat16).to(tessera.float32).numpy().astype(np.float64)
+    np.testing.assert_allclose(mixed, rounded @ rounded.T, rtol=1e-4, atol=1e-3)
+    assert np.abs(mixed - exact).max() > 1e-4
