@@ -61,6 +61,13 @@ std::vector<BFloat16> to_bf16(const MatrixRef& m) {
 
 }  // namespace
 
+std::string gemm_bf16_implementation(int64_t m, int64_t n, int64_t k) {
+  memory::desc a({m, k}, memory::data_type::bf16, memory::dims{k, 1});
+  memory::desc b({k, n}, memory::data_type::bf16, memory::dims{n, 1});
+  memory::desc c({m, n}, memory::data_type::f32, memory::dims{n, 1});
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), engine()).impl_info_str();
+}
+
 void gemm_bf16(const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc, float alpha, float beta) {
   TESSERA_ASSERT(a.cols == b.rows, "gemm_bf16 inner dims ", a.cols, " vs ", b.rows);
   const int64_t M = a.rows, N = b.cols, K = a.cols;

@@ -5,11 +5,16 @@
 // buffers first, whatever their strides.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "tessera/backend/cpu/gemm.h"
 
 namespace tessera::cpu {
 
 void gemm_bf16(const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
+
+// The oneDNN implementation an (m, k) @ (k, n) product runs on here, e.g. "brg:avx512_core_amx_bf16"
+// (AMX tiles) or "brg:avx512_core_bf16" (vdpbf16ps): for the benchmark's report.
+std::string gemm_bf16_implementation(int64_t m, int64_t n, int64_t k);
 
 }  // namespace tessera::cpu
