@@ -31,6 +31,11 @@ void bind_train(py::module_& m);
 // override is still there when C++ calls it after the caller dropped its last Python reference.
 std::shared_ptr<nn::Module> keep_python_alive(const py::handle& module);
 
+// A state dict as Python sees it (an OrderedDict of name -> tensor, in registration order), and back
+// from any mapping (dict order kept): modules, optimizers and ZeRO's full state all use these.
+py::object to_ordered_dict(const nn::StateDict& state);
+nn::StateDict state_dict_from(const py::handle& mapping);
+
 // The group init_process_group() made (tessera.distributed's default group), or null before it.
 dist::ProcessGroupPtr default_group_or_null();
 

@@ -244,13 +244,10 @@ void bind_distributed(py::module_& m) {
           py::gil_scoped_release release;
           state = z.full_state_dict();
         }
-        py::object dict = py::module_::import("collections").attr("OrderedDict")();
-        for (const auto& [name, tensor] : state) dict[py::str(name)] = tensor;
-        return dict;
+        return to_ordered_dict(state);
       }, "The whole model under its own names, on every rank (collective)")
       .def("load_full_state_dict", [](Zero& z, const py::dict& state) {
-        nn::StateDict converted;
-        for (auto [k, v] : state) converted.emplace_back(k.cast<std::string>(), v.cast<Tensor>());
+        nn::StateDict converted = state_dict_from(state);
         py::gil_scoped_release release;
         z.load_full_state_dict(converted);
       })

@@ -56,22 +56,6 @@ void set_attribute(const py::object& self, const py::str& name, const py::object
   if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0) throw py::error_already_set();
 }
 
-// Python's view of a state dict: an ordered dict of name -> tensor (dict order is registration order).
-py::object to_ordered_dict(const nn::StateDict& state) {
-  py::object dict = py::module_::import("collections").attr("OrderedDict")();
-  for (const auto& [name, tensor] : state) dict[py::str(name)] = tensor;
-  return dict;
-}
-
-nn::StateDict from_mapping(const py::handle& mapping) {
-  nn::StateDict state;
-  for (auto item : mapping.attr("items")()) {
-    auto pair = item.cast<py::tuple>();
-    state.emplace_back(pair[0].cast<std::string>(), pair[1].cast<Tensor>());
-  }
-  return state;
-}
-
 py::list named_list(const nn::StateDict& state) {
   py::list out;
   for (const auto& [name, tensor] : state) out.append(py::make_tuple(name, tensor));
@@ -135,6 +119,21 @@ void bind_functional(py::module_& f) {
 }
 
 }  // namespace
+
+py::object to_ordered_dict(const nn::StateDict& state) {
+  py::object dict = py::module_::import("collections").attr("OrderedDict")();
+  for (const auto& [name, tensor] : state) dict[py::str(name)] = tensor;
+  return dict;
+}
+
+nn::StateDict state_dict_from(const py::handle& mapping) {
+  nn::StateDict state;
+  for (auto item : mapping.attr("items")()) {
+    auto pair = item.cast<py::tuple>();
+    state.emplace_back(pair[0].cast<std::string>(), pair[1].cast<Tensor>());
+  }
+  return state;
+}
 
 std::shared_ptr<nn::Module> keep_python_alive(const py::handle& module) {
   auto held = module.cast<std::shared_ptr<nn::Module>>();
@@ -207,7 +206,7 @@ void bind_nn(py::module_& m) {
       .def("num_parameters", &nn::Module::num_parameters)
       .def("state_dict", [](const nn::Module& mod) { return to_ordered_dict(mod.state_dict()); })
       .def("load_state_dict", [](nn::Module& mod, const py::object& state, bool strict) {
-             auto converted = from_mapping(state);
+             auto converted = state_dict_from(state);
              py::gil_scoped_release release;
              mod.load_state_dict(converted, strict);
            }, py::arg("state_dict"), py::arg("strict") = true)

@@ -22,11 +22,6 @@ std::vector<Tensor> tensors_from(const py::iterable& params) {
   return out;
 }
 
-py::object state_to_dict(const nn::StateDict& state) {
-  py::object dict = py::module_::import("collections").attr("OrderedDict")();
-  for (const auto& [name, tensor] : state) dict[py::str(name)] = tensor;
-  return dict;
-}
 
 }  // namespace
 
@@ -37,11 +32,9 @@ void bind_optim(py::module_& m) {
       .def_property("lr", &optim::Optimizer::lr, &optim::Optimizer::set_lr)
       .def_property_readonly("step_count", &optim::Optimizer::step_count)
       .def_property_readonly("params", &optim::Optimizer::params)
-      .def("state_dict", [](const optim::Optimizer& o) { return state_to_dict(o.state_dict()); })
+      .def("state_dict", [](const optim::Optimizer& o) { return to_ordered_dict(o.state_dict()); })
       .def("load_state_dict", [](optim::Optimizer& o, const py::dict& state) {
-        nn::StateDict converted;
-        for (auto [k, v] : state) converted.emplace_back(k.cast<std::string>(), v.cast<Tensor>());
-        o.load_state_dict(converted);
+        o.load_state_dict(state_dict_from(state));
       });
 
   py::class_<optim::SGD, optim::Optimizer>(m, "SGD")

@@ -21,6 +21,13 @@ dnnl::engine& engine() {
   return e;
 }
 
+// bf16 (m, k) @ bf16 (k, n) -> f32 (m, n) with row stride ldc: the one shape of every product here.
+dnnl::matmul::desc matmul_desc(int64_t m, int64_t n, int64_t k, int64_t ldc) {
+  return dnnl::matmul::desc(memory::desc({m, k}, memory::data_type::bf16, memory::dims{k, 1}),
+                            memory::desc({k, n}, memory::data_type::bf16, memory::dims{n, 1}),
+                            memory::desc({m, n}, memory::data_type::f32, memory::dims{ldc, 1}));
+}
+
 // One primitive per shape and scaling, built once (building costs far more than a small product).
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, float, float>;  // M, N, K, ldc, alpha, beta
 
@@ -30,9 +37,6 @@ dnnl::matmul primitive_for(const Key& key) {
   std::lock_guard lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   const auto [m, n, k, ldc, alpha, beta] = key;
-  memory::desc a({m, k}, memory::data_type::bf16, memory::dims{k, 1});
-  memory::desc b({k, n}, memory::data_type::bf16, memory::dims{n, 1});
-  memory::desc c({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
@@ -40,7 +44,7 @@ dnnl::matmul primitive_for(const Key& key) {
     ops.append_sum(beta);
     attr.set_post_ops(ops);
   }
-  dnnl::matmul prim(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, engine()));
+  dnnl::matmul prim(dnnl::matmul::primitive_desc(matmul_desc(m, n, k, ldc), attr, engine()));
   if (cache.size() >= 512) cache.clear();  // a bound, for programs of ever-new shapes
   cache.emplace(key, prim);
   return prim;
@@ -62,10 +66,7 @@ std::vector<BFloat16> to_bf16(const MatrixRef& m) {
 }  // namespace
 
 std::string gemm_bf16_implementation(int64_t m, int64_t n, int64_t k) {
-  memory::desc a({m, k}, memory::data_type::bf16, memory::dims{k, 1});
-  memory::desc b({k, n}, memory::data_type::bf16, memory::dims{n, 1});
-  memory::desc c({m, n}, memory::data_type::f32, memory::dims{n, 1});
-  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), engine()).impl_info_str();
+  return dnnl::matmul::primitive_desc(matmul_desc(m, n, k, n), engine()).impl_info_str();
 }
 
 void gemm_bf16(const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc, float alpha, float beta) {
