@@ -20,10 +20,11 @@ struct ExampleRun {
   std::string out;
 };
 
-ExampleRun run(const std::string& command, const std::string& dir, const std::string& name) {
+ExampleRun run(const std::string& command, const std::string& dir, const std::string& name, int timeout_s = 120) {
   const std::string log = dir + "/" + name + ".log";
   // Bounded: an example that hangs fails the test instead of hanging it.
-  const int status = std::system(("timeout -k 5 120 " + command + " > " + log + " 2>&1").c_str());
+  const int status = std::system(
+      ("timeout -k 5 " + std::to_string(timeout_s) + " " + command + " > " + log + " 2>&1").c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), tessera::testing::read_text(log)};
 }
 
@@ -132,8 +133,11 @@ TEST(Examples, TabularOnFourRanksEqualsOneProcess) {
 // The example's default run on its synthetic set reaches the target: R@10 >= 0.9.
 TEST(LongTierExamples, MilNceReachesRecallAt10OfNinetyPercent) {
   const std::string dir = tessera::testing::fresh_dir("examples", "milnce_long");
-  ExampleRun r = run(std::string(TESSERA_BINARY) + " run --nproc-per-node 2 -- " + example("milnce") + " --out " + dir,
-                     dir, "long");
+  // One intra-op thread per rank: two ranks of two threads each on two cores spin against each
+  // other, and under the suite's parallel load the run passed the 120 s bound (36 s alone).
+  ExampleRun r = run("env OMP_NUM_THREADS=1 " + std::string(TESSERA_BINARY) + " run --nproc-per-node 2 -- " +
+                         example("milnce") + " --out " + dir,
+                     dir, "long", 280);
   ASSERT_EQ(r.status, 0) << r.out;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex("R@10 ([0-9.]+)"))) << r.out;
