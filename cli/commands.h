@@ -18,5 +18,6 @@ Command add_run_command(CLI::App& app);
 Command add_env_command(CLI::App& app);
 Command add_doctor_command(CLI::App& app);
 Command add_tune_command(CLI::App& app);
+Command add_serve_command(CLI::App& app);
 
 }  // namespace tessera::cli

@@ -27,6 +27,10 @@ find_package(ZLIB REQUIRED)
 # libpng (Debian's libpng-dev): the image-folder dataset's PNG decoder (data/image_folder.h).
 find_package(PNG REQUIRED)
 find_package(tomlplusplus REQUIRED)
+# cpp-httplib (Debian's libcpp-httplib-dev, a compiled library there): tessera serve's HTTP server
+# (serve/http_server.h says why this one).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 # Gloo (Debian's libgloo-dev): the `gloo` backend's collectives over its TCP transport.
 find_package(Gloo CONFIG REQUIRED)

@@ -13,8 +13,6 @@ namespace {
 using nlohmann::json;
 using tessera::detail::concat;
 
-constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 // Decodes an HTTP/1.1 chunked body: "<hex size>[;ext]\r\n<bytes>\r\n" ... "0\r\n\r\n".
 std::string dechunk(const std::string& body, const std::string& what) {
   std::string out;
@@ -39,45 +37,6 @@ std::string dechunk(const std::string& body, const std::string& what) {
 }
 
 }  // namespace
-
-std::string base64_encode(const std::string& in) {
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
-  }
-  if (i + 1 == in.size()) {
-    uint32_t v = uint8_t(in[i]) << 16;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == in.size()) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
-}
-
-std::string base64_decode(const std::string& in) {
-  std::string out;
-  uint32_t v = 0;
-  int bits = 0;
-  for (char c : in) {
-    const char* p = c == '\0' ? nullptr : std::strchr(kAlphabet, c);
-    if (p == nullptr) continue;
-    v = (v << 6) | static_cast<uint32_t>(p - kAlphabet);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((v >> bits) & 0xff);
-    }
-  }
-  return out;
-}
 
 json parse_etcd_reply(const std::string& response, const std::string& what) {
   const size_t head_end = response.find("\r\n\r\n");
@@ -111,7 +70,11 @@ std::optional<std::string> first_value(const json& r, const std::string& what) {
   auto value = (*kvs)[0].find("value");
   if (value == (*kvs)[0].end()) return std::string();  // an empty value is omitted
   if (!value->is_string()) throw IoError(concat("[etcd] ", what, ": a value is not a base64 string"));
-  return base64_decode(value->get<std::string>());
+  try {
+    return base64_decode(value->get<std::string>());
+  } catch (const ValueError& e) {
+    throw IoError(concat("[etcd] ", what, ": ", e.what()));
+  }
 }
 
 int64_t parse_counter(const std::string& text, const std::string& key) {

@@ -9,11 +9,12 @@
 #include <optional>
 #include <string>
 
+#include "tessera/util/base64.h"
+
 namespace tessera::elastic {
 
-std::string base64_encode(const std::string& in);
-// Characters outside the alphabet (padding, whitespace) are skipped, as etcd never sends any.
-std::string base64_decode(const std::string& in);
+using tessera::base64_decode;
+using tessera::base64_encode;
 
 // The JSON body of a 200 reply to `what` (the request's path, for errors); IoError otherwise.
 nlohmann::json parse_etcd_reply(const std::string& response, const std::string& what);

@@ -19,6 +19,10 @@ constexpr std::array kSettings{
     Setting{"TESSERA_JOB_TOKEN", "128 random bits per job, made by tessera run",
             "secret every store and parameter-server client presents; the nodes of a multi-node job must share one",
             kUser},
+    Setting{"TESSERA_SERVE_TOKEN", "unset (no token on loopback; required with a non-loopback --host)",
+            "bearer token every tessera serve route but /healthz requires; --token overrides it (a router gives its "
+            "replicas a random one)",
+            kUser},
     Setting{"TESSERA_CPU_CACHE_MB", "2048", "MiB of freed CPU tensor memory the allocator keeps for reuse", kUser},
     Setting{"TESSERA_MEMORY_BUDGET", "unset (no budget)",
             "most bytes live CPU tensors may hold (e.g. 512M, 8G; K/M/G are powers of 1024); an allocation past "

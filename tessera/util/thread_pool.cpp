@@ -30,6 +30,10 @@ int num_threads() {
   return n > 0 ? n : omp_get_max_threads();
 }
 
+void adopt_num_threads() {
+  if (const int n = pool_size.load(); n > 0) omp_set_num_threads(n);
+}
+
 int init_threads_from_env() {
   if (const char* env = env_setting("TESSERA_NUM_THREADS")) {
     char* end = nullptr;

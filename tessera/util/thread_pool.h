@@ -13,6 +13,10 @@ void set_num_threads(int n);
 int num_threads();
 // Reads TESSERA_NUM_THREADS if set (else leaves the OpenMP default); returns the size in force.
 int init_threads_from_env();
+// OpenMP keeps the team size per thread: a std::thread starts with the default (all cores), not
+// with set_num_threads' value, and oneDNN sizes its work by it. A thread that runs ops calls this
+// first (tessera serve's replicas, one thread each, ran their convolutions on two and spun).
+void adopt_num_threads();
 
 namespace detail {
 int omp_threads_for(int64_t work_items, int64_t grain);

@@ -1,0 +1,58 @@
+// Dynamic batching: requests queue, and one thread runs them together, up to `max_batch` samples or
+// until `max_wait` has passed since the oldest arrived, whichever comes first (Triton's and Ray
+// Serve's rule). A request of more samples than max_batch runs alone; one that does not fit beside
+// the queue's head waits for the next batch, so requests run in arrival order. Each request gets its
+// own rows of the batch's output back, or the batch's exception.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "tessera/core/tensor.h"
+
+namespace tessera::serve {
+
+struct BatcherOptions {
+  int64_t max_batch = 32;                      // samples; 1 turns batching off
+  std::chrono::microseconds max_wait{5000};    // after the oldest queued request arrived
+};
+
+class DynamicBatcher {
+ public:
+  // `run`: [n, ...] -> [n, ...], called on the batcher's thread only. `on_batch(samples)` after each.
+  DynamicBatcher(BatcherOptions options, std::function<Tensor(const Tensor&)> run,
+                 std::function<void(int64_t samples)> on_batch = {});
+  ~DynamicBatcher();  // stop()
+  DynamicBatcher(const DynamicBatcher&) = delete;
+  DynamicBatcher& operator=(const DynamicBatcher&) = delete;
+
+  // `rows`: [n, ...] with n >= 1. The future holds [n, ...], or the exception the batch ended in.
+  // After stop(): a future holding a ValueError.
+  std::future<Tensor> submit(Tensor rows);
+  // Runs what is queued, then ends the thread. Idempotent.
+  void stop();
+
+ private:
+  struct Pending {
+    Tensor rows;
+    std::promise<Tensor> reply;
+    std::chrono::steady_clock::time_point arrived;
+  };
+  void loop();
+  std::vector<Pending> next_batch(std::unique_lock<std::mutex>& lock);
+
+  BatcherOptions options_;
+  std::function<Tensor(const Tensor&)> run_;
+  std::function<void(int64_t)> on_batch_;
+  std::mutex mutex_;
+  std::condition_variable arrived_;
+  std::deque<Pending> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tessera::serve
