@@ -115,6 +115,21 @@ struct ModelParallelBenchOptions {
 // Pipeline bubble against (P-1)/(M+P-1), peak memory per rank and tokens/s per layout (DP, PP, TP).
 int model_parallel(const ModelParallelBenchOptions& options);
 
+struct ServeBenchOptions {
+  std::string checkpoint;            // a run or checkpoint directory (the CNN of examples/cnn.toml)
+  std::string batches = "1,8,32,64";  // bench infer: batch sizes
+  std::string clients = "1,8,64";    // bench serve: concurrent wrk connections
+  int seconds = 5;                   // per measured cell
+  int64_t max_batch = 32;
+  double max_wait_ms = 5;
+  int replicas = 1;
+};
+// Offline batched inference: samples/s of the checkpoint's model at each batch size (no HTTP).
+int infer(const ServeBenchOptions& options);
+// `tessera serve` under wrk (Debian's wrk) at each client count: requests/s and p50/p99 latency,
+// beside the offline throughput of the same model at the server's max batch, in the same run.
+int serve(const ServeBenchOptions& options);
+
 // Shared by the benchmarks that run jobs under the launcher: the last JSON object a job's output
 // holds (rank 0's report line), a file's text, and median [min-max] cells.
 nlohmann::json last_json_line(const std::string& text);

@@ -1,4 +1,4 @@
-// tessera bench train-step | matmul | comm
+// tessera bench train-step | matmul | comm | ddp | ps | zero | model-parallel | infer | serve
 #include "bench/bench.h"
 #include "cli/commands.h"
 
@@ -129,7 +129,23 @@ Command add_bench_command(CLI::App& app) {
   mpb->add_option("--schedule", mo->schedule, "Internal")->group("");
   mpb->add_option("--microbatches", mo->microbatches, "Internal")->group("");
 
+  auto so = std::make_shared<bench::ServeBenchOptions>();
+  auto* infer = bench->add_subcommand("infer", "Offline batched inference samples/s of a checkpoint's model");
+  infer->add_option("checkpoint", so->checkpoint, "A run or checkpoint directory")->required();
+  infer->add_option("--batches", so->batches, "Comma-separated batch sizes")->capture_default_str();
+  infer->add_option("--seconds", so->seconds, "Seconds per cell")->capture_default_str()->check(CLI::Range(1, 600));
+  auto* serve = bench->add_subcommand("serve", "tessera serve under wrk: requests/s, p50/p99 at each client count, vs "
+                                               "offline inference");
+  serve->add_option("checkpoint", so->checkpoint, "A run or checkpoint directory (e.g. runs/cnn)")->required();
+  serve->add_option("--clients", so->clients, "Comma-separated concurrent connections")->capture_default_str();
+  serve->add_option("--seconds", so->seconds, "Seconds per cell")->capture_default_str()->check(CLI::Range(1, 600));
+  serve->add_option("--max-batch", so->max_batch, "The server's --max-batch")->capture_default_str();
+  serve->add_option("--max-wait-ms", so->max_wait_ms, "The server's --max-wait-ms")->capture_default_str();
+  serve->add_option("--replicas", so->replicas, "The server's --replicas")->capture_default_str();
+
   return {bench, [=]() -> int {
+    if (infer->parsed()) return bench::infer(*so);
+    if (serve->parsed()) return bench::serve(*so);
     if (mpb->parsed()) return bench::model_parallel(*mo);
     if (train_step->parsed()) return bench::train_step(*ts);
     if (psb->parsed()) return bench::ps(*pb);
