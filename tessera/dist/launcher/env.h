@@ -12,7 +12,9 @@
 //                      launcher's own TESSERA_JOB_TOKEN when set (every node of a multi-node job
 //                      must share one, so there it has to be set)
 //   TESSERA_NUM_THREADS intra-op threads per worker: the launcher's own value when set, else
-//                      cores / LOCAL_WORLD_SIZE (at least 1), so N workers do not oversubscribe
+//                      cores / LOCAL_WORLD_SIZE (at least 1), so N workers do not oversubscribe;
+//                      OMP_NUM_THREADS gets the same value unless the launcher's environment sets it
+//                      (supervisor.cpp)
 //
 // The names follow torchrun's (plus NODE_RANK), so scripts written for it read the same values.
 //

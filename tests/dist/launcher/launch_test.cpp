@@ -81,6 +81,19 @@ TEST(Launch, SetsTheEnvContractPerRank) {
   }
 }
 
+TEST(Launch, OpenMpThreadsFollowTheThreadsPerWorkerUnlessTheLauncherHasThem) {
+  TempDir dir;
+  LaunchOptions o = sh_job(2, "echo \"$OMP_NUM_THREADS\"");
+  o.threads_per_worker = 3;
+  Captured c = launch_captured(o, dir);
+  ASSERT_EQ(c.result.exit_code, 0) << c.result.message << c.err;
+  auto lines = lines_by_rank(c.out);
+  ASSERT_EQ(lines.size(), 2u) << c.out;
+  // The suite's sanitizer passes run with OMP_NUM_THREADS set: then it is passed on unchanged.
+  const char* own = std::getenv("OMP_NUM_THREADS");
+  for (int rank : {0, 1}) EXPECT_EQ(lines[rank], own != nullptr ? std::string(own) : "3");
+}
+
 TEST(Launch, DefaultsOnNodeZero) {
   TempDir dir;
   Captured c = launch_captured(sh_job(2, kPrintEnv), dir);
