@@ -171,7 +171,7 @@ TEST_F(ServeProcess, RepliesEqualTheCheckpointsModelWithAndWithoutBatching) {
 
   // Batching on: four single-image requests at once make one batch of four (the wait is long; the
   // fourth request fills the batch and cuts it short).
-  Server batched(*dir_, {*cnn_, "--max-batch", "4", "--max-wait-ms", "5000"});
+  Server batched(*dir_, {*cnn_, "--max-batch", "4", "--max-wait-ms", "30000"});
   std::vector<std::string> replies(4);
   std::vector<std::thread> clients;
   for (int i = 0; i < 4; ++i)
@@ -269,9 +269,12 @@ TEST_F(ServeProcess, SigtermAnswersTheRequestsInFlightBeforeExiting) {
       auto res = s.client().Post("/v1/predict", images_body(random_images(1, i), 1), "application/json");
       statuses[i] = res ? res->status : -1;
     });
-  // Until the three are in flight (bounded: 300 looks, each a round trip to the server).
+  // Until the three are in flight: a look at /metrics every 5 ms, for at most 60 s.
   double in_flight = 0;
-  for (int i = 0; i < 300 && in_flight < 3; ++i) in_flight = metric(s.client().Get("/metrics")->body, "tessera_serve_in_flight");
+  for (const auto deadline = Clock::now() + std::chrono::seconds(60); in_flight < 3 && Clock::now() < deadline;) {
+    in_flight = metric(s.client().Get("/metrics")->body, "tessera_serve_in_flight");
+    if (in_flight < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   ASSERT_EQ(in_flight, 3);
   const int status = s.stop(SIGTERM);
   for (auto& t : clients) t.join();
@@ -332,11 +335,12 @@ TEST_F(ServeProcess, AReplicaKilledUnderLoadLosesNoRequestAndIsStartedAgain) {
   EXPECT_EQ(lost, 0) << "requests without an answer; " << s.log();
   EXPECT_EQ(ok + unavailable, 240);
   EXPECT_GT(ok, 200);  // the other replica (and the retry) answered almost all
-  // The dead replica is started again (bounded: 600 looks at /healthz).
+  // The dead replica is started again: a look at /healthz every 10 ms, for at most 120 s.
   json health;
-  for (int i = 0; i < 600; ++i) {
+  for (const auto deadline = Clock::now() + std::chrono::seconds(120); Clock::now() < deadline;) {
     health = json::parse(s.client().Get("/healthz")->body);
     if (health["ready"] == 2 && health["restarts"] == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(health["ready"], 2) << health.dump() << s.log();
   EXPECT_EQ(health["restarts"], 1);
