@@ -128,6 +128,11 @@ struct ParallelConfig {
   std::string balance = "parameters";  // parameters | time: how layers are cut into stages
 };
 
+// What a run writes beside metrics.jsonl for people to look at (tessera/observe).
+struct ObservabilityConfig {
+  std::string tensorboard;  // a directory: TensorBoard event files of every metric (rank 0); "" = none
+};
+
 struct TrainConfig {
   ModelConfig model;
   DataConfig data;
@@ -136,6 +141,7 @@ struct TrainConfig {
   RunConfig train;
   DistributedConfig distributed;
   ParallelConfig parallel;
+  ObservabilityConfig observability;
 };
 
 // True when the config asks for pipeline or tensor parallelism.

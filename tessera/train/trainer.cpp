@@ -17,6 +17,7 @@
 #include "tessera/core/cpu_allocator.h"
 #include "tessera/data/sampler.h"
 #include "tessera/io/checkpoint.h"
+#include "tessera/observe/tensorboard.h"
 #include "tessera/ops/ops.h"
 #include "tessera/train/lr_scaling.h"
 #include "tessera/train/whole_checkpoint.h"
@@ -195,16 +196,35 @@ void Trainer::save_after_losing_a_peer() {
   if (survivor_) survivor_->save_now();
 }
 
+namespace {
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
 FitResult Trainer::fit_epochs() {
   const auto& run = config_.train;
   const bool lead = rank() == 0;  // the rank that reports and writes
   if (run_id_.empty()) resumed_ ? agree_on_run_id() : claim_output_dir();
   std::optional<MetricsLog> metrics;
+  std::optional<observe::TensorBoardWriter> tensorboard;
+  // Every metrics.jsonl record also goes to TensorBoard when asked ([observability] tensorboard).
+  auto record_metrics = [&](const nlohmann::json& record) {
+    metrics->write(record);
+    if (tensorboard)
+      tensorboard->write_scalars(record.value("step", int64_t{0}), observe::scalars_of_record(record),
+                                 record.value("unix_time", unix_now()));
+  };
   if (lead) {
     fs::create_directories(run.output_dir);
     metrics.emplace((fs::path(run.output_dir) / "metrics.jsonl").string());
+    if (!config_.observability.tensorboard.empty()) tensorboard.emplace(config_.observability.tensorboard);
     if (!strategy_->describe().empty()) std::fprintf(stderr, "%s\n", strategy_->describe().c_str());
   }
+  // Where the run (re)started, for tessera report's list of starts and resumptions.
+  if (lead)
+    record_metrics({{"type", "start"}, {"step", step_}, {"epoch", epoch_}, {"resumed", resumed_},
+                    {"world_size", world_size()}, {"unix_time", unix_now()}});
   Progress progress(lead && Progress::stderr_is_terminal(), lead ? run.log_every : INT64_MAX);
   FitResult result;
   stop_requested_ = false;
@@ -247,11 +267,11 @@ FitResult Trainer::fit_epochs() {
       if (lead) {
         progress.step(batch_in_epoch_ - 1, step_, loss, optimizer_->lr(), rate);
         nlohmann::json record{{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss},
-                              {"lr", optimizer_->lr()}, {"samples_per_s", rate}};
+                              {"lr", optimizer_->lr()}, {"samples_per_s", rate}, {"unix_time", unix_now()}};
         if (batch->targets.dim() == 2)  // tokens
           record["tokens_per_s"] = rate * static_cast<double>(batch->targets.shape()[1]);
         strategy_->add_step_metrics(record);
-        metrics->write(record);
+        record_metrics(record);
       }
       if (stop || (run.checkpoint_every > 0 && step_ % run.checkpoint_every == 0)) result.last_checkpoint = save_checkpoint();
       if (stop) {
@@ -271,7 +291,7 @@ FitResult Trainer::fit_epochs() {
     EpochReport report = epoch_report(epoch_, step_, train_loss, eval.loss, eval.accuracy, epoch_seconds, vocab_ != nullptr);
     result.last_checkpoint = save_checkpoint();
     if (lead) {
-      metrics->write(report.record);
+      record_metrics(report.record);
       progress.end_epoch(report.summary);
     }
   }
