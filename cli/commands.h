@@ -20,5 +20,6 @@ Command add_doctor_command(CLI::App& app);
 Command add_tune_command(CLI::App& app);
 Command add_serve_command(CLI::App& app);
 Command add_report_command(CLI::App& app);
+Command add_trace_command(CLI::App& app);
 
 }  // namespace tessera::cli

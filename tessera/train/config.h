@@ -131,6 +131,7 @@ struct ParallelConfig {
 // What a run writes beside metrics.jsonl for people to look at (tessera/observe).
 struct ObservabilityConfig {
   std::string tensorboard;  // a directory: TensorBoard event files of every metric (rank 0); "" = none
+  bool trace = false;       // each rank's timeline in <output_dir>/trace/rank-R.json (observe/trace.h)
 };
 
 struct TrainConfig {
