@@ -19,5 +19,7 @@ Command add_env_command(CLI::App& app);
 Command add_doctor_command(CLI::App& app);
 Command add_tune_command(CLI::App& app);
 Command add_serve_command(CLI::App& app);
+Command add_report_command(CLI::App& app);
+Command add_trace_command(CLI::App& app);
 
 }  // namespace tessera::cli

@@ -51,6 +51,10 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--overwrite", *overwrite,
                 "Start afresh in an output_dir that holds another run's checkpoints, moving them (and its metrics) "
                 "aside to <output_dir>/previous-<run id>/; without it such a start is refused");
+  auto trace = std::make_shared<bool>(false);
+  cmd->add_flag("--trace", *trace,
+                "Write each rank's timeline to <output_dir>/trace/rank-R.json ([observability] trace; merge them "
+                "with tessera trace merge)");
   auto nproc = std::make_shared<int>(1);
   cmd->add_option("--nproc", *nproc,
                   "Train on N local worker processes: data-parallel (DDP), or with parameter servers when "
@@ -60,6 +64,7 @@ Command add_train_command(CLI::App& app) {
     train::TrainConfig config = train::load_config(*config_path);
     for (const auto& o : *overrides) train::apply_override(config, o);
     if (*overwrite) config.train.overwrite = true;
+    if (*trace) config.observability.trace = true;
     train::validate(config);
     if (*print_config) {
       std::printf("%s\n", train::to_toml(config).c_str());
@@ -76,6 +81,7 @@ Command add_train_command(CLI::App& app) {
         throw train::another_runs_checkpoints(config.train.output_dir, latest);
       std::vector<std::string> sets = *overrides;
       if (config.train.overwrite) sets.push_back("train.overwrite=true");
+      if (config.observability.trace) sets.push_back("observability.trace=true");
       return launch_workers(*nproc, ps ? static_cast<int>(config.distributed.servers) : 0, *config_path, sets,
                             resuming, *resume);
     }

@@ -7,6 +7,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/dist/store/prefix_store.h"
+#include "tessera/observe/trace.h"
 
 namespace tessera::dist {
 
@@ -149,6 +150,7 @@ WorkPtr ProcessGroup::enqueue_task(Task task) {
 }
 
 void ProcessGroup::run_worker() {
+  if (observe::tracing_enabled()) observe::name_trace_thread(std::string("collectives (") + backend_name() + ")");
   for (;;) {
     Task task;
     std::exception_ptr broken;
@@ -179,6 +181,7 @@ void ProcessGroup::run_worker() {
 }
 
 void ProcessGroup::run_task(Task& task) {
+  observe::TraceSpan span(task.description, "comm");  // the timeline's communication lane
   const auto started = std::chrono::steady_clock::now();
   Deadline deadline = detail::deadline_after(options_.timeout);
   std::exception_ptr error;

@@ -73,6 +73,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"parallel.dp", &c.parallel.dp}, {"parallel.pp", &c.parallel.pp}, {"parallel.tp", &c.parallel.tp},
       {"parallel.schedule", &c.parallel.schedule}, {"parallel.microbatches", &c.parallel.microbatches},
       {"parallel.balance", &c.parallel.balance},
+      {"observability.tensorboard", &c.observability.tensorboard}, {"observability.trace", &c.observability.trace},
   };
 }
 

@@ -128,6 +128,12 @@ struct ParallelConfig {
   std::string balance = "parameters";  // parameters | time: how layers are cut into stages
 };
 
+// What a run writes beside metrics.jsonl for people to look at (tessera/observe).
+struct ObservabilityConfig {
+  std::string tensorboard;  // a directory: TensorBoard event files of every metric (rank 0); "" = none
+  bool trace = false;       // each rank's timeline in <output_dir>/trace/rank-R.json (observe/trace.h)
+};
+
 struct TrainConfig {
   ModelConfig model;
   DataConfig data;
@@ -136,6 +142,7 @@ struct TrainConfig {
   RunConfig train;
   DistributedConfig distributed;
   ParallelConfig parallel;
+  ObservabilityConfig observability;
 };
 
 // True when the config asks for pipeline or tensor parallelism.

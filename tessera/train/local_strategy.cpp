@@ -1,5 +1,6 @@
 #include "tessera/train/local_strategy.h"
 
+#include "tessera/observe/trace.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::train {
@@ -19,7 +20,12 @@ std::vector<Tensor> LocalStrategy::prepare(std::shared_ptr<nn::Module> model) {
 }
 
 double LocalStrategy::forward_backward(const data::Batch& batch) {
-  Tensor loss = default_loss(training_forward(batch.inputs), batch.targets);
+  Tensor loss;
+  {
+    observe::TraceSpan span("forward", "train");
+    loss = default_loss(training_forward(batch.inputs), batch.targets);
+  }
+  observe::TraceSpan span("backward", "train");  // DDP's wait for the last buckets included
   loss.backward();
   return loss.item<float>();
 }

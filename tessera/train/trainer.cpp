@@ -17,6 +17,8 @@
 #include "tessera/core/cpu_allocator.h"
 #include "tessera/data/sampler.h"
 #include "tessera/io/checkpoint.h"
+#include "tessera/observe/tensorboard.h"
+#include "tessera/observe/trace.h"
 #include "tessera/ops/ops.h"
 #include "tessera/train/lr_scaling.h"
 #include "tessera/train/whole_checkpoint.h"
@@ -160,6 +162,7 @@ RunOutput Trainer::run_output() const { return RunOutput{config_.train.output_di
 std::string Trainer::checkpoints_dir() const { return (fs::path(config_.train.output_dir) / "checkpoints").string(); }
 
 double Trainer::train_step(const data::Batch& batch) {
+  observe::TraceSpan step_span("step " + std::to_string(step_ + 1), "train");
   schedule_->set_position(step_);
   optimizer_->zero_grad();
   double loss = 0;
@@ -169,13 +172,37 @@ double Trainer::train_step(const data::Batch& batch) {
   }
   if (config_.optimizer.clip_grad_norm > 0) strategy_->clip_gradients(config_.optimizer.clip_grad_norm);
   std::lock_guard lock(state_mu_);  // a survivor's save sees this step whole or not at all
-  strategy_->optimizer_step(*optimizer_);
+  {
+    observe::TraceSpan span("optimizer", "train");
+    strategy_->optimizer_step(*optimizer_);
+  }
   ++step_;
   if (survivor_) rng_at_step_ = default_generator();  // a copy of the engine, not its text
   return loss;
 }
 
 FitResult Trainer::fit() {
+  // The timeline ([observability] trace): this rank's spans, written however fit ends.
+  struct TraceWriter {
+    const Trainer& t;
+    bool on;
+    ~TraceWriter() {
+      if (!on) return;
+      observe::enable_tracing(false);
+      try {
+        const auto dir = std::filesystem::path(t.config_.train.output_dir) / "trace";
+        std::filesystem::create_directories(dir);
+        observe::write_chrome_trace((dir / ("rank-" + std::to_string(t.rank()) + ".json")).string(), observe::take_trace(),
+                                    t.rank());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[train] rank %d: could not write its trace: %s\n", t.rank(), e.what());
+      }
+    }
+  } trace_writer{*this, config_.observability.trace};
+  if (config_.observability.trace) {
+    observe::enable_tracing(true);
+    observe::name_trace_thread("train");
+  }
   try {
     return fit_epochs();
   } catch (const PeerFailureError&) {
@@ -195,16 +222,35 @@ void Trainer::save_after_losing_a_peer() {
   if (survivor_) survivor_->save_now();
 }
 
+namespace {
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
 FitResult Trainer::fit_epochs() {
   const auto& run = config_.train;
   const bool lead = rank() == 0;  // the rank that reports and writes
   if (run_id_.empty()) resumed_ ? agree_on_run_id() : claim_output_dir();
   std::optional<MetricsLog> metrics;
+  std::optional<observe::TensorBoardWriter> tensorboard;
+  // Every metrics.jsonl record also goes to TensorBoard when asked ([observability] tensorboard).
+  auto record_metrics = [&](const nlohmann::json& record) {
+    metrics->write(record);
+    if (tensorboard)
+      tensorboard->write_scalars(record.value("step", int64_t{0}), observe::scalars_of_record(record),
+                                 record.value("unix_time", unix_now()));
+  };
   if (lead) {
     fs::create_directories(run.output_dir);
     metrics.emplace((fs::path(run.output_dir) / "metrics.jsonl").string());
+    if (!config_.observability.tensorboard.empty()) tensorboard.emplace(config_.observability.tensorboard);
     if (!strategy_->describe().empty()) std::fprintf(stderr, "%s\n", strategy_->describe().c_str());
   }
+  // Where the run (re)started, for tessera report's list of starts and resumptions.
+  if (lead)
+    record_metrics({{"type", "start"}, {"step", step_}, {"epoch", epoch_}, {"resumed", resumed_},
+                    {"world_size", world_size()}, {"unix_time", unix_now()}});
   Progress progress(lead && Progress::stderr_is_terminal(), lead ? run.log_every : INT64_MAX);
   FitResult result;
   stop_requested_ = false;
@@ -226,7 +272,13 @@ FitResult Trainer::fit_epochs() {
     auto epoch_start = std::chrono::steady_clock::now();
     double loss_sum = 0.0, rate = 0.0;
     int64_t loss_count = 0;
-    while (auto batch = loader_->next()) {
+    while (true) {
+      std::optional<data::Batch> batch;
+      {
+        observe::TraceSpan span("data", "train");
+        batch = loader_->next();
+      }
+      if (!batch) break;
       auto t0 = std::chrono::steady_clock::now();
       const double loss = train_step(*batch);
       ++batch_in_epoch_;
@@ -247,11 +299,11 @@ FitResult Trainer::fit_epochs() {
       if (lead) {
         progress.step(batch_in_epoch_ - 1, step_, loss, optimizer_->lr(), rate);
         nlohmann::json record{{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss},
-                              {"lr", optimizer_->lr()}, {"samples_per_s", rate}};
+                              {"lr", optimizer_->lr()}, {"samples_per_s", rate}, {"unix_time", unix_now()}};
         if (batch->targets.dim() == 2)  // tokens
           record["tokens_per_s"] = rate * static_cast<double>(batch->targets.shape()[1]);
         strategy_->add_step_metrics(record);
-        metrics->write(record);
+        record_metrics(record);
       }
       if (stop || (run.checkpoint_every > 0 && step_ % run.checkpoint_every == 0)) result.last_checkpoint = save_checkpoint();
       if (stop) {
@@ -263,7 +315,11 @@ FitResult Trainer::fit_epochs() {
       }
     }
     const double epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-    const EvalResult eval = evaluate();
+    EvalResult eval;
+    {
+      observe::TraceSpan span("evaluate", "train");
+      eval = evaluate();
+    }
     result.last_eval = eval;
     ++epoch_;
     batch_in_epoch_ = 0;
@@ -271,7 +327,7 @@ FitResult Trainer::fit_epochs() {
     EpochReport report = epoch_report(epoch_, step_, train_loss, eval.loss, eval.accuracy, epoch_seconds, vocab_ != nullptr);
     result.last_checkpoint = save_checkpoint();
     if (lead) {
-      metrics->write(report.record);
+      record_metrics(report.record);
       progress.end_epoch(report.summary);
     }
   }
@@ -404,6 +460,7 @@ std::pair<io::SafetensorsFile, io::SafetensorsFile> Trainer::checkpoint_files(nn
 }
 
 std::string Trainer::save_checkpoint() {
+  observe::TraceSpan span("checkpoint", "train");
   if (run_id_.empty()) run_id_ = io::new_run_id();  // saved before fit: rank 0 alone writes
   if (strategy_->writes_sharded_checkpoints()) {
     // Every rank writes its own pieces beside the step directories (the index last); rank 0 then
