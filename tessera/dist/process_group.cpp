@@ -150,7 +150,6 @@ WorkPtr ProcessGroup::enqueue_task(Task task) {
 }
 
 void ProcessGroup::run_worker() {
-  if (observe::tracing_enabled()) observe::name_trace_thread(std::string("collectives (") + backend_name() + ")");
   for (;;) {
     Task task;
     std::exception_ptr broken;
@@ -181,7 +180,12 @@ void ProcessGroup::run_worker() {
 }
 
 void ProcessGroup::run_task(Task& task) {
-  observe::TraceSpan span(task.description, "comm");  // the timeline's communication lane
+  if (observe::tracing_enabled()) {  // the timeline's communication lane, named once tracing is on
+    thread_local bool named = false;
+    if (!named) observe::name_trace_thread(std::string("collectives (") + backend_name() + ")");
+    named = true;
+  }
+  observe::TraceSpan span(task.description, "comm");
   const auto started = std::chrono::steady_clock::now();
   Deadline deadline = detail::deadline_after(options_.timeout);
   std::exception_ptr error;

@@ -72,6 +72,91 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Every rank's spans from <run_dir>/trace (the merged timeline.json, else the rank-*.json files).
+json trace_events_of(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(run_dir) / "trace";
+  json events = json::array();
+  if (!fs::is_directory(dir)) return events;
+  std::vector<fs::path> files;
+  if (fs::exists(dir / "timeline.json")) files.push_back(dir / "timeline.json");
+  else
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().filename().string().rfind("rank-", 0) == 0) files.push_back(e.path());
+  for (const auto& f : files) {
+    json t = json::parse(io::read_file(f.string()), nullptr, false);
+    if (t.is_object() && t.contains("traceEvents") && t["traceEvents"].is_array())
+      for (auto& e : t["traceEvents"]) events.push_back(std::move(e));
+  }
+  return events;
+}
+
+// One training step of every rank as lanes of spans (a lane per rank and thread): what a DDP step
+// did, where its all-reduces ran and where the ranks waited.
+std::string timeline_svg(const json& events) {
+  std::vector<const json*> steps;
+  std::map<std::pair<int, int>, std::string> lane_names;
+  for (const auto& e : events) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name")
+      lane_names[{e.value("pid", 0), e.value("tid", 0)}] = e["args"].value("name", "");
+    if (e.value("ph", "") == "X" && e.value("pid", -1) == 0 && e.value("name", "").rfind("step ", 0) == 0) steps.push_back(&e);
+  }
+  if (steps.empty()) return "";
+  // The step of median duration: a typical one, not the first of an epoch (after evaluation) or a slow one.
+  std::sort(steps.begin(), steps.end(), [](const json* a, const json* b) { return (*a)["dur"] < (*b)["dur"]; });
+  const json& step = *steps[steps.size() / 2];
+  const double s0 = step["ts"].get<double>(), dur = std::max(step["dur"].get<double>(), 1.0);
+  const double w0 = s0 - 0.15 * dur, w1 = s0 + 1.3 * dur;
+  std::map<std::pair<int, int>, std::vector<const json*>> lanes;
+  for (const auto& e : events) {
+    if (e.value("ph", "") != "X") continue;
+    const double a = e["ts"].get<double>(), b = a + e["dur"].get<double>();
+    if (b >= w0 && a <= w1) lanes[{e.value("pid", 0), e.value("tid", 0)}].push_back(&e);
+  }
+  const double left = 210, width = 760, lane_h = 26, top = 34;
+  const double height = top + lane_h * static_cast<double>(lanes.size()) + 40;
+  auto sx = [&](double t) { return left + (t - w0) / (w1 - w0) * (width - left - 10); };
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart timeline\" font-family=\"sans-serif\" width=\"" + num(width, "%.0f") +
+                    "\" height=\"" + num(height, "%.0f") + "\" role=\"img\" aria-label=\"Timeline\">\n"
+                    "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n<text x=\"10\" y=\"20\" font-size=\"14\" "
+                    "font-weight=\"bold\">Timeline of " + escape(step.value("name", "")) + " on every rank (" +
+                    num(dur / 1000, "%.3g") + " ms on rank 0)</text>\n";
+  auto color = [](const json& e) -> std::string {
+    const std::string n = e.value("name", "");
+    if (e.value("cat", "") == "comm") return n.rfind("allreduce", 0) == 0 ? "#d62728" : "#ff9896";
+    if (n == "forward") return "#1f77b4";
+    if (n == "backward") return "#ff7f0e";
+    if (n == "optimizer") return "#2ca02c";
+    if (n == "data") return "#7f7f7f";
+    if (n == "evaluate" || n == "checkpoint") return "#9467bd";
+    return "#dbe9f6";
+  };
+  double y = top;
+  for (auto& [key, spans] : lanes) {
+    std::string name = "rank " + std::to_string(key.first) + " " + lane_names[key];
+    svg += "<text x=\"8\" y=\"" + num(y + 17, "%.1f") + "\" font-size=\"11\" fill=\"#333\">" + escape(name) + "</text>\n";
+    for (const json* e : spans) {
+      const bool outer = e->value("name", "").rfind("step ", 0) == 0;
+      const double a = std::max(sx((*e)["ts"].get<double>()), left);
+      const double b = std::min(sx((*e)["ts"].get<double>() + (*e)["dur"].get<double>()), width - 10);
+      svg += "<rect class=\"span\" x=\"" + num(a, "%.1f") + "\" y=\"" + num(outer ? y + 2 : y + 7, "%.1f") +
+             "\" width=\"" + num(std::max(b - a, 0.8), "%.1f") + "\" height=\"" + num(outer ? 4 : lane_h - 10, "%.1f") +
+             "\" fill=\"" + color(*e) + "\"><title>" + escape(e->value("name", "")) + " " +
+             num((*e)["dur"].get<double>() / 1000, "%.3g") + " ms</title></rect>\n";
+    }
+    y += lane_h;
+  }
+  double lx = left;
+  for (const auto& [label, c] : std::vector<std::pair<std::string, std::string>>{
+           {"forward", "#1f77b4"}, {"backward", "#ff7f0e"}, {"optimizer", "#2ca02c"}, {"data", "#7f7f7f"},
+           {"all-reduce", "#d62728"}, {"other collective", "#ff9896"}}) {
+    svg += "<rect x=\"" + num(lx, "%.1f") + "\" y=\"" + num(y + 12, "%.1f") + "\" width=\"10\" height=\"10\" fill=\"" + c +
+           "\"/><text x=\"" + num(lx + 14, "%.1f") + "\" y=\"" + num(y + 21, "%.1f") + "\" font-size=\"11\">" + label + "</text>\n";
+    lx += 24 + 7.0 * static_cast<double>(label.size());
+  }
+  return svg + "</svg>\n";
+}
+
 }  // namespace
 
 RunRecords read_metrics(const std::string& path) {
@@ -88,7 +173,7 @@ RunRecords read_metrics(const std::string& path) {
   return run;
 }
 
-std::string report_html(const RunRecords& run, const std::string& title) {
+std::string report_html(const RunRecords& run, const std::string& title, const nlohmann::json& trace_events) {
   const auto& rs = run.records;
   // Time: seconds since the first record that carries a clock (steps written by tessera train do).
   double t0 = std::nan("");
@@ -139,7 +224,7 @@ std::string report_html(const RunRecords& run, const std::string& title) {
   for (double v : exposed) exposed_sum += v;
 
   std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + escape(title) +
-                     "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222;max-width:760px}"
+                     "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222;max-width:800px}"
                      "table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:4px 10px;"
                      "text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}"
                      "svg.chart{display:block;margin:12px 0 24px;border:1px solid #eee}</style></head><body>\n";
@@ -151,7 +236,7 @@ std::string report_html(const RunRecords& run, const std::string& title) {
   if (std::isfinite(final_accuracy)) row("test accuracy (last epoch)", num(100 * final_accuracy, "%.2f%%"));
   if (std::isfinite(final_eval_loss)) row("test loss (last epoch)", num(final_eval_loss));
   row("samples/s (median of steps)", num(median(rates), "%.0f"));
-  if (std::isfinite(last_time)) row("wall time", num(last_time - t0, "%.1f s"));
+  if (std::isfinite(last_time)) row("wall time", num(last_time - t0, "%.3g s"));
   if (!comm.empty()) {
     row("gradient communication per step (median)", num(median(comm), "%.3g ms"));
     row("of it hidden behind backward", comm_sum > 0 ? num(100 * (1 - exposed_sum / comm_sum), "%.1f%%") : "–");
@@ -163,7 +248,9 @@ std::string report_html(const RunRecords& run, const std::string& title) {
   Chart loss{"Loss", "step", "loss"};
   auto train_loss = by_step(rs, "step", "loss");
   loss.series.push_back({"training (per step)", "#aec7e8", train_loss, false, 1});
-  loss.series.push_back({"training (smoothed)", kBlue, smoothed(train_loss, 0.05), false, 2});
+  // About the last 20 steps weigh in the smoothed line, however long the run.
+  const double alpha = std::clamp(20.0 / static_cast<double>(std::max<size_t>(train_loss.size(), 1)), 0.02, 1.0);
+  loss.series.push_back({"training (smoothed)", kBlue, smoothed(train_loss, alpha), false, 2});
   loss.series.push_back({"test (per epoch)", kOrange, by_step(rs, "epoch", "eval_loss"), true});
   html += render_svg(loss);
   if (!by_step(rs, "epoch", "eval_accuracy").empty()) {
@@ -174,7 +261,7 @@ std::string report_html(const RunRecords& run, const std::string& title) {
   }
   if (!loss_by_time.empty()) {
     Chart lt{"Loss against time", "seconds since the first step", "loss"};
-    lt.series.push_back({"training (smoothed)", kBlue, smoothed(loss_by_time, 0.05), false, 2});
+    lt.series.push_back({"training (smoothed)", kBlue, smoothed(loss_by_time, alpha), false, 2});
     html += render_svg(lt);
   }
   Chart tp{"Throughput", "step", "samples/s"};
@@ -202,6 +289,7 @@ std::string report_html(const RunRecords& run, const std::string& title) {
     if (!points.empty()) mem.series.push_back({memory[i].second, colors[i], points, false, 1.5});
   }
   if (!mem.series.empty()) html += render_svg(mem);
+  if (trace_events.is_array() && !trace_events.empty()) html += timeline_svg(trace_events);
   if (!events.empty())
     html += "<h2>Starts and resumptions</h2>\n<table><tr><th>seconds</th><th>step</th><th>event</th><th>processes</th></tr>\n" +
             events + "</table>\n";
@@ -219,7 +307,7 @@ std::string write_run_report(const std::string& run_dir, const std::string& outp
   TESSERA_CHECK(fs::exists(metrics), "[report] ", run_dir, " holds no metrics.jsonl: give the train.output_dir of a run");
   const RunRecords run = read_metrics(metrics.string());
   const std::string path = output.empty() ? (fs::path(run_dir) / "report.html").string() : output;
-  io::write_file_atomic(path, report_html(run, "tessera run " + run_dir));
+  io::write_file_atomic(path, report_html(run, "tessera run " + run_dir, trace_events_of(run_dir)));
   return path;
 }
 

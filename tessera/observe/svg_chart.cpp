@@ -64,7 +64,7 @@ std::string render_svg(const Chart& c) {
       if (!std::isfinite(x) || !std::isfinite(y)) continue;
       x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
     }
-  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"" + std::to_string(c.width) +
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" font-family=\"sans-serif\" width=\"" + std::to_string(c.width) +
                     "\" height=\"" + std::to_string(c.height) + "\" viewBox=\"0 0 " + std::to_string(c.width) + " " +
                     std::to_string(c.height) + "\" role=\"img\" aria-label=\"" + escape(c.title) + "\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
