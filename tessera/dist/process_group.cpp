@@ -185,15 +185,18 @@ void ProcessGroup::run_task(Task& task) {
     if (!named) observe::name_trace_thread(std::string("collectives (") + backend_name() + ")");
     named = true;
   }
-  observe::TraceSpan span(task.description, "comm");
   const auto started = std::chrono::steady_clock::now();
   Deadline deadline = detail::deadline_after(options_.timeout);
   std::exception_ptr error;
-  try {
-    if (options_.debug && task.collective && size_ > 1) check_same_call(task, deadline);
-    task.body(deadline);
-  } catch (...) {
-    error = std::current_exception();
+  {
+    // Ends before the work is marked finished: a waiter woken by it starts after the span's end.
+    observe::TraceSpan span(task.description, "comm");
+    try {
+      if (options_.debug && task.collective && size_ > 1) check_same_call(task, deadline);
+      task.body(deadline);
+    } catch (...) {
+      error = std::current_exception();
+    }
   }
   busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
   if (!error) {
