@@ -25,6 +25,8 @@ void bind_distributed(py::module_& m);
 void bind_ps(py::module_& m);
 void bind_mesh(py::module_& m);
 void bind_train(py::module_& m);
+void bind_serve(py::module_& m);
+void bind_observe(py::module_& m);
 
 // A module handed to C++ code that keeps it (a parent, Sequential, DistributedDataParallel): when it
 // is a Python subclass, the returned pointer also keeps the Python object alive, so its forward()

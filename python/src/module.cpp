@@ -21,4 +21,8 @@ PYBIND11_MODULE(_tessera, m) {
   bind_ps(ps);
   auto train = m.def_submodule("train", "train.run(config): the trainer behind `tessera train`");
   bind_train(train);
+  auto serve = m.def_submodule("serve", "serve.Predictor: a checkpoint's model answering predictions");
+  bind_serve(serve);
+  auto observe = m.def_submodule("observe", "the run report, TensorBoard event files, merged timelines");
+  bind_observe(observe);
 }

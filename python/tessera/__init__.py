@@ -115,6 +115,6 @@ def load(path, with_metadata=False):
     return (state, metadata) if with_metadata else state
 
 
-from . import autograd, data, distributed, nn, optim, train  # noqa: E402,F401
+from . import autograd, data, distributed, nn, observe, optim, serve, train  # noqa: E402,F401
 
 __all__ = [name for name in dir() if not name.startswith("_") and True]
