@@ -26,17 +26,6 @@ constexpr const char* kRed = "#d62728";
 constexpr const char* kPurple = "#9467bd";
 constexpr const char* kGrey = "#7f7f7f";
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
-
 std::string num(double v, const char* format = "%.4g") {
   if (!std::isfinite(v)) return "–";
   char buf[48];
@@ -119,7 +108,7 @@ std::string timeline_svg(const json& events) {
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart timeline\" font-family=\"sans-serif\" width=\"" + num(width, "%.0f") +
                     "\" height=\"" + num(height, "%.0f") + "\" role=\"img\" aria-label=\"Timeline\">\n"
                     "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n<text x=\"10\" y=\"20\" font-size=\"14\" "
-                    "font-weight=\"bold\">Timeline of " + escape(step.value("name", "")) + " on every rank (" +
+                    "font-weight=\"bold\">Timeline of " + escape_xml(step.value("name", "")) + " on every rank (" +
                     num(dur / 1000, "%.3g") + " ms on rank 0)</text>\n";
   auto color = [](const json& e) -> std::string {
     const std::string n = e.value("name", "");
@@ -134,14 +123,14 @@ std::string timeline_svg(const json& events) {
   double y = top;
   for (auto& [key, spans] : lanes) {
     std::string name = "rank " + std::to_string(key.first) + " " + lane_names[key];
-    svg += "<text x=\"8\" y=\"" + num(y + 17, "%.1f") + "\" font-size=\"11\" fill=\"#333\">" + escape(name) + "</text>\n";
+    svg += "<text x=\"8\" y=\"" + num(y + 17, "%.1f") + "\" font-size=\"11\" fill=\"#333\">" + escape_xml(name) + "</text>\n";
     for (const json* e : spans) {
       const bool outer = e->value("name", "").rfind("step ", 0) == 0;
       const double a = std::max(sx((*e)["ts"].get<double>()), left);
       const double b = std::min(sx((*e)["ts"].get<double>() + (*e)["dur"].get<double>()), width - 10);
       svg += "<rect class=\"span\" x=\"" + num(a, "%.1f") + "\" y=\"" + num(outer ? y + 2 : y + 7, "%.1f") +
              "\" width=\"" + num(std::max(b - a, 0.8), "%.1f") + "\" height=\"" + num(outer ? 4 : lane_h - 10, "%.1f") +
-             "\" fill=\"" + color(*e) + "\"><title>" + escape(e->value("name", "")) + " " +
+             "\" fill=\"" + color(*e) + "\"><title>" + escape_xml(e->value("name", "")) + " " +
              num((*e)["dur"].get<double>() / 1000, "%.3g") + " ms</title></rect>\n";
     }
     y += lane_h;
@@ -223,12 +212,12 @@ std::string report_html(const RunRecords& run, const std::string& title, const n
   for (double v : comm) comm_sum += v;
   for (double v : exposed) exposed_sum += v;
 
-  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + escape(title) +
+  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + escape_xml(title) +
                      "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222;max-width:800px}"
                      "table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:4px 10px;"
                      "text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}"
                      "svg.chart{display:block;margin:12px 0 24px;border:1px solid #eee}</style></head><body>\n";
-  html += "<h1>" + escape(title) + "</h1>\n<table>\n";
+  html += "<h1>" + escape_xml(title) + "</h1>\n<table>\n";
   auto row = [&](const std::string& k, const std::string& v) { html += "<tr><th>" + k + "</th><td>" + v + "</td></tr>\n"; };
   row("steps", std::to_string(last_step));
   row("epochs completed", std::to_string(epochs));
@@ -295,7 +284,7 @@ std::string report_html(const RunRecords& run, const std::string& title, const n
             events + "</table>\n";
   if (!run.skipped.empty()) {
     html += "<h2>Lines left out</h2>\n<ul>\n";
-    for (const auto& s : run.skipped) html += "<li>" + escape(s) + "</li>\n";
+    for (const auto& s : run.skipped) html += "<li>" + escape_xml(s) + "</li>\n";
     html += "</ul>\n";
   }
   return html + "</body></html>\n";

@@ -9,18 +9,6 @@ namespace tessera::observe {
 
 namespace {
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
-  }
-  return out;
-}
-
 std::string fmt(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", v);
@@ -39,6 +27,18 @@ std::string label(double v) {
 }
 
 }  // namespace
+
+std::string escape_xml(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else if (c == '"') out += "&quot;";
+    else out += c;
+  }
+  return out;
+}
 
 std::vector<double> nice_ticks(double lo, double hi, int count) {
   if (!(hi > lo)) return {lo};
@@ -66,9 +66,9 @@ std::string render_svg(const Chart& c) {
     }
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" font-family=\"sans-serif\" width=\"" + std::to_string(c.width) +
                     "\" height=\"" + std::to_string(c.height) + "\" viewBox=\"0 0 " + std::to_string(c.width) + " " +
-                    std::to_string(c.height) + "\" role=\"img\" aria-label=\"" + escape(c.title) + "\">\n";
+                    std::to_string(c.height) + "\" role=\"img\" aria-label=\"" + escape_xml(c.title) + "\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
-  svg += "<text x=\"" + fmt(left) + "\" y=\"20\" font-size=\"14\" font-weight=\"bold\" fill=\"#222\">" + escape(c.title) +
+  svg += "<text x=\"" + fmt(left) + "\" y=\"20\" font-size=\"14\" font-weight=\"bold\" fill=\"#222\">" + escape_xml(c.title) +
          "</text>\n";
   if (!std::isfinite(x0)) return svg + "<text x=\"" + fmt(left) + "\" y=\"" + fmt(top + ph / 2) +
                                  "\" font-size=\"12\" fill=\"#888\">no data</text>\n</svg>\n";
@@ -96,9 +96,9 @@ std::string render_svg(const Chart& c) {
   svg += "<rect x=\"" + fmt(left) + "\" y=\"" + fmt(top) + "\" width=\"" + fmt(pw) + "\" height=\"" + fmt(ph) +
          "\" fill=\"none\" stroke=\"#999\"/>\n";
   svg += "<text x=\"" + fmt(left + pw / 2) + "\" y=\"" + fmt(c.height - 6) + "\" font-size=\"12\" text-anchor=\"middle\" fill=\"#333\">" +
-         escape(c.x_label) + "</text>\n";
+         escape_xml(c.x_label) + "</text>\n";
   svg += "<text transform=\"translate(14," + fmt(top + ph / 2) + ") rotate(-90)\" font-size=\"12\" text-anchor=\"middle\" fill=\"#333\">" +
-         escape(c.y_label) + "</text>\n";
+         escape_xml(c.y_label) + "</text>\n";
   // Series, and the legend at the top right.
   double legend_x = left + pw;
   for (auto it = c.series.rbegin(); it != c.series.rend(); ++it) {
@@ -108,17 +108,17 @@ std::string render_svg(const Chart& c) {
     for (const auto& [x, y] : s.points)
       if (std::isfinite(x) && std::isfinite(y)) points += fmt(sx(x)) + "," + fmt(sy(y)) + " ";
     if (!s.markers)
-      svg += "<polyline class=\"series\" data-name=\"" + escape(s.name) + "\" fill=\"none\" stroke=\"" + s.color +
+      svg += "<polyline class=\"series\" data-name=\"" + escape_xml(s.name) + "\" fill=\"none\" stroke=\"" + s.color +
              "\" stroke-width=\"" + fmt(s.width) + "\" points=\"" + points + "\"/>\n";
     else
       for (const auto& [x, y] : s.points)
         if (std::isfinite(x) && std::isfinite(y))
-          svg += "<circle class=\"marker\" data-name=\"" + escape(s.name) + "\" cx=\"" + fmt(sx(x)) + "\" cy=\"" + fmt(sy(y)) +
+          svg += "<circle class=\"marker\" data-name=\"" + escape_xml(s.name) + "\" cx=\"" + fmt(sx(x)) + "\" cy=\"" + fmt(sy(y)) +
                  "\" r=\"3.5\" fill=\"" + s.color + "\"/>\n";
     const double w = 18 + 7.0 * static_cast<double>(s.name.size());
     legend_x -= w + 10;
     svg += "<rect x=\"" + fmt(legend_x) + "\" y=\"10\" width=\"12\" height=\"4\" fill=\"" + s.color + "\"/>\n";
-    svg += "<text x=\"" + fmt(legend_x + 16) + "\" y=\"16\" font-size=\"11\" fill=\"#333\">" + escape(s.name) + "</text>\n";
+    svg += "<text x=\"" + fmt(legend_x + 16) + "\" y=\"16\" font-size=\"11\" fill=\"#333\">" + escape_xml(s.name) + "</text>\n";
   }
   return svg + "</svg>\n";
 }

@@ -26,6 +26,9 @@ struct Chart {
 // points are left out; a chart without any point says "no data". Non-finite values are skipped.
 std::string render_svg(const Chart& chart);
 
+// Text made safe inside XML and HTML (&, <, >, ").
+std::string escape_xml(const std::string& text);
+
 // "nice" tick values covering [lo, hi] (1, 2 or 5 times a power of ten apart), about `count` of them.
 std::vector<double> nice_ticks(double lo, double hi, int count);
 
