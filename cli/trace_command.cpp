@@ -1,11 +1,13 @@
 // tessera trace merge DIR: every rank's timeline (DIR/rank-*.json, written by `tessera train --trace`)
-// on one timeline, DIR/timeline.json, for Perfetto or chrome://tracing.
+// on one timeline, DIR/timeline.json, for Perfetto or chrome://tracing. tessera trace analyze DIR:
+// the flight records of a stuck or failed job, read together (dist/flight_report.h).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
 #include "cli/commands.h"
 #include "tessera/core/error.h"
+#include "tessera/dist/flight_report.h"
 #include "tessera/io/atomic_file.h"
 #include "tessera/observe/trace.h"
 
@@ -19,7 +21,15 @@ Command add_trace_command(CLI::App& app) {
   auto output = std::make_shared<std::string>();
   merge->add_option("dir", *dir, "A run's trace directory (<output_dir>/trace)")->required();
   merge->add_option("-o,--output", *output, "Where to write the merged timeline");
+  auto* analyze = cmd->add_subcommand("analyze", "Say which rank is missing from which collective, from the flight "
+                                                  "records in DIR (<output_dir>/flight or TESSERA_FLIGHT_DIR)");
+  auto flight_dir = std::make_shared<std::string>();
+  analyze->add_option("dir", *flight_dir, "A directory of flight records (rank-*.json)")->required();
   return {cmd, [=]() -> int {
+    if (analyze->parsed()) {
+      std::printf("%s", dist::analyze_flight_records(dist::read_flight_records(*flight_dir)).c_str());
+      return 0;
+    }
     namespace fs = std::filesystem;
     TESSERA_CHECK(fs::is_directory(*dir), "[trace] ", *dir, " is not a directory: give a run's <output_dir>/trace");
     std::vector<std::string> files;

@@ -100,9 +100,11 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Communicator> communicator, std::shar
   }
   worker_ = std::thread([this] { run_worker(); });
   watchdog_ = std::thread([this] { run_watchdog(); });
+  register_flight_group(this);
 }
 
 ProcessGroup::~ProcessGroup() {
+  unregister_flight_group(this);
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -138,6 +140,7 @@ WorkPtr ProcessGroup::enqueue_task(Task task) {
     arrivals_.emplace_back(task.sequence, std::chrono::duration_cast<std::chrono::microseconds>(now).count());
     if (arrivals_.size() > kArrivalsKept) arrivals_.pop_front();
     task.description = concat(task.op, " #", task.sequence, " ", task.signature.substr(task.op.size() + 1));
+    flight_.queued(task.sequence, task.op, task.description);
   } else {
     task.description = task.signature;
   }
@@ -188,6 +191,7 @@ void ProcessGroup::run_task(Task& task) {
   const auto started = std::chrono::steady_clock::now();
   Deadline deadline = detail::deadline_after(options_.timeout);
   std::exception_ptr error;
+  if (task.collective) flight_.started(task.sequence);
   {
     // Ends before the work is marked finished: a waiter woken by it starts after the span's end.
     observe::TraceSpan span(task.description, "comm");
@@ -200,6 +204,7 @@ void ProcessGroup::run_task(Task& task) {
   }
   busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
   if (!error) {
+    if (task.collective) flight_.finished(task.sequence);
     {
       std::lock_guard lock(mu_);
       in_flight_ = false;
@@ -211,6 +216,18 @@ void ProcessGroup::run_task(Task& task) {
   if (task.collective && size_ > 1 && is_communication_failure(error)) report = describe_stragglers(task);
   std::string prefix = concat("[", task.description, "] rank ", rank_, " of ", size_, " (", backend_name(), "): ");
   std::exception_ptr contextual = with_context(error, prefix, report);
+  if (task.collective) {
+    std::string message;
+    try {
+      std::rethrow_exception(contextual);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+      message = "an unknown error";
+    }
+    flight_.finished(task.sequence, message);
+    dump_flight_record("failed: " + message);
+  }
   {
     std::lock_guard lock(mu_);
     in_flight_ = false;

@@ -27,6 +27,7 @@
 
 #include "tessera/core/tensor.h"
 #include "tessera/dist/communicator.h"
+#include "tessera/dist/flight_recorder.h"
 #include "tessera/dist/work.h"
 
 namespace tessera::dist {
@@ -44,6 +45,11 @@ struct ProcessGroupOptions {
   Milliseconds heartbeat{0};
 };
 
+class ProcessGroup;
+// The groups SIGUSR2 makes write their flight record (process_group_flight.cpp).
+void register_flight_group(const ProcessGroup* group);
+void unregister_flight_group(const ProcessGroup* group);
+
 class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  public:
   // `store` is private to this group (a PrefixStore) and reachable by all its ranks; `global_ranks`
@@ -59,6 +65,14 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   int size() const { return size_; }
   const char* backend_name() const { return communicator_->backend_name(); }
   const std::vector<int>& global_ranks() const { return global_ranks_; }
+
+  // The flight record (flight_recorder.h): this group's last collectives as JSON, with `reason`.
+  nlohmann::json flight_record(const std::string& reason) const;
+  // Writes it to flight_recorder_dir()/rank-<global rank>-<group>.json (nothing without a directory);
+  // never throws (a failed write is reported on stderr).
+  void dump_flight_record(const std::string& reason) const;
+  // Every live group of this process writes its record (SIGUSR2).
+  static void dump_all_flight_records(const std::string& reason);
   Milliseconds timeout() const { return options_.timeout; }
   // Seconds the group's worker thread has spent running operations (the communication time that
   // DDP's overlap report compares with the time backward waited for it).
@@ -154,6 +168,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::string in_flight_op_;
   std::string in_flight_description_;
   std::deque<std::pair<uint64_t, int64_t>> arrivals_;  // recent_arrivals()  // "allreduce #3 (sum, float32 x 10)"
+  FlightRecorder flight_;
   std::condition_variable watchdog_cv_;
   std::thread worker_;
   std::thread watchdog_;

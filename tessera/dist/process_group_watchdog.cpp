@@ -79,6 +79,7 @@ void ProcessGroup::run_watchdog() {
     uint64_t sequence = in_flight_sequence_;
     if (sequence == seen && sequence != published) {
       std::string value = concat(sequence, " ", in_flight_op_);
+      const std::string stuck = concat("stuck in ", in_flight_description_, " for over ", interval.count(), " ms");
       published = sequence;
       lock.unlock();
       try {
@@ -86,6 +87,7 @@ void ProcessGroup::run_watchdog() {
       } catch (const std::exception&) {
         // The report is best-effort; the collective's own timeout still fires.
       }
+      dump_flight_record(stuck);  // what `tessera trace analyze` reads, long before the timeout
       lock.lock();
     }
     seen = sequence;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "tessera/dist/flight_recorder.h"
 #include "tessera/dist/init.h"
 #include "tessera/dist/launcher/env.h"
 #include "tessera/dist/launcher/slurm_env.h"
@@ -57,6 +58,10 @@ RunOutcome run(const TrainConfig& config, const RunOptions& options) {
     outcome.server = true;
     return outcome;
   }
+  // The flight records of this run's process groups (dist/flight_recorder.h) go beside its metrics,
+  // unless TESSERA_FLIGHT_DIR says otherwise; SIGUSR2 makes them write one now.
+  dist::set_flight_recorder_dir((std::filesystem::path(config.train.output_dir) / "flight").string());
+  if (options.stop_on_signals) dist::install_flight_recorder_signal();
   std::unique_ptr<Trainer> trainer = make_trainer(config);
   const bool lead = trainer->rank() == 0;
   const bool fresh = options.resume.empty() ||

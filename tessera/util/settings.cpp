@@ -29,6 +29,10 @@ constexpr std::array kSettings{
             "it raises OutOfMemoryError",
             kUser},
     Setting{"TESSERA_CONV", "onednn", "convolution kernels: onednn, or im2col (im2col + OpenBLAS GEMM)", kUser},
+    Setting{"TESSERA_FLIGHT_DIR", "unset; tessera train uses <output_dir>/flight",
+            "directory where each rank's process groups write their flight record (the last collectives) when one "
+            "is stuck, fails, or on SIGUSR2; tessera trace analyze DIR reads them",
+            kUser},
     Setting{"TESSERA_DIST_DEBUG", "0",
             "1: every collective's op, dtype and shape are compared across ranks before it runs", kUser},
     Setting{"TESSERA_SOCKET_IFNAME", "the interface that routes to MASTER_ADDR",

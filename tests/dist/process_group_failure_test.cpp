@@ -7,9 +7,13 @@
 #include <memory>
 #include <thread>
 
+#include <filesystem>
+
 #include "dist/collective_suite.h"
 #include "testing/expect.h"
+#include "testing/temp_dir.h"
 #include "tessera/dist/backends/backend.h"
+#include "tessera/dist/flight_report.h"
 #include "tessera/dist/store/hash_store.h"
 
 namespace tessera {
@@ -115,6 +119,74 @@ TEST(GlooFailure, ARankThatNeverArrivesTimesOutEveryOtherNamingIt) {
     // for a loaded machine.
     EXPECT_LT(o.elapsed, Milliseconds(1000 + 750 + 1500)) << o.message;
   }
+}
+
+TEST(GlooFailure, AStuckCollectiveWritesAFlightRecordNamingTheMissingRankLongBeforeTheTimeout) {
+  const std::string dir = tessera::testing::fresh_dir("GlooFailure", "flight");
+  dist::set_flight_recorder_dir(dir);
+  dist::ProcessGroupOptions options;
+  options.timeout = Milliseconds(8000);  // the watchdog looks every 1 s (a quarter, at most 1 s)
+  std::string report;
+  Milliseconds written_after{0};
+  run_ranks(2, options, [&](int rank, std::unique_ptr<ProcessGroup>& group, dist::Store& test_store) {
+    Tensor t = ones({1000});
+    group->allreduce(t)->wait();  // #0: both
+    if (rank == 0) {
+      test_store.set("calling", "1");
+      EXPECT_NO_THROW(group->allreduce(t)->wait());  // #1: stuck until rank 1 comes, after the record
+      return;
+    }
+    test_store.wait({"calling"}, kCoordination);
+    const auto start = Clock::now();
+    // Rank 0's record, looked for every 10 ms for at most 6 s (well inside the 8 s timeout).
+    std::vector<nlohmann::json> records;
+    while (Clock::now() - start < std::chrono::seconds(6)) {
+      if (!std::filesystem::is_empty(dir)) {
+        records = dist::read_flight_records(dir);
+        break;
+      }
+      std::this_thread::sleep_for(Milliseconds(10));
+    }
+    written_after = std::chrono::duration_cast<Milliseconds>(Clock::now() - start);
+    report = records.empty() ? "" : dist::analyze_flight_records(records);
+    group->allreduce(t)->wait();  // #1: releases rank 0
+  });
+  dist::set_flight_recorder_dir("");
+  EXPECT_LT(written_after, Milliseconds(3000)) << report;  // two watchdog intervals, and slack
+  EXPECT_TRUE(has(report, "allreduce #1 (sum, float32 x 1000):")) << report;
+  EXPECT_TRUE(has(report, "rank 0 on ")) << report;
+  EXPECT_TRUE(has(report, "waiting in it for")) << report;
+  EXPECT_TRUE(has(report, "MISSING from it:\n    rank 1: no flight record")) << report;
+}
+
+TEST(FlightReport, ADesyncAndARankBehindAreNamed) {
+  using nlohmann::json;
+  auto record = [](int rank, std::vector<json> entries) {
+    return json{{"format", "tessera flight record 1"}, {"group", "g3-0to2-x"}, {"rank", rank}, {"size", 3},
+                {"global_ranks", {0, 1, 2}}, {"host", "h" + std::to_string(rank)}, {"dumped_us", 10'000'000},
+                {"entries", entries}};
+  };
+  auto entry = [](uint64_t seq, const std::string& call, const std::string& state, int64_t started) {
+    const std::string op = call.substr(0, call.find(' '));
+    return json{{"sequence", seq}, {"op", op}, {"description", op + " #" + std::to_string(seq) + call.substr(op.size())},
+                {"state", state}, {"queued_us", started}, {"started_us", started}, {"finished_us", 0}, {"error", ""}};
+  };
+  // Rank 2 called a broadcast where ranks 0 and 1 all-reduce #5; rank 1 is still at #4.
+  std::vector<json> records{
+      record(0, {entry(4, "allreduce (sum, float32 x 10)", "done", 1), entry(5, "allreduce (sum, float32 x 10)", "running", 2'500'000)}),
+      record(1, {entry(4, "allreduce (sum, float32 x 10)", "running", 9'000'000)}),
+      record(2, {entry(4, "allreduce (sum, float32 x 10)", "done", 1), entry(5, "broadcast (root 0, float32 x 10)", "running", 3'000'000)})};
+  const std::string report = dist::analyze_flight_records(records);
+  EXPECT_TRUE(has(report, "DESYNC at collective #5")) << report;
+  EXPECT_TRUE(has(report, "allreduce (sum, float32 x 10): rank 0 on h0")) << report;
+  EXPECT_TRUE(has(report, "broadcast (root 0, float32 x 10): rank 2 on h2")) << report;
+  EXPECT_TRUE(has(report, "rank 0 on h0: waiting in it for 7.5 s")) << report;
+  EXPECT_TRUE(has(report, "rank 1 on h1: never reached it; its last collective is allreduce #4 (sum, float32 x 10) (running)"))
+      << report;
+  // Every rank done: nothing stuck.
+  const std::string fine = dist::analyze_flight_records({record(0, {entry(4, "barrier ()", "done", 1)})});
+  EXPECT_TRUE(has(fine, "MISSING")) << fine;  // ranks 1 and 2 wrote nothing
+  EXPECT_THROW(dist::read_flight_records("/nonexistent-flight-dir"), ValueError);
 }
 
 TEST(GlooFailure, ADeadPeerFailsTheOthersPromptly) {

@@ -1,0 +1,88 @@
+// The process group's flight record (flight_recorder.h): the JSON it writes, where, and the registry
+// SIGUSR2 reaches every live group through.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "tessera/core/error.h"
+#include "tessera/dist/process_group.h"
+#include "tessera/io/atomic_file.h"
+
+namespace tessera::dist {
+
+using tessera::detail::concat;
+
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex* m = new std::mutex();
+  return *m;
+}
+std::set<const ProcessGroup*>& registry() {
+  static auto* groups = new std::set<const ProcessGroup*>();
+  return *groups;
+}
+
+// The same on every member: its size, first and last global rank, and a hash of all of them.
+std::string group_name(const std::vector<int>& global_ranks) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (int r : global_ranks) {
+    h ^= static_cast<uint64_t>(r) + 1;
+    h *= 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(h & 0xffffffffull));
+  return concat("g", global_ranks.size(), "-", global_ranks.front(), "to", global_ranks.back(), "-", hex);
+}
+
+}  // namespace
+
+void register_flight_group(const ProcessGroup* group) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry().insert(group);
+}
+
+void unregister_flight_group(const ProcessGroup* group) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry().erase(group);
+}
+
+nlohmann::json ProcessGroup::flight_record(const std::string& reason) const {
+  nlohmann::json j{{"format", "tessera flight record 1"},
+                   {"reason", reason},
+                   {"group", group_name(global_ranks_)},
+                   {"rank", rank_},
+                   {"size", size_},
+                   {"global_rank", global_ranks_[static_cast<size_t>(rank_)]},
+                   {"global_ranks", global_ranks_},
+                   {"backend", backend_name()},
+                   {"host", this_host()},
+                   {"pid", static_cast<int64_t>(::getpid())},
+                   {"timeout_ms", options_.timeout.count()},
+                   {"dumped_us", unix_micros()},
+                   {"next_sequence", next_sequence_.load()},
+                   {"entries", flight_.entries()}};
+  return j;
+}
+
+void ProcessGroup::dump_flight_record(const std::string& reason) const {
+  const std::string dir = flight_recorder_dir();
+  if (dir.empty()) return;
+  try {
+    std::filesystem::create_directories(dir);
+    const std::string path = concat(dir, "/rank-", global_ranks_[static_cast<size_t>(rank_)], "-",
+                                    group_name(global_ranks_), ".json");
+    io::write_file_atomic(path, flight_record(reason).dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[flight recorder] rank %d could not write its record to %s: %s\n", rank_, dir.c_str(), e.what());
+  }
+}
+
+void ProcessGroup::dump_all_flight_records(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(registry_mutex());  // a group is not destroyed while it writes
+  for (const ProcessGroup* g : registry()) g->dump_flight_record(reason);
+}
+
+}  // namespace tessera::dist

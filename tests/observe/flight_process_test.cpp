@@ -1,0 +1,74 @@
+// The flight recorder in a real job: a rank that stops (SIGSTOP) mid-run is named by `tessera trace
+// analyze` from the record its peer wrote within seconds, long before the collective timeout.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "testing/temp_dir.h"
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using tessera::testing::fresh_dir;
+using tessera::testing::read_text;
+
+TEST(FlightRecorderProcess, AStoppedRankIsNamedWithinTenSecondsAndBeforeTheTimeout) {
+  const std::string dir = fresh_dir("FlightRecorderProcess", "stopped");
+  std::ofstream(dir + "/config.toml") << "[model]\nname = \"mlp\"\nhidden = [32]\n[data]\ndataset = \"synthetic\"\n"
+                                         "samples = 4096\ntest_samples = 64\nclasses = 4\n[train]\nepochs = 1\n"
+                                         "batch_size = 16\nthreads = 1\nlog_every = 1000\noutput_dir = \"" << dir << "/run\"\n"
+                                         "[distributed]\ntimeout_s = 60\ndebug_stop_rank = 1\ndebug_stop_step = 5\n";
+  const std::string log = dir + "/train.log", config = dir + "/config.toml";
+  const pid_t job = ::fork();
+  if (job == 0) {
+    ::setpgid(0, 0);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execl(TESSERA_BINARY, TESSERA_BINARY, "train", config.c_str(), "--nproc", "2", nullptr);
+    ::_exit(127);
+  }
+  // However the test ends, the job goes: the launcher, and with it (PR_SET_PDEATHSIG) the stopped rank.
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{job};
+  // The stop, then rank 0's record: each looked for every 20 ms, for at most 60 s and 10 s.
+  const auto begin = Clock::now();
+  while (read_text(log).find("stops itself (SIGSTOP)") == std::string::npos && Clock::now() - begin < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_NE(read_text(log).find("stops itself (SIGSTOP)"), std::string::npos) << read_text(log);
+  const auto stopped = Clock::now();
+  const std::string flight = dir + "/run/flight";
+  while (!(std::filesystem::is_directory(flight) && !std::filesystem::is_empty(flight)) &&
+         Clock::now() - stopped < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double after = std::chrono::duration<double>(Clock::now() - stopped).count();
+  ASSERT_TRUE(std::filesystem::is_directory(flight) && !std::filesystem::is_empty(flight))
+      << "no flight record 10 s after the stop; " << read_text(log);
+  EXPECT_LT(after, 10.0);
+  const std::string out = dir + "/analyze.txt";
+  ASSERT_EQ(std::system((std::string(TESSERA_BINARY) + " trace analyze " + flight + " > " + out + " 2>&1").c_str()), 0)
+      << read_text(out);
+  const std::string report = read_text(out);
+  EXPECT_NE(report.find("rank 0 on "), std::string::npos) << report;
+  EXPECT_NE(report.find("waiting in it for"), std::string::npos) << report;
+  EXPECT_NE(report.find("MISSING from it:\n    rank 1: no flight record"), std::string::npos) << report;
+  // The job itself is still waiting: the 60 s timeout has not ended it.
+  EXPECT_EQ(::waitpid(job, nullptr, WNOHANG), 0) << read_text(log);
+}
+
+}  // namespace
+}  // namespace tessera
