@@ -60,11 +60,16 @@ def test_ddp_from_python_equals_the_cxx_trainer_on_one_process(tessera_bin, tmp_
 def test_zero_from_python_equals_one_process_on_the_global_batch(tessera_bin, tmp_path, stage):
     two, one = tmp_path / "two.safetensors", tmp_path / "one.safetensors"
     steps = ["--stage", str(stage), "--max-steps", "12"]
+    # One OpenMP thread in every process: the ranks and the reference then sum in the same order (the
+    # launcher would give each rank cores / 2 threads, the reference would take them all).
+    one_thread = {"OMP_NUM_THREADS": "1"}
     code, out = run([tessera_bin, "run", "--nproc-per-node", "2", "--",
-                     *python_args("examples/python/train_zero.py", *steps, "--batch-size", "32", "--save", str(two))])
+                     *python_args("examples/python/train_zero.py", *steps, "--batch-size", "32", "--save", str(two))],
+                    env=one_thread)
     assert code == 0, out
     assert f"stage {stage}: 12 steps" in out, out
-    code, out = run(python_args("examples/python/train_zero.py", *steps, "--batch-size", "64", "--save", str(one)))
+    code, out = run(python_args("examples/python/train_zero.py", *steps, "--batch-size", "64", "--save", str(one)),
+                    env=one_thread)
     assert code == 0, out
     a, b = tessera.load(two), tessera.load(one)
     assert list(a.keys()) == list(b.keys())
