@@ -122,6 +122,7 @@ struct ServeBenchOptions {
   int seconds = 5;                   // per measured cell
   int64_t max_batch = 32;
   double max_wait_ms = 5;
+  std::string batch_wait = "adaptive";
   int replicas = 1;
 };
 // Offline batched inference: samples/s of the checkpoint's model at each batch size (no HTTP).

@@ -111,6 +111,7 @@ void start_server(ServerProcess& s, const ServeBenchOptions& o) {
   self[n] = '\0';
   std::vector<std::string> args{self, "--threads", std::to_string(num_threads()), "serve", o.checkpoint, "--port", "0",
                                 "--max-batch", std::to_string(o.max_batch), "--max-wait-ms", std::to_string(o.max_wait_ms),
+                                "--batch-wait", o.batch_wait,
                                 "--replicas", std::to_string(o.replicas)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -174,9 +175,9 @@ int serve(const ServeBenchOptions& o) {
   {
     ServerProcess server;
     start_server(server, o);
-    std::printf("tessera serve %s: %s, %d replica(s), max batch %lld, max wait %g ms, %d threads; wrk %d s per cell\n",
+    std::printf("tessera serve %s: %s, %d replica(s), max batch %lld, max wait %g ms (%s), %d threads; wrk %d s per cell\n",
                 p->model_name().c_str(), p->checkpoint().c_str(), o.replicas, static_cast<long long>(o.max_batch),
-                o.max_wait_ms, num_threads(), o.seconds);
+                o.max_wait_ms, o.batch_wait.c_str(), num_threads(), o.seconds);
     std::printf("offline batched inference (batch %lld, same threads, no HTTP): %.0f samples/s\n",
                 static_cast<long long>(o.max_batch), offline);
     std::printf("%8s %12s %10s %10s %10s %8s\n", "clients", "requests/s", "vs offline", "p50 ms", "p99 ms", "errors");

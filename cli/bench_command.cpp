@@ -142,6 +142,7 @@ Command add_bench_command(CLI::App& app) {
   serve->add_option("--max-batch", so->max_batch, "The server's --max-batch")->capture_default_str();
   serve->add_option("--max-wait-ms", so->max_wait_ms, "The server's --max-wait-ms")->capture_default_str();
   serve->add_option("--replicas", so->replicas, "The server's --replicas")->capture_default_str();
+  serve->add_option("--batch-wait", so->batch_wait, "The server's --batch-wait (adaptive, fixed)")->capture_default_str();
 
   return {bench, [=]() -> int {
     if (infer->parsed()) return bench::infer(*so);

@@ -15,7 +15,7 @@ namespace tessera::cli {
 Command add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Answer predictions over HTTP: dynamic batching, replicas, /metrics");
   struct Options {
-    std::string checkpoint, host = "127.0.0.1", token;
+    std::string checkpoint, host = "127.0.0.1", token, batch_wait = "adaptive";
     int port = 8000, replicas = 1, http_threads = 128, max_restarts = 100, ready_fd = -1;
     int64_t max_batch = 32, max_samples = 4096;
     double max_wait_ms = 5, max_body_mb = 16;
@@ -33,6 +33,11 @@ Command add_serve_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{65536}));
   cmd->add_option("--max-wait-ms", o->max_wait_ms, "Longest a request waits for others to batch with")
       ->capture_default_str()->check(CLI::Range(0.0, 10000.0));
+  cmd->add_option("--batch-wait", o->batch_wait,
+                  "adaptive: also run a batch at once when no other request is being read (serve/batcher.h); fixed: "
+                  "always wait up to --max-wait-ms for the batch to fill")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"adaptive", "fixed"}));
   cmd->add_option("--max-body-mb", o->max_body_mb, "Largest request body accepted (413 above)")
       ->capture_default_str()->check(CLI::Range(0.001, 4096.0));
   cmd->add_option("--max-samples", o->max_samples, "Most samples in one request")
@@ -69,6 +74,7 @@ Command add_serve_command(CLI::App& app) {
       r.forward_timeout = timeout;
       r.argv = {"tessera", "--threads", std::to_string(threads), "serve", o->checkpoint, "--replica",
                 "--max-batch", std::to_string(o->max_batch), "--max-wait-ms", std::to_string(o->max_wait_ms),
+                "--batch-wait", o->batch_wait,
                 "--max-body-mb", std::to_string(o->max_body_mb), "--max-samples", std::to_string(o->max_samples),
                 "--request-timeout-ms", std::to_string(o->request_timeout_ms),
                 "--http-threads", std::to_string(o->http_threads)};
@@ -81,13 +87,14 @@ Command add_serve_command(CLI::App& app) {
     serve::BatcherOptions batching;
     batching.max_batch = o->max_batch;
     batching.max_wait = std::chrono::microseconds(static_cast<int64_t>(o->max_wait_ms * 1000));
+    batching.adaptive = o->batch_wait == "adaptive";
     serve::RequestLimits limits;
     limits.max_samples = o->max_samples;
     serve::LocalBackend backend(o->checkpoint, batching, limits, metrics, timeout);
     auto p = backend.predictor();
-    std::snprintf(description, sizeof description, "%s from %s, %d threads, max batch %lld, max wait %g ms",
+    std::snprintf(description, sizeof description, "%s from %s, %d threads, max batch %lld, max wait %g ms (%s)",
                   p->model_name().c_str(), p->checkpoint().c_str(), num_threads(), static_cast<long long>(o->max_batch),
-                  o->max_wait_ms);
+                  o->max_wait_ms, o->batch_wait.c_str());
     server.description = description;
     return serve::serve_http(backend, metrics, server);
   }};

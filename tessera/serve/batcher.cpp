@@ -16,13 +16,29 @@ DynamicBatcher::DynamicBatcher(BatcherOptions options, std::function<Tensor(cons
 
 DynamicBatcher::~DynamicBatcher() { stop(); }
 
-std::future<Tensor> DynamicBatcher::submit(Tensor rows) {
-  Pending p{std::move(rows), {}, std::chrono::steady_clock::now()};
-  std::future<Tensor> f = p.reply.get_future();
-  TESSERA_CHECK(p.rows.defined() && p.rows.dim() >= 1 && p.rows.shape()[0] >= 1,
-                "[serve] a request must hold at least one sample");
+void DynamicBatcher::announce() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++announced_;
+}
+
+void DynamicBatcher::withdraw() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    --announced_;
+  }
+  arrived_.notify_one();
+}
+
+std::future<Tensor> DynamicBatcher::submit(Tensor rows, bool announced) {
+  Pending p{std::move(rows), {}, std::chrono::steady_clock::now()};
+  std::future<Tensor> f = p.reply.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (announced) --announced_;
+    if (!p.rows.defined() || p.rows.dim() < 1 || p.rows.shape()[0] < 1) {
+      p.reply.set_exception(std::make_exception_ptr(ValueError("[serve] a request must hold at least one sample")));
+      return f;
+    }
     if (stopping_) {
       p.reply.set_exception(std::make_exception_ptr(ValueError("[serve] the server is shutting down")));
       return f;
@@ -57,8 +73,13 @@ std::vector<DynamicBatcher::Pending> DynamicBatcher::next_batch(std::unique_lock
       queue_.pop_front();
       if (samples >= options_.max_batch) return batch;
     }
-    // Room left: wait for more until the oldest request's deadline (no wait while stopping).
-    if (stopping_ || !arrived_.wait_until(lock, deadline, [&] { return stopping_ || !queue_.empty(); })) return batch;
+    // Room left: wait for more until the oldest request's deadline (no wait while stopping, nor,
+    // adaptive, when no announced request is on its way).
+    auto nothing_coming = [&] { return options_.adaptive && announced_ <= 0; };
+    if (stopping_ || nothing_coming()) return batch;
+    if (!arrived_.wait_until(lock, deadline, [&] { return stopping_ || !queue_.empty() || nothing_coming(); }))
+      return batch;
+    if (queue_.empty()) return batch;
   }
 }
 

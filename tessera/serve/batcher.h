@@ -3,6 +3,11 @@
 // Serve's rule). A request of more samples than max_batch runs alone; one that does not fit beside
 // the queue's head waits for the next batch, so requests run in arrival order. Each request gets its
 // own rows of the batch's output back, or the batch's exception.
+//
+// Adaptive waiting (options.adaptive): the server announces each request as it starts reading it, and
+// the batch is also cut when no announced request is still on its way to the queue: waiting then
+// could only add latency, as nothing is coming. One client then waits for nobody (0.5 ms instead of
+// max_wait), and under load batches still fill, since requests are read while the model runs.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -19,6 +24,7 @@ namespace tessera::serve {
 struct BatcherOptions {
   int64_t max_batch = 32;                      // samples; 1 turns batching off
   std::chrono::microseconds max_wait{5000};    // after the oldest queued request arrived
+  bool adaptive = false;                       // also cut the batch when nothing announced is coming
 };
 
 class DynamicBatcher {
@@ -31,8 +37,11 @@ class DynamicBatcher {
   DynamicBatcher& operator=(const DynamicBatcher&) = delete;
 
   // `rows`: [n, ...] with n >= 1. The future holds [n, ...], or the exception the batch ended in.
-  // After stop(): a future holding a ValueError.
-  std::future<Tensor> submit(Tensor rows);
+  // After stop(), or for rows without a sample: a future holding a ValueError.
+  std::future<Tensor> submit(Tensor rows, bool announced = false);
+  // A request the server began to read (adaptive waiting): submit(rows, true) or withdraw() ends it.
+  void announce();
+  void withdraw();
   // Runs what is queued, then ends the thread. Idempotent.
   void stop();
 
@@ -52,6 +61,7 @@ class DynamicBatcher {
   std::condition_variable arrived_;
   std::deque<Pending> queue_;
   bool stopping_ = false;
+  int64_t announced_ = 0;  // announced, not yet submitted or withdrawn
   std::thread thread_;
 };
 

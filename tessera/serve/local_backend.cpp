@@ -43,9 +43,19 @@ Reply LocalBackend::predict(const std::string& body) {
     GenerateParams g = parse_generate_request(body, limits_);
     return {200, encode_generation(p->generate({g.prompt, g.tokens, g.temperature, g.top_k, g.seed}))};
   }
+  // Announced while it is parsed, so an adaptive batch waits for it (batcher.h).
+  struct Announcement {
+    DynamicBatcher& batcher;
+    bool submitted = false;
+    explicit Announcement(DynamicBatcher& b) : batcher(b) { batcher.announce(); }
+    ~Announcement() {
+      if (!submitted) batcher.withdraw();
+    }
+  } announcement(batcher_);
   PredictInputs in = parse_predict_request(body, spec, limits_);
   Tensor rows = spec.dtype == DType::Int64 ? from_vector(in.ids, in.shape) : from_vector(in.values, in.shape);
-  std::future<Tensor> reply = batcher_.submit(rows);
+  announcement.submitted = true;
+  std::future<Tensor> reply = batcher_.submit(rows, /*announced=*/true);
   if (reply.wait_for(request_timeout_) != std::future_status::ready)
     throw TimeoutError("[serve] no answer from the model within " + std::to_string(request_timeout_.count()) +
                        " ms (--request-timeout-ms)");

@@ -59,6 +59,34 @@ TEST(DynamicBatcher, ALoneRequestRunsAfterMaxWait) {
   EXPECT_EQ(b.submit(rows_of({5})).get().to_vector<float>(), (std::vector<float>{5, 50}));
 }
 
+TEST(DynamicBatcher, AdaptiveWaitingRunsALoneRequestAtOnceButWaitsForOneAnnounced) {
+  std::vector<int64_t> sizes;
+  std::mutex m;
+  // An hour's max wait: if adaptive waiting did not cut it, these would hang (and ctest end them).
+  DynamicBatcher b({8, std::chrono::hours(1), /*adaptive=*/true}, [](const Tensor& x) { return x; },
+                   [&](int64_t n) {
+                     std::lock_guard<std::mutex> lock(m);
+                     sizes.push_back(n);
+                   });
+  EXPECT_EQ(b.submit(rows_of({1})).get().to_vector<float>(), (std::vector<float>{1, 10}));  // nobody else: at once
+  // A second request is being read: the first waits for it, and the two run as one batch.
+  b.announce();
+  b.announce();
+  auto first = b.submit(rows_of({2}), /*announced=*/true);
+  EXPECT_EQ(first.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  auto second = b.submit(rows_of({3}), /*announced=*/true);
+  EXPECT_EQ(first.get().to_vector<float>()[0], 2);
+  EXPECT_EQ(second.get().to_vector<float>()[0], 3);
+  // One announced that never comes (a bad request): its withdrawal releases the batch.
+  b.announce();
+  b.announce();
+  auto third = b.submit(rows_of({4}), /*announced=*/true);
+  b.withdraw();
+  EXPECT_EQ(third.get().to_vector<float>()[0], 4);
+  b.stop();
+  EXPECT_EQ(sizes, (std::vector<int64_t>{1, 2, 1}));
+}
+
 TEST(DynamicBatcher, ABatchThatFailsFailsEachOfItsRequests) {
   DynamicBatcher b({8, 0ms}, [](const Tensor& x) -> Tensor { throw ValueError("model refused " + shape_str(x.shape())); });
   auto f = b.submit(rows_of({1, 2}));

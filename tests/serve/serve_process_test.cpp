@@ -174,9 +174,9 @@ TEST_F(ServeProcess, RepliesEqualTheCheckpointsModelWithAndWithoutBatching) {
   const std::vector<float> images = random_images(4, 11);
   const std::vector<float> expected = reference->predict(from_vector(images, {4, 1, 28, 28})).to_vector<float>();
 
-  // Batching on: four single-image requests at once make one batch of four (the wait is long; the
+  // Batching on: four single-image requests at once make one batch of four (fixed waiting, long; the
   // fourth request fills the batch and cuts it short).
-  Server batched(*dir_, {*cnn_, "--max-batch", "4", "--max-wait-ms", "10000"});
+  Server batched(*dir_, {*cnn_, "--max-batch", "4", "--max-wait-ms", "10000", "--batch-wait", "fixed"});
   ASSERT_GT(batched.port(), 0);
   std::vector<std::string> replies(4);
   std::vector<std::thread> clients;
@@ -271,7 +271,7 @@ TEST_F(ServeProcess, AnAddressBeyondLoopbackNeedsATokenAndABadCheckpointIsNamed)
 
 TEST_F(ServeProcess, SigtermAnswersTheRequestsInFlightBeforeExiting) {
   // A long batching wait holds the requests in the server when SIGTERM comes.
-  Server s(*dir_, {*cnn_, "--max-batch", "64", "--max-wait-ms", "3000"});
+  Server s(*dir_, {*cnn_, "--max-batch", "64", "--max-wait-ms", "3000", "--batch-wait", "fixed"});
   ASSERT_GT(s.port(), 0);
   std::vector<int> statuses(3, 0);
   std::vector<std::thread> clients;
