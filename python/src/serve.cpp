@@ -7,6 +7,7 @@
 #include "tessera/observe/tensorboard.h"
 #include "tessera/observe/trace.h"
 #include "tessera/serve/predictor.h"
+#include "tessera/util/clock.h"
 
 namespace tessera::python {
 
@@ -53,9 +54,7 @@ void bind_observe(py::module_& m) {
            [](observe::TensorBoardWriter& w, int64_t step, const std::map<std::string, double>& scalars,
               py::object wall_time) {
              std::vector<std::pair<std::string, double>> values(scalars.begin(), scalars.end());
-             const double t = wall_time.is_none()
-                                  ? std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()
-                                  : wall_time.cast<double>();
+             const double t = wall_time.is_none() ? unix_seconds() : wall_time.cast<double>();
              w.write_scalars(step, values, t);
            },
            py::arg("step"), py::arg("scalars"), py::arg("wall_time") = py::none(),

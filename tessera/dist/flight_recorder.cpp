@@ -31,11 +31,6 @@ void on_sigusr2(int) {
 
 }  // namespace
 
-int64_t unix_micros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 FlightRecorder::FlightRecorder(size_t capacity) : capacity_(capacity) {}
 
 FlightEntry* FlightRecorder::find(uint64_t sequence) {

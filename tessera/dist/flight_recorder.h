@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tessera/util/clock.h"
+
 namespace tessera::dist {
 
 struct FlightEntry {
@@ -40,8 +42,6 @@ class FlightRecorder {
   std::deque<FlightEntry> ring_;
   size_t capacity_;
 };
-
-int64_t unix_micros();
 
 // "" when no dumps are to be written.
 std::string flight_recorder_dir();

@@ -136,8 +136,7 @@ WorkPtr ProcessGroup::enqueue_task(Task task) {
   std::unique_lock lock(mu_);
   if (task.collective) {
     task.sequence = next_sequence_++;
-    const auto now = std::chrono::system_clock::now().time_since_epoch();
-    arrivals_.emplace_back(task.sequence, std::chrono::duration_cast<std::chrono::microseconds>(now).count());
+    arrivals_.emplace_back(task.sequence, unix_micros());
     if (arrivals_.size() > kArrivalsKept) arrivals_.pop_front();
     task.description = concat(task.op, " #", task.sequence, " ", task.signature.substr(task.op.size() + 1));
     flight_.queued(task.sequence, task.op, task.description);

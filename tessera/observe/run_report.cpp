@@ -175,6 +175,7 @@ std::string report_html(const RunRecords& run, const std::string& title, const n
   std::vector<double> rates, comm, exposed;
   int64_t last_step = 0, epochs = 0, starts = 0, resumes = 0;
   double last_time = std::nan(""), last_step_seen = -1;
+  double final_accuracy = std::nan(""), final_eval_loss = std::nan(""), final_loss = std::nan("");
   int64_t redone_steps = 0;
   std::string events;
   for (const auto& r : rs) {
@@ -183,6 +184,7 @@ std::string report_html(const RunRecords& run, const std::string& title, const n
       if (std::isfinite(step) && step <= last_step_seen) redone_steps += static_cast<int64_t>(last_step_seen - step + 1);
       last_step_seen = std::isfinite(step) ? step : last_step_seen;
       last_step = std::max<int64_t>(last_step, static_cast<int64_t>(step));
+      final_loss = number(r, "loss");
       if (std::isfinite(number(r, "samples_per_s"))) rates.push_back(number(r, "samples_per_s"));
       if (std::isfinite(number(r, "comm_ms"))) comm.push_back(number(r, "comm_ms"));
       if (std::isfinite(number(r, "exposed_comm_ms"))) exposed.push_back(number(r, "exposed_comm_ms"));
@@ -193,6 +195,8 @@ std::string report_html(const RunRecords& run, const std::string& title, const n
       }
     } else if (is(r, "epoch")) {
       ++epochs;
+      final_accuracy = number(r, "eval_accuracy");
+      final_eval_loss = number(r, "eval_loss");
     } else if (is(r, "start")) {
       ++starts;
       const bool resumed = r.value("resumed", false);
@@ -202,11 +206,6 @@ std::string report_html(const RunRecords& run, const std::string& title, const n
                 num(step, "%.0f") + "</td><td>" + (resumed ? "resumed" : "started") + "</td><td>" +
                 num(number(r, "world_size"), "%.0f") + "</td></tr>\n";
     }
-  }
-  double final_accuracy = std::nan(""), final_eval_loss = std::nan(""), final_loss = std::nan("");
-  for (const auto& r : rs) {
-    if (is(r, "epoch")) final_accuracy = number(r, "eval_accuracy"), final_eval_loss = number(r, "eval_loss");
-    if (is(r, "step")) final_loss = number(r, "loss");
   }
   double comm_sum = 0, exposed_sum = 0;
   for (double v : comm) comm_sum += v;
@@ -242,10 +241,10 @@ std::string report_html(const RunRecords& run, const std::string& title, const n
   loss.series.push_back({"training (smoothed)", kBlue, smoothed(train_loss, alpha), false, 2});
   loss.series.push_back({"test (per epoch)", kOrange, by_step(rs, "epoch", "eval_loss"), true});
   html += render_svg(loss);
-  if (!by_step(rs, "epoch", "eval_accuracy").empty()) {
+  if (const auto accuracy = by_step(rs, "epoch", "eval_accuracy"); !accuracy.empty()) {
     Chart acc{"Test accuracy", "step", "accuracy"};
-    acc.series.push_back({"test accuracy", kGreen, by_step(rs, "epoch", "eval_accuracy"), false, 2});
-    acc.series.push_back({"per epoch", kGreen, by_step(rs, "epoch", "eval_accuracy"), true});
+    acc.series.push_back({"test accuracy", kGreen, accuracy, false, 2});
+    acc.series.push_back({"per epoch", kGreen, accuracy, true});
     html += render_svg(acc);
   }
   if (!loss_by_time.empty()) {

@@ -8,6 +8,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/io/atomic_file.h"
+#include "tessera/util/clock.h"
 
 namespace tessera::observe {
 
@@ -25,10 +26,6 @@ Recorder& recorder() {
   return *r;
 }
 
-int64_t unix_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -61,7 +58,7 @@ TraceSpan::TraceSpan(std::string_view name, std::string_view category) : on_(tra
   event_.name = std::string(name);
   event_.category = std::string(category);
   event_.thread = trace_thread_id();
-  event_.start_us = unix_us();
+  event_.start_us = unix_micros();
   steady_start_ns_ = steady_ns();
 }
 

@@ -104,8 +104,16 @@ int serve_http(Backend& backend, ServeMetrics& metrics, const ServerOptions& opt
     else message = concat("[serve] HTTP status ", res.status);
     res.set_content(encode_error(message), "application/json");
   });
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    reply(res, {500, encode_error("[serve] internal error")});
+  // What escaped a handler (guarded() catches the library's errors): named with its route.
+  svr.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
+    std::string what = "an unknown exception";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    reply(res, {500, encode_error(concat("[serve] ", req.method, " ", req.path, " failed: ", what))});
   });
 
   svr.Post("/v1/predict", [&](const httplib::Request& req, httplib::Response& res) {

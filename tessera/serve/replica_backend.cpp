@@ -70,9 +70,9 @@ int read_port(int fd, std::chrono::milliseconds timeout, std::string& why) {
   return port > 0 && port <= 65535 ? port : 0;
 }
 
-// Rewrites a replica's "tessera_serve_batch_size..." and "tessera_serve_samples_total" lines as
-// tessera_serve_replica_* with a replica label.
-void relabel(const std::string& text, int replica, std::string& out) {
+// Rewrites a replica's "tessera_serve_batch_size..." lines into `batch` and its
+// "tessera_serve_samples_total" line into `samples`, as tessera_serve_replica_* with a replica label.
+void relabel(const std::string& text, int replica, std::string& batch, std::string& samples) {
   size_t pos = 0;
   const std::string label = "replica=\"" + std::to_string(replica) + "\"";
   while (pos < text.size()) {
@@ -80,13 +80,13 @@ void relabel(const std::string& text, int replica, std::string& out) {
     if (eol == std::string::npos) eol = text.size();
     std::string line = text.substr(pos, eol - pos);
     pos = eol + 1;
-    for (const char* name : {"tessera_serve_batch_size", "tessera_serve_samples_total"}) {
+    for (auto [name, out] : {std::pair{"tessera_serve_batch_size", &batch}, {"tessera_serve_samples_total", &samples}}) {
       if (line.rfind(name, 0) != 0) continue;
       std::string rest = line.substr(std::strlen("tessera_serve_"));
       const size_t brace = rest.find('{'), space = rest.find(' ');
       if (brace != std::string::npos && brace < space) rest.insert(brace + 1, label + ",");
       else if (space != std::string::npos) rest.insert(space, "{" + label + "}");
-      out += "tessera_serve_replica_" + rest + "\n";
+      *out += "tessera_serve_replica_" + rest + "\n";
     }
   }
 }
@@ -372,11 +372,10 @@ Reply ReplicaBackend::health() {
 }
 
 std::string ReplicaBackend::metrics_extra() {
-  std::string out = "# HELP tessera_serve_replica_batch_size Samples per model run in each replica.\n"
-                    "# TYPE tessera_serve_replica_batch_size histogram\n";
+  std::string batch = "# HELP tessera_serve_replica_batch_size Samples per model run in each replica.\n"
+                      "# TYPE tessera_serve_replica_batch_size histogram\n";
   std::string samples = "# HELP tessera_serve_replica_samples_total Samples each replica ran the model on.\n"
                         "# TYPE tessera_serve_replica_samples_total counter\n";
-  std::string lines;
   for (int i = 0; i < options_.count; ++i) {
     int port = 0;
     {
@@ -387,18 +386,9 @@ std::string ReplicaBackend::metrics_extra() {
     }
     std::string failure;
     Reply r = forward_to(i, port, "GET", "/metrics", "", failure);
-    if (r.status == 200) relabel(r.body, i, lines);
+    if (r.status == 200) relabel(r.body, i, batch, samples);  // each metric's lines under its own header
   }
-  // Group each metric's lines under its own header.
-  std::string batch, total;
-  size_t pos = 0;
-  while (pos < lines.size()) {
-    const size_t eol = lines.find('\n', pos);
-    const std::string line = lines.substr(pos, eol - pos + 1);
-    (line.rfind("tessera_serve_replica_batch_size", 0) == 0 ? batch : total) += line;
-    pos = eol + 1;
-  }
-  return out + batch + samples + total;
+  return batch + samples;
 }
 
 }  // namespace tessera::serve

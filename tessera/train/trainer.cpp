@@ -22,6 +22,7 @@
 #include "tessera/ops/ops.h"
 #include "tessera/train/lr_scaling.h"
 #include "tessera/train/whole_checkpoint.h"
+#include "tessera/util/clock.h"
 #include "tessera/util/thread_pool.h"
 #include "tessera/dist/launcher/env.h"
 #include "tessera/util/settings.h"
@@ -162,7 +163,8 @@ RunOutput Trainer::run_output() const { return RunOutput{config_.train.output_di
 std::string Trainer::checkpoints_dir() const { return (fs::path(config_.train.output_dir) / "checkpoints").string(); }
 
 double Trainer::train_step(const data::Batch& batch) {
-  observe::TraceSpan step_span("step " + std::to_string(step_ + 1), "train");
+  // (The name is built only when tracing: this runs every step.)
+  observe::TraceSpan step_span(observe::tracing_enabled() ? "step " + std::to_string(step_ + 1) : std::string(), "train");
   schedule_->set_position(step_);
   optimizer_->zero_grad();
   double loss = 0;
@@ -222,12 +224,6 @@ void Trainer::save_after_losing_a_peer() {
   if (survivor_) survivor_->save_now();
 }
 
-namespace {
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-}  // namespace
-
 FitResult Trainer::fit_epochs() {
   const auto& run = config_.train;
   const bool lead = rank() == 0;  // the rank that reports and writes
@@ -239,7 +235,7 @@ FitResult Trainer::fit_epochs() {
     metrics->write(record);
     if (tensorboard)
       tensorboard->write_scalars(record.value("step", int64_t{0}), observe::scalars_of_record(record),
-                                 record.value("unix_time", unix_now()));
+                                 record.value("unix_time", unix_seconds()));
   };
   if (lead) {
     fs::create_directories(run.output_dir);
@@ -250,7 +246,7 @@ FitResult Trainer::fit_epochs() {
   // Where the run (re)started, for tessera report's list of starts and resumptions.
   if (lead)
     record_metrics({{"type", "start"}, {"step", step_}, {"epoch", epoch_}, {"resumed", resumed_},
-                    {"world_size", world_size()}, {"unix_time", unix_now()}});
+                    {"world_size", world_size()}, {"unix_time", unix_seconds()}});
   Progress progress(lead && Progress::stderr_is_terminal(), lead ? run.log_every : INT64_MAX);
   FitResult result;
   stop_requested_ = false;
@@ -299,7 +295,7 @@ FitResult Trainer::fit_epochs() {
       if (lead) {
         progress.step(batch_in_epoch_ - 1, step_, loss, optimizer_->lr(), rate);
         nlohmann::json record{{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss},
-                              {"lr", optimizer_->lr()}, {"samples_per_s", rate}, {"unix_time", unix_now()}};
+                              {"lr", optimizer_->lr()}, {"samples_per_s", rate}, {"unix_time", unix_seconds()}};
         if (batch->targets.dim() == 2)  // tokens
           record["tokens_per_s"] = rate * static_cast<double>(batch->targets.shape()[1]);
         strategy_->add_step_metrics(record);
