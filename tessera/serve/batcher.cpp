@@ -96,6 +96,8 @@ void DynamicBatcher::loop() {
       parts.push_back(p.rows);
       samples += p.rows.shape()[0];
     }
+    // Counted before any reply goes out: a client that reads /metrics after its answer sees its batch.
+    if (on_batch_) on_batch_(samples);
     Tensor out;
     try {
       out = run_(parts.size() == 1 ? parts[0] : cat(parts, 0));
@@ -113,7 +115,6 @@ void DynamicBatcher::loop() {
         row += n;
       }
     }
-    if (on_batch_) on_batch_(samples);
     lock.lock();
   }
 }

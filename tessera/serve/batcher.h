@@ -29,7 +29,8 @@ struct BatcherOptions {
 
 class DynamicBatcher {
  public:
-  // `run`: [n, ...] -> [n, ...], called on the batcher's thread only. `on_batch(samples)` after each.
+  // `run`: [n, ...] -> [n, ...], called on the batcher's thread only. `on_batch(samples)` as each batch
+  // starts, before any of its replies.
   DynamicBatcher(BatcherOptions options, std::function<Tensor(const Tensor&)> run,
                  std::function<void(int64_t samples)> on_batch = {});
   ~DynamicBatcher();  // stop()
