@@ -38,7 +38,7 @@ namespace tessera::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-const dist::Milliseconds kTimeout{600000};
+const dist::Milliseconds kModelParallelBenchTimeout{600000};
 
 train::TrainConfig config_of(const ModelParallelBenchOptions& o) {
   train::TrainConfig c;
@@ -70,7 +70,7 @@ int64_t peak_rss_bytes() {
 
 int run_worker(const ModelParallelBenchOptions& o) {
   dist::InitOptions init;
-  init.timeout = kTimeout;
+  init.timeout = kModelParallelBenchTimeout;
   auto world = dist::init_process_group(init);
   train::Trainer trainer(config_of(o), world);
   const auto& mesh = dynamic_cast<const train::MeshStrategy&>(trainer.strategy());
@@ -90,7 +90,7 @@ int run_worker(const ModelParallelBenchOptions& o) {
     peak_activations = std::max(peak_activations, mesh.last_step().peak_activations);
   }
   // Every rank posts its figures; rank 0 prints the job's line.
-  auto store = dist::store_from_env(kTimeout);
+  auto store = dist::store_from_env(kModelParallelBenchTimeout);
   const int rank = world->rank(), size = world->size();
   nlohmann::json mine{{"rank", rank},
                       {"stage", mesh.stage().stage()},

@@ -39,7 +39,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kBagLength = 32, kEmbedDim = 32;
-const dist::Milliseconds kTimeout{600000};
+const dist::Milliseconds kPsBenchTimeout{600000};
 
 std::shared_ptr<nn::Module> make_model(const PsBenchOptions& o) {
   if (o.model == "mlp") return nn::make_mlp({784, 512, 256, 10});
@@ -71,10 +71,10 @@ int run_server(const PsBenchOptions& o, const dist::launcher::PsRoleEnv& role) {
   // Loopback on one machine; across test hosts, the interface that reaches the master.
   const char* master = std::getenv("MASTER_ADDR");  // the launcher's env contract (launcher/env.h)
   s.host = dist::detail::listen_address(master && *master ? master : "127.0.0.1", "MASTER_ADDR");
-  s.timeout = kTimeout;
+  s.timeout = kPsBenchTimeout;
   s.log = [](const std::string&) {};
   parallel::ps::ParameterServer server(s);
-  auto store = dist::store_from_env(kTimeout, -1 - role.server_rank);
+  auto store = dist::store_from_env(kPsBenchTimeout, -1 - role.server_rank);
   parallel::ps::publish_server_address(*store, role.server_rank, server.address());
   server.run();
   return 0;
@@ -91,11 +91,11 @@ void report(dist::Store& store, int rank, int workers, const PsBenchOptions& o, 
 
 int run_ps_worker(const PsBenchOptions& o) {
   auto env = dist::launcher::worker_env_from_environment();
-  auto store = dist::store_from_env(kTimeout);
+  auto store = dist::store_from_env(kPsBenchTimeout);
   parallel::ps::ClientOptions c;
   c.rank = env.rank;
   c.token = env.job_token;
-  c.timeout = kTimeout;
+  c.timeout = kPsBenchTimeout;
   c.servers = parallel::ps::lookup_server_addresses(*store, dist::launcher::ps_role_from_environment().num_servers);
   manual_seed(0);
   auto model = make_model(o);
@@ -134,7 +134,7 @@ int run_ddp_worker(const PsBenchOptions& o) {
   auto t0 = Clock::now();
   for (int i = 0; i < o.steps; ++i) step();
   double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  auto store = dist::store_from_env(kTimeout);
+  auto store = dist::store_from_env(kPsBenchTimeout);
   report(*store, group->rank(), group->size(), o, seconds,
          double(ddp.reducer().hook().bytes_communicated()) / (o.warmup + o.steps));
   return 0;

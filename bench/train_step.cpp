@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "bench/test_hosts.h"
 #include "tessera/autograd/autocast.h"
 #include "tessera/nn/models.h"
 #include "tessera/ops/ops.h"
@@ -110,14 +111,6 @@ TorchResult time_python(const TrainStepOptions& o, const std::string& model, int
                          " --steps " + std::to_string(steps) + " --repeats " + std::to_string(o.repeats) +
                          " --precision " + o.precision,
                      "tessera from Python (was the Python module built?)");
-}
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) out.push_back(item);
-  return out;
 }
 
 std::vector<int> parse_threads(const std::string& s) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes tessera's parsers with clang's libFuzzer under AddressSanitizer and UndefinedBehaviorSanitizer.
-#   scripts/fuzz.sh                 each target for 20 s (what scripts/test.sh runs)
+#   scripts/fuzz.sh                 each target for 20 s, one per core at a time (what scripts/test.sh runs)
 #   scripts/fuzz.sh --seconds N     each target for N s
 #   scripts/fuzz.sh --long          each target for an hour (or until --seconds), for the real search
 # Targets and seed corpora are in fuzz/; what a run finds (a crash, a leak, a timeout) stops it with
@@ -20,15 +20,30 @@ targets=(heartbeat idx store_frame config stage_header safetensors etcd_reply sl
 CXX=clang++ CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
   -DTESSERA_BUILD_TESTS=OFF >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
-for t in "${targets[@]}"; do
+fuzz_one() {
+  local t=$1
   mkdir -p "build-fuzz/corpus/$t" "build-fuzz/findings/$t"
   # The seeds are read, never written: new inputs go to build-fuzz/corpus/.
-  log="build-fuzz/findings/$t/log"
+  local log="build-fuzz/findings/$t/log"
   if ! ./build-fuzz/fuzz/fuzz_$t -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
        -artifact_prefix="build-fuzz/findings/$t/" "build-fuzz/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     echo "fuzz.sh: $t failed; the input is under build-fuzz/findings/$t/" >&2
-    exit 1
+    return 1
   fi
   echo "fuzz $t: $(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$log" | tail -n 1)"
+}
+# One target per core at a time; every target runs even after one fails, and any failure fails the run.
+parallel=$(nproc)
+failed=0
+pids=()
+for t in "${targets[@]}"; do
+  fuzz_one "$t" &
+  pids+=($!)
+  if [ "${#pids[@]}" -ge "$parallel" ]; then
+    wait "${pids[0]}" || failed=1
+    pids=("${pids[@]:1}")
+  fi
 done
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+exit "$failed"

@@ -9,13 +9,13 @@ namespace tessera::dist::launcher {
 
 namespace {
 
-constexpr const char* kHint = " (set by `tessera run`; see tessera/dist/launcher/env.h)";
+constexpr const char* kLauncherHint = " (set by `tessera run`; see tessera/dist/launcher/env.h)";
 
 // `op` starts each message: "[worker_env]" or "[ps_role_env]".
 const std::string& required(const std::map<std::string, std::string>& variables, const char* name,
                             const char* op = "[worker_env]") {
   auto it = variables.find(name);
-  TESSERA_CHECK(it != variables.end(), op, " environment variable ", name, " is not set", kHint);
+  TESSERA_CHECK(it != variables.end(), op, " environment variable ", name, " is not set", kLauncherHint);
   return it->second;
 }
 
@@ -24,9 +24,9 @@ int parse_int(const std::string& text, const char* name, int lo, int hi, const c
   int value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   TESSERA_CHECK(ec == std::errc() && end == text.data() + text.size() && !text.empty(),
-                op, " ", name, "='", text, "' is not an integer", kHint);
+                op, " ", name, "='", text, "' is not an integer", kLauncherHint);
   TESSERA_CHECK(value >= lo && value <= hi, op, " ", name, "=", value, " is out of range [", lo, ", ", hi, "]",
-                kHint);
+                kLauncherHint);
   return value;
 }
 
@@ -87,10 +87,10 @@ WorkerEnv worker_env_from_variables(const std::map<std::string, std::string>& va
   env.local_rank = required_int(variables, "LOCAL_RANK", 0, env.local_world_size - 1);
   env.node_rank = required_int(variables, "NODE_RANK", 0, kMaxInt);
   env.master_addr = required(variables, "MASTER_ADDR");
-  TESSERA_CHECK(!env.master_addr.empty(), "[worker_env] MASTER_ADDR is empty", kHint);
+  TESSERA_CHECK(!env.master_addr.empty(), "[worker_env] MASTER_ADDR is empty", kLauncherHint);
   env.master_port = required_int(variables, "MASTER_PORT", 1, 65535);
   env.job_token = required(variables, "TESSERA_JOB_TOKEN");
-  TESSERA_CHECK(!env.job_token.empty(), "[worker_env] TESSERA_JOB_TOKEN is empty", kHint);
+  TESSERA_CHECK(!env.job_token.empty(), "[worker_env] TESSERA_JOB_TOKEN is empty", kLauncherHint);
   if (auto it = variables.find("TESSERA_NUM_THREADS"); it != variables.end())
     env.num_threads = parse_int(it->second, "TESSERA_NUM_THREADS", 1, 1024);
   return env;
@@ -126,7 +126,7 @@ PsRoleEnv ps_role_from_variables(const std::map<std::string, std::string>& varia
   auto role = variables.find("TESSERA_ROLE");
   if (role == variables.end()) return env;
   TESSERA_CHECK(role->second == "server" || role->second == "worker", kOp, " TESSERA_ROLE='", role->second,
-                "' is neither 'server' nor 'worker'", kHint);
+                "' is neither 'server' nor 'worker'", kLauncherHint);
   env.num_servers = required_int(variables, "TESSERA_NUM_SERVERS", 1, kMaxInt, kOp);
   if (role->second == "server") {
     env.role = PsRoleEnv::Role::kServer;

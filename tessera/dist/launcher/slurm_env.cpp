@@ -12,7 +12,7 @@ namespace {
 
 constexpr const char* kOp = "[slurm_env]";
 constexpr size_t kMaxHosts = 65536;
-constexpr const char* kHint = " (srun sets it in every task; see tessera/dist/launcher/slurm_env.h)";
+constexpr const char* kSlurmHint = " (srun sets it in every task; see tessera/dist/launcher/slurm_env.h)";
 
 // Slurm's steps of its own (since 20.11: batch script 0xfffffffb, extern 0xfffffffc, interactive
 // 0xfffffffa; before, the batch script was 0xfffffffe) are all at or above SLURM_MAX_NORMAL_STEP_ID.
@@ -22,9 +22,9 @@ long long parse_number(std::string_view text, std::string_view variable, long lo
   long long value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   TESSERA_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size(), kOp, " ", variable, "='",
-                text, "' is not an integer", kHint);
+                text, "' is not an integer", kSlurmHint);
   TESSERA_CHECK(value >= lo && value <= hi, kOp, " ", variable, "=", value, " is out of range [", lo, ", ", hi, "]",
-                kHint);
+                kSlurmHint);
   return value;
 }
 
@@ -44,10 +44,10 @@ const std::string* find_first(const std::map<std::string, std::string>& variable
   return nullptr;
 }
 
-const std::string& required(const std::map<std::string, std::string>& variables, const char* name, int ntasks) {
+const std::string& required_slurm_variable(const std::map<std::string, std::string>& variables, const char* name, int ntasks) {
   const std::string* value = find(variables, name);
   TESSERA_CHECK(value != nullptr, kOp, " this is a Slurm step of SLURM_NTASKS=", ntasks, " tasks, but ", name,
-                " is not set", kHint, "; refusing to train as a world of one");
+                " is not set", kSlurmHint, "; refusing to train as a world of one");
   return *value;
 }
 
@@ -184,18 +184,18 @@ std::optional<SlurmStep> slurm_step_from_variables(const std::map<std::string, s
   if (step_text == nullptr) return std::nullopt;
   step.step_id = parse_number(*step_text, "SLURM_STEP_ID", 0, 1LL << 40);
   if (step.step_id >= kMaxNormalStepId) return std::nullopt;
-  step.rank = static_cast<int>(parse_number(required(variables, "SLURM_PROCID", step.ntasks), "SLURM_PROCID", 0,
+  step.rank = static_cast<int>(parse_number(required_slurm_variable(variables, "SLURM_PROCID", step.ntasks), "SLURM_PROCID", 0,
                                             step.ntasks - 1));
   const char* nnodes_name = "SLURM_NNODES";
   const std::string* nnodes_text = find_first(variables, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES"}, &nnodes_name);
-  if (nnodes_text == nullptr) nnodes_text = &required(variables, "SLURM_NNODES", step.ntasks);
+  if (nnodes_text == nullptr) nnodes_text = &required_slurm_variable(variables, "SLURM_NNODES", step.ntasks);
   step.nnodes = static_cast<int>(parse_number(*nnodes_text, nnodes_name, 1, step.ntasks));
   step.node_id = static_cast<int>(
-      parse_number(required(variables, "SLURM_NODEID", step.ntasks), "SLURM_NODEID", 0, step.nnodes - 1));
+      parse_number(required_slurm_variable(variables, "SLURM_NODEID", step.ntasks), "SLURM_NODEID", 0, step.nnodes - 1));
   const char* list_name = nullptr;
   const std::string* list = find_first(variables, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"}, &list_name);
   TESSERA_CHECK(list != nullptr, kOp, " this is a Slurm step of SLURM_NTASKS=", step.ntasks,
-                " tasks, but neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is set", kHint,
+                " tasks, but neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is set", kSlurmHint,
                 "; refusing to train as a world of one");
   step.nodes = expand_host_list(*list, list_name);
   TESSERA_CHECK(static_cast<int>(step.nodes.size()) == step.nnodes, kOp, " ", list_name, "='", *list, "' names ",
@@ -204,7 +204,7 @@ std::optional<SlurmStep> slurm_step_from_variables(const std::map<std::string, s
   const std::string* tasks_text =
       find_first(variables, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}, &tasks_name);
   TESSERA_CHECK(tasks_text != nullptr, kOp, " this is a Slurm step of SLURM_NTASKS=", step.ntasks,
-                " tasks, but neither SLURM_STEP_TASKS_PER_NODE nor SLURM_TASKS_PER_NODE is set", kHint,
+                " tasks, but neither SLURM_STEP_TASKS_PER_NODE nor SLURM_TASKS_PER_NODE is set", kSlurmHint,
                 "; refusing to train as a world of one");
   std::vector<int> per_node = expand_tasks_per_node(*tasks_text, tasks_name);
   long long total = 0;
@@ -214,7 +214,7 @@ std::optional<SlurmStep> slurm_step_from_variables(const std::map<std::string, s
                 step.ntasks, " and ", nnodes_name, "=", step.nnodes);
   step.local_tasks = per_node[static_cast<size_t>(step.node_id)];
   step.local_rank = static_cast<int>(
-      parse_number(required(variables, "SLURM_LOCALID", step.ntasks), "SLURM_LOCALID", 0, step.local_tasks - 1));
+      parse_number(required_slurm_variable(variables, "SLURM_LOCALID", step.ntasks), "SLURM_LOCALID", 0, step.local_tasks - 1));
   return step;
 }
 
