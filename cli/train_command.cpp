@@ -8,18 +8,42 @@
 
 #include "cli/commands.h"
 #include "tessera/dist/init.h"
+#include "tessera/dist/flight_recorder.h"
+#include "tessera/dist/flight_report.h"
 #include "tessera/dist/launcher/env.h"
 #include "tessera/dist/launcher/launcher.h"
 #include "tessera/io/checkpoint.h"
+#include "tessera/util/clock.h"
 #include "tessera/train/run.h"
 
 namespace tessera::cli {
 
 namespace {
 
+// After a failed job: what the flight records its ranks wrote during it say together (what
+// `tessera trace analyze DIR` prints), so the user sees which rank is missing from which collective
+// without running it. Records older than the job are left out.
+void print_flight_analysis(const std::string& output_dir, int64_t job_start_us) {
+  std::string dir = dist::flight_recorder_dir();
+  if (dir.empty()) dir = (std::filesystem::path(output_dir) / "flight").string();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return;
+  try {
+    std::vector<nlohmann::json> records;
+    for (auto& r : dist::read_flight_records(dir))
+      if (r.value("dumped_us", int64_t{0}) >= job_start_us) records.push_back(std::move(r));
+    if (records.empty()) return;
+    std::fprintf(stderr, "tessera train: the ranks' flight records (tessera trace analyze %s):\n%s", dir.c_str(),
+                 dist::analyze_flight_records(records).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tessera train: could not read the flight records in %s: %s\n", dir.c_str(), e.what());
+  }
+}
+
 // Runs `nproc` workers of this same command line, minus --nproc, under the launcher.
 int launch_workers(int nproc, int servers, const std::string& config_path, const std::vector<std::string>& overrides,
-                   bool resume, const std::string& resume_from) {
+                   bool resume, const std::string& resume_from, const std::string& output_dir) {
+  const int64_t job_start_us = unix_micros();
   dist::launcher::LaunchOptions o;
   o.nproc_per_node = nproc;
   o.servers_per_node = servers;
@@ -28,6 +52,7 @@ int launch_workers(int nproc, int servers, const std::string& config_path, const
   if (resume) o.command.insert(o.command.end(), {"--resume", resume_from.empty() ? "latest" : resume_from});
   dist::launcher::LaunchResult result = dist::launcher::launch(o);
   if (!result.message.empty()) std::fprintf(stderr, "tessera train: %s\n", result.message.c_str());
+  if (result.exit_code != 0) print_flight_analysis(output_dir, job_start_us);
   return result.exit_code;
 }
 
@@ -83,7 +108,7 @@ Command add_train_command(CLI::App& app) {
       if (config.train.overwrite) sets.push_back("train.overwrite=true");
       if (config.observability.trace) sets.push_back("observability.trace=true");
       return launch_workers(*nproc, ps ? static_cast<int>(config.distributed.servers) : 0, *config_path, sets,
-                            resuming, *resume);
+                            resuming, *resume, config.train.output_dir);
     }
     train::RunOptions options;
     if (resuming) options.resume = resume->empty() ? "latest" : *resume;

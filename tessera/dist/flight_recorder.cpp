@@ -39,9 +39,10 @@ FlightEntry* FlightRecorder::find(uint64_t sequence) {
   return nullptr;
 }
 
-void FlightRecorder::queued(uint64_t sequence, const std::string& op, const std::string& description) {
+void FlightRecorder::queued(uint64_t sequence, const std::string& op, const std::string& description,
+                            const std::string& signature, const std::string& call_site) {
   std::lock_guard<std::mutex> lock(mutex_);
-  ring_.push_back({sequence, op, description, unix_micros(), 0, 0, ""});
+  ring_.push_back({sequence, op, description, signature, call_site, unix_micros(), 0, 0, ""});
   if (ring_.size() > capacity_) ring_.pop_front();
 }
 
@@ -65,9 +66,15 @@ nlohmann::json FlightRecorder::entries() const {
     const char* state = e.finished_us ? (e.error.empty() ? "done" : "failed") : e.started_us ? "running" : "queued";
     out.push_back({{"sequence", e.sequence}, {"op", e.op}, {"description", e.description}, {"state", state},
                    {"queued_us", e.queued_us}, {"started_us", e.started_us}, {"finished_us", e.finished_us},
-                   {"error", e.error}});
+                   {"error", e.error}, {"call_site", e.call_site}});
   }
   return out;
+}
+
+std::vector<FlightEntry> FlightRecorder::newest(size_t count) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t first = ring_.size() > count ? ring_.size() - count : 0;
+  return {ring_.begin() + static_cast<std::ptrdiff_t>(first), ring_.end()};
 }
 
 std::string flight_recorder_dir() {

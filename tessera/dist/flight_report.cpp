@@ -78,15 +78,17 @@ std::string analyze_flight_records(const std::vector<json>& records) {
       continue;
     }
     // Desynchronisation: the same number filled with different calls.
-    std::map<uint64_t, std::map<std::string, std::vector<int>>> calls;
+    // Each call with the ranks that made it and where in their code (file:line, when recorded).
+    std::map<uint64_t, std::map<std::string, std::vector<std::pair<int, std::string>>>> calls;
     for (const auto& [rank, m] : by_rank)
-      for (const auto& e : (*m)["entries"]) calls[e.value("sequence", uint64_t{0})][call_of(e)].push_back(rank);
+      for (const auto& e : (*m)["entries"])
+        calls[e.value("sequence", uint64_t{0})][call_of(e)].emplace_back(rank, e.value("call_site", ""));
     for (const auto& [sequence, variants] : calls) {
       if (variants.size() < 2) continue;
       report += concat("  DESYNC at collective #", sequence, ": the ranks called different collectives:\n");
       for (const auto& [call, ranks] : variants) {
         std::string list;
-        for (int r : ranks) list += (list.empty() ? "" : ", ") + who(r);
+        for (const auto& [r, site] : ranks) list += (list.empty() ? "" : ", ") + who(r) + (site.empty() ? "" : " at " + site);
         report += concat("    ", call, ": ", list, "\n");
       }
       break;  // the first one is where the job went wrong

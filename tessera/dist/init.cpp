@@ -67,6 +67,8 @@ ProcessGroupPtr init_process_group(const InitOptions& options) {
   ProcessGroupOptions group_options;
   group_options.timeout = options.timeout;
   group_options.debug = options.debug.value_or(debug_from_environment());
+  if (const char* check = env_setting("TESSERA_COLLECTIVE_CHECK")) group_options.collective_check = std::strcmp(check, "0") != 0;
+  group_options.exit_when_stuck_after_mismatch = true;
   if (const char* beat = env_setting(launcher::kHeartbeatMsVariable); beat != nullptr && std::atoi(beat) > 0)
     group_options.heartbeat = Milliseconds(std::atoi(beat));
   return std::make_shared<ProcessGroup>(std::move(communicator), context.store, group_options);

@@ -1,8 +1,11 @@
 #include "tessera/dist/process_group.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <set>
+#include <string_view>
 #include <unistd.h>
 
 #include "tessera/core/error.h"
@@ -75,6 +78,29 @@ std::string counts_text(const std::vector<int64_t>& counts) {
 
 int64_t total(const std::vector<int64_t>& counts) { return std::accumulate(counts.begin(), counts.end(), int64_t{0}); }
 
+// The file:line of the user's call that is enqueuing a collective on this thread: set by each public
+// collective for the duration of its call, read by enqueue.
+thread_local std::source_location current_call_site;
+thread_local bool has_call_site = false;
+
+struct CallSiteScope {
+  explicit CallSiteScope(const std::source_location& where) {
+    current_call_site = where;
+    has_call_site = true;
+  }
+  ~CallSiteScope() { has_call_site = false; }
+};
+
+// "parallel/ddp/reducer.cpp:120": the last three parts of the path are enough to find the file.
+std::string call_site_text() {
+  if (!has_call_site) return "an unknown place";
+  std::string_view file = current_call_site.file_name();
+  size_t cut = file.size();
+  for (int parts = 0; parts < 3 && cut != std::string_view::npos && cut > 0; ++parts) cut = file.rfind('/', cut - 1);
+  if (cut != std::string_view::npos) file.remove_prefix(cut + 1);
+  return concat(file, ":", current_call_site.line());
+}
+
 }  // namespace
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Communicator> communicator, std::shared_ptr<Store> store,
@@ -110,6 +136,27 @@ ProcessGroup::~ProcessGroup() {
     stopping_ = true;
   }
   queue_cv_.notify_all();
+  bool mismatched = false, stuck = false;
+  std::string stuck_call;
+  {
+    std::lock_guard lock(mu_);
+    mismatched = mismatched_;
+    stuck = in_flight_;
+    stuck_call = in_flight_description_;
+  }
+  if (mismatched) {
+    // Every rank's caller has had the report before any rank leaves (a rank that left first would
+    // have the launcher stop the others before they said why).
+    wait_for_ranks_leaving_after_mismatch();
+    if (stuck && options_.exit_when_stuck_after_mismatch) {
+      // The backend is still inside the failed collective and would hold this process until the
+      // timeout. The report is already on stderr.
+      std::fprintf(stderr, "[collective check] rank %d: %s is still stuck in the backend after the mismatch; exiting\n",
+                   rank_, stuck_call.c_str());
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
   worker_.join();  // drains the queue; each task is bounded by the timeout
   watchdog_cv_.notify_all();
   watchdog_.join();
@@ -123,6 +170,7 @@ WorkPtr ProcessGroup::enqueue(std::string op, std::string details, std::vector<T
   task.op = std::move(op);
   task.keep = std::move(keep);
   task.signature = concat(task.op, " (", details, ")");
+  task.call_site = call_site_text();
   task.body = std::move(body);
   return enqueue_task(std::move(task));
 }
@@ -139,7 +187,7 @@ WorkPtr ProcessGroup::enqueue_task(Task task) {
     arrivals_.emplace_back(task.sequence, unix_micros());
     if (arrivals_.size() > kArrivalsKept) arrivals_.pop_front();
     task.description = concat(task.op, " #", task.sequence, " ", task.signature.substr(task.op.size() + 1));
-    flight_.queued(task.sequence, task.op, task.description);
+    flight_.queued(task.sequence, task.op, task.description, task.signature, task.call_site);
   } else {
     task.description = task.signature;
   }
@@ -169,6 +217,7 @@ void ProcessGroup::run_worker() {
         in_flight_sequence_ = task.sequence;
         in_flight_op_ = task.op;
         in_flight_description_ = task.description;
+        in_flight_work_ = task.work;
       }
     }
     if (broken) {
@@ -207,6 +256,8 @@ void ProcessGroup::run_task(Task& task) {
     {
       std::lock_guard lock(mu_);
       in_flight_ = false;
+    in_flight_work_.reset();
+      in_flight_work_.reset();
     }
     task.work->finish(nullptr);
     return;
@@ -230,6 +281,7 @@ void ProcessGroup::run_task(Task& task) {
   {
     std::lock_guard lock(mu_);
     in_flight_ = false;
+    in_flight_work_.reset();
     if (!broken_) {
       broken_ = contextual;
       broken_by_ = task.description;
@@ -256,9 +308,13 @@ void ProcessGroup::check_rank(int r, const char* op, const char* what) const {
 // Each Tensor overload checks its tensors, then calls the Buffer form with the tensors to keep
 // alive until the task has run.
 
-WorkPtr ProcessGroup::allreduce(Buffer data, ReduceOp op) { return allreduce_buffer(data, op, {}); }
+WorkPtr ProcessGroup::allreduce(Buffer data, ReduceOp op, std::source_location where) {
+  CallSiteScope site(where);
+  return allreduce_buffer(data, op, {});
+}
 
-WorkPtr ProcessGroup::allreduce(const Tensor& tensor, ReduceOp op) {
+WorkPtr ProcessGroup::allreduce(const Tensor& tensor, ReduceOp op, std::source_location where) {
+  CallSiteScope site(where);
   return allreduce_buffer(checked_buffer(tensor, "allreduce", "tensor"), op, {tensor});
 }
 
@@ -271,9 +327,13 @@ WorkPtr ProcessGroup::allreduce_buffer(Buffer data, ReduceOp op, std::vector<Ten
                  });
 }
 
-WorkPtr ProcessGroup::broadcast(Buffer data, int root) { return broadcast_buffer(data, root, {}); }
+WorkPtr ProcessGroup::broadcast(Buffer data, int root, std::source_location where) {
+  CallSiteScope site(where);
+  return broadcast_buffer(data, root, {});
+}
 
-WorkPtr ProcessGroup::broadcast(const Tensor& tensor, int root) {
+WorkPtr ProcessGroup::broadcast(const Tensor& tensor, int root, std::source_location where) {
+  CallSiteScope site(where);
   return broadcast_buffer(checked_buffer(tensor, "broadcast", "tensor"), root, {tensor});
 }
 
@@ -285,7 +345,8 @@ WorkPtr ProcessGroup::broadcast_buffer(Buffer data, int root, std::vector<Tensor
                  });
 }
 
-WorkPtr ProcessGroup::reduce(const Tensor& tensor, ReduceOp op, int root) {
+WorkPtr ProcessGroup::reduce(const Tensor& tensor, ReduceOp op, int root, std::source_location where) {
+  CallSiteScope site(where);
   Buffer data = checked_buffer(tensor, "reduce", "tensor");
   check_rank(root, "reduce", "root");
   return enqueue("reduce", concat(reduce_op_name(op), ", root ", root, ", ", buffer_details(data)), {tensor},
@@ -296,11 +357,13 @@ WorkPtr ProcessGroup::reduce(const Tensor& tensor, ReduceOp op, int root) {
                  });
 }
 
-WorkPtr ProcessGroup::allgather(Buffer input, Buffer output, std::vector<int64_t> counts) {
+WorkPtr ProcessGroup::allgather(Buffer input, Buffer output, std::vector<int64_t> counts, std::source_location where) {
+  CallSiteScope site(where);
   return allgather_buffer(input, output, std::move(counts), {});
 }
 
-WorkPtr ProcessGroup::allgather(const Tensor& input, const Tensor& output) {
+WorkPtr ProcessGroup::allgather(const Tensor& input, const Tensor& output, std::source_location where) {
+  CallSiteScope site(where);
   Buffer in = checked_buffer(input, "allgather", "input");
   Buffer out = checked_buffer(output, "allgather", "output");
   TESSERA_CHECK(out.count == in.count * size_, "[allgather] output has ", out.count, " elements; expected ",
@@ -308,7 +371,9 @@ WorkPtr ProcessGroup::allgather(const Tensor& input, const Tensor& output) {
   return allgather_buffer(in, out, std::vector<int64_t>(static_cast<size_t>(size_), in.count), {input, output});
 }
 
-WorkPtr ProcessGroup::allgather(const Tensor& input, const Tensor& output, std::vector<int64_t> counts) {
+WorkPtr ProcessGroup::allgather(const Tensor& input, const Tensor& output, std::vector<int64_t> counts,
+                                std::source_location where) {
+  CallSiteScope site(where);
   return allgather_buffer(checked_buffer(input, "allgather", "input"), checked_buffer(output, "allgather", "output"),
                           std::move(counts), {input, output});
 }
@@ -328,11 +393,15 @@ WorkPtr ProcessGroup::allgather_buffer(Buffer input, Buffer output, std::vector<
   });
 }
 
-WorkPtr ProcessGroup::reduce_scatter(Buffer input, Buffer output, std::vector<int64_t> counts, ReduceOp op) {
+WorkPtr ProcessGroup::reduce_scatter(Buffer input, Buffer output, std::vector<int64_t> counts, ReduceOp op,
+                                     std::source_location where) {
+  CallSiteScope site(where);
   return reduce_scatter_buffer(input, output, std::move(counts), op, {});
 }
 
-WorkPtr ProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
+WorkPtr ProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,
+                                     std::source_location where) {
+  CallSiteScope site(where);
   Buffer in = checked_buffer(input, "reduce_scatter", "input");
   Buffer out = checked_buffer(output, "reduce_scatter", "output");
   TESSERA_CHECK(in.count == out.count * size_, "[reduce_scatter] input has ", in.count, " elements; expected ",
@@ -342,7 +411,8 @@ WorkPtr ProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, 
 }
 
 WorkPtr ProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, std::vector<int64_t> counts,
-                                     ReduceOp op) {
+                                     ReduceOp op, std::source_location where) {
+  CallSiteScope site(where);
   return reduce_scatter_buffer(checked_buffer(input, "reduce_scatter", "input"),
                                checked_buffer(output, "reduce_scatter", "output"), std::move(counts), op,
                                {input, output});
@@ -366,7 +436,8 @@ WorkPtr ProcessGroup::reduce_scatter_buffer(Buffer input, Buffer output, std::ve
                  });
 }
 
-WorkPtr ProcessGroup::alltoall(const Tensor& input, const Tensor& output) {
+WorkPtr ProcessGroup::alltoall(const Tensor& input, const Tensor& output, std::source_location where) {
+  CallSiteScope site(where);
   Buffer in = checked_buffer(input, "alltoall", "input");
   Buffer out = checked_buffer(output, "alltoall", "output");
   TESSERA_CHECK(in.count == out.count, "[alltoall] input has ", in.count, " elements but output has ", out.count);
@@ -379,7 +450,8 @@ WorkPtr ProcessGroup::alltoall(const Tensor& input, const Tensor& output) {
   });
 }
 
-WorkPtr ProcessGroup::barrier() {
+WorkPtr ProcessGroup::barrier(std::source_location where) {
+  CallSiteScope site(where);
   return enqueue("barrier", "", {}, [this](Deadline d) {
     if (size_ > 1) communicator_->barrier(d);
   });

@@ -11,9 +11,18 @@
 // jobs send nothing), and the failing rank reads those reports. The group is then broken: later
 // operations fail at once with the first error.
 //
+// The collective check (always on; TESSERA_COLLECTIVE_CHECK=0 turns it off): every collective
+// records its fingerprint (sequence number, op, dtype, sizes, root, and the file:line that called
+// it) in the flight recorder. The watchdog thread publishes the newest ones to the store about once
+// a second, off the data path, and compares them with the next rank's: when one number holds two
+// different calls, every rank's waiting operation fails within a few seconds with a ValueError
+// naming both ranks' calls and call sites, instead of hanging until the timeout or returning a
+// silently wrong result (process_group_check.cpp).
+//
 // Debug mode (TESSERA_DIST_DEBUG=1, or options.debug): before each collective every rank publishes
 // its call (op, dtype, sizes, root) to the store and compares it with every other rank's; a
-// mismatch is a ValueError listing each rank's call.
+// mismatch is a ValueError listing each rank's call. It blocks each collective on a store round
+// trip; the collective check above does not.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -21,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <source_location>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +53,13 @@ struct ProcessGroupOptions {
   // names a rank that arrives last at the collectives again and again (a straggler).
   // init_process_group reads TESSERA_HEARTBEAT_MS, which the elastic agent sets.
   Milliseconds heartbeat{0};
+  // The collective check described above; init_process_group reads TESSERA_COLLECTIVE_CHECK.
+  bool collective_check = true;
+  // After the check has failed a collective that is still stuck in the backend (which cannot be
+  // interrupted), the group's destructor ends the process (exit status 1) instead of waiting for
+  // the timeout, so the job's launcher sees the failure at once. init_process_group sets it; ranks
+  // that are threads of one test process do not.
+  bool exit_when_stuck_after_mismatch = false;
 };
 
 class ProcessGroup;
@@ -86,29 +103,32 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
   // Tensors must be contiguous CPU tensors; in-place ops overwrite `tensor`. The tensors are kept
   // alive until the operation finishes; do not read or write them before wait().
-  WorkPtr allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
-  WorkPtr broadcast(const Tensor& tensor, int root);
-  WorkPtr reduce(const Tensor& tensor, ReduceOp op, int root);  // result on root only
+  WorkPtr allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum, std::source_location where = std::source_location::current());
+  WorkPtr broadcast(const Tensor& tensor, int root, std::source_location where = std::source_location::current());
+  WorkPtr reduce(const Tensor& tensor, ReduceOp op, int root, std::source_location where = std::source_location::current());  // result on root only
   // output.numel() == size() * input.numel().
-  WorkPtr allgather(const Tensor& input, const Tensor& output);
+  WorkPtr allgather(const Tensor& input, const Tensor& output, std::source_location where = std::source_location::current());
   // Unequal sizes: counts[r] elements from rank r; input.numel() == counts[rank()], output.numel()
   // == sum(counts).
-  WorkPtr allgather(const Tensor& input, const Tensor& output, std::vector<int64_t> counts);
+  WorkPtr allgather(const Tensor& input, const Tensor& output, std::vector<int64_t> counts,
+                    std::source_location where = std::source_location::current());
   // input.numel() == size() * output.numel(); rank r gets the reduction of block r.
-  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::Sum);
+  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::Sum,
+                         std::source_location where = std::source_location::current());
   WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, std::vector<int64_t> counts,
-                         ReduceOp op = ReduceOp::Sum);
+                         ReduceOp op = ReduceOp::Sum, std::source_location where = std::source_location::current());
   // input and output: size() equal blocks; block j of input goes to rank j.
-  WorkPtr alltoall(const Tensor& input, const Tensor& output);
+  WorkPtr alltoall(const Tensor& input, const Tensor& output, std::source_location where = std::source_location::current());
   WorkPtr send(const Tensor& tensor, int dst, int tag = 0);
   WorkPtr recv(const Tensor& tensor, int src, int tag = 0);
-  WorkPtr barrier();
+  WorkPtr barrier(std::source_location where = std::source_location::current());
 
   // The same over raw buffers (DDP's flat buckets); the caller keeps them alive until wait().
-  WorkPtr allreduce(Buffer data, ReduceOp op = ReduceOp::Sum);
-  WorkPtr broadcast(Buffer data, int root);
-  WorkPtr allgather(Buffer input, Buffer output, std::vector<int64_t> counts);
-  WorkPtr reduce_scatter(Buffer input, Buffer output, std::vector<int64_t> counts, ReduceOp op);
+  WorkPtr allreduce(Buffer data, ReduceOp op = ReduceOp::Sum, std::source_location where = std::source_location::current());
+  WorkPtr broadcast(Buffer data, int root, std::source_location where = std::source_location::current());
+  WorkPtr allgather(Buffer input, Buffer output, std::vector<int64_t> counts, std::source_location where = std::source_location::current());
+  WorkPtr reduce_scatter(Buffer input, Buffer output, std::vector<int64_t> counts, ReduceOp op,
+                         std::source_location where = std::source_location::current());
 
   // A subgroup over `ranks` (this group's rank numbers, any order, no repeats). Every rank of this
   // group calls it, in the same order (as torch.distributed.new_group); members get the new
@@ -120,7 +140,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     uint64_t sequence = 0;
     std::string op;           // "allreduce"
     std::string description;  // "allreduce #3 (sum, float32 x 10)"
-    std::string signature;    // what debug mode compares across ranks
+    std::string signature;    // what debug mode and the collective check compare across ranks
+    std::string call_site;    // "ddp/reducer.cpp:120", for the collective check's report
     std::function<void(Deadline)> body;
     WorkPtr work;
     bool collective = true;  // false for new_group's split, which has no sequence number
@@ -140,6 +161,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void run_watchdog();
   void run_task(Task& task);
   void check_same_call(const Task& task, Deadline deadline);
+  // The collective check (process_group_check.cpp), run by the watchdog about once a second.
+  void check_fingerprints(std::unique_lock<std::mutex>& lock);
+  void fail_mismatched(std::unique_lock<std::mutex>& lock, const std::string& message);
+  void wait_for_ranks_leaving_after_mismatch();
   std::string describe_stragglers(const Task& task);
   static std::string this_host();  // the hostname, for reports
   Buffer checked_buffer(const Tensor& tensor, const char* op, const char* name) const;
@@ -167,6 +192,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   uint64_t in_flight_sequence_ = 0;
   std::string in_flight_op_;
   std::string in_flight_description_;
+  WorkPtr in_flight_work_;      // failed early by the collective check
+  uint64_t published_through_ = UINT64_MAX;  // the newest sequence the check has published
+  bool mismatched_ = false;     // the check found two calls under one number
   std::deque<std::pair<uint64_t, int64_t>> arrivals_;  // recent_arrivals()  // "allreduce #3 (sum, float32 x 10)"
   FlightRecorder flight_;
   std::condition_variable watchdog_cv_;

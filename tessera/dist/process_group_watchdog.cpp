@@ -40,6 +40,9 @@ void ProcessGroup::run_watchdog() {
   const bool beating = options_.heartbeat > Milliseconds(0);
   const Milliseconds wake = beating ? std::min(interval, options_.heartbeat) : interval;
   auto next_check = std::chrono::steady_clock::now() + interval;
+  // The collective check (process_group_check.cpp): every interval, at least 250 ms apart.
+  const Milliseconds check_period = std::max(interval, Milliseconds(250));
+  auto next_fingerprint_check = std::chrono::steady_clock::now() + check_period;
   std::unique_lock lock(mu_);
   uint64_t seen = UINT64_MAX, published = UINT64_MAX;
   uint64_t beats = 0;
@@ -69,6 +72,11 @@ void ProcessGroup::run_watchdog() {
     if (first) {
       first = false;
       continue;
+    }
+    if (std::chrono::steady_clock::now() >= next_fingerprint_check) {
+      next_fingerprint_check = std::chrono::steady_clock::now() + check_period;
+      check_fingerprints(lock);
+      if (stopping_) return;
     }
     if (std::chrono::steady_clock::now() < next_check) continue;
     next_check = std::chrono::steady_clock::now() + interval;

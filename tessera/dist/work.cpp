@@ -43,6 +43,7 @@ bool Work::is_completed() const {
 void Work::finish(std::exception_ptr error) {
   {
     std::lock_guard lock(mu_);
+    if (done_) return;  // the collective check failed it first; the backend's late end changes nothing
     done_ = true;
     error_ = std::move(error);
   }

@@ -28,7 +28,7 @@ class Work {
   // e.g. "allreduce #17 (sum, float32 x 1000)".
   const std::string& description() const { return description_; }
 
-  // For the process group's worker thread.
+  // For the process group's threads; the first call decides how the operation ended.
   void finish(std::exception_ptr error);
 
  private:

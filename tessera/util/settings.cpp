@@ -33,6 +33,10 @@ constexpr std::array kSettings{
             "directory where each rank's process groups write their flight record (the last collectives) when one "
             "is stuck, fails, or on SIGUSR2; tessera trace analyze DIR reads them",
             kUser},
+    Setting{"TESSERA_COLLECTIVE_CHECK", "1",
+            "0 turns off the always-on check that every rank called the same collectives (fingerprints compared "
+            "about once a second through the store)",
+            kUser},
     Setting{"TESSERA_DIST_DEBUG", "0",
             "1: every collective's op, dtype and shape are compared across ranks before it runs", kUser},
     Setting{"TESSERA_SOCKET_IFNAME", "the interface that routes to MASTER_ADDR",

@@ -7,6 +7,8 @@
 //   die       --victim exits before the collective (its sockets close); the others must fail
 //   mismatch  with TESSERA_DIST_DEBUG, --victim calls allreduce with one more element; every rank
 //             must get the mismatch report
+//   desync    (2 ranks, no debug mode) each rank calls broadcast naming the other as root, so both
+//             wait to receive: the always-on collective check must fail both within seconds
 // Expected errors are printed to stdout (one line per rank) so tests can read them.
 #include <CLI/CLI.hpp>
 
@@ -42,7 +44,8 @@ int expect_failure(dist::ProcessGroup& group, const std::string& mode, int victi
   Tensor u = ones({mode == "mismatch" && group.rank() == victim ? 17 : 16});
   auto start = std::chrono::steady_clock::now();
   try {
-    group.allreduce(u)->wait();
+    if (mode == "desync") group.broadcast(u, (group.rank() + 1) % group.size())->wait();
+    else group.allreduce(u)->wait();
     std::cout << "rank " << group.rank() << " UNEXPECTED SUCCESS" << std::endl;
     return 1;
   } catch (const TimeoutError& e) {
@@ -67,7 +70,7 @@ int main(int argc, char** argv) {
   int timeout_ms = 60000, victim = 1;
   bool no_p2p = false;
   app.add_option("--backend", backend);
-  app.add_option("--mode", mode)->check(CLI::IsMember({"suite", "absent", "die", "mismatch"}));
+  app.add_option("--mode", mode)->check(CLI::IsMember({"suite", "absent", "die", "mismatch", "desync"}));
   app.add_option("--sizes", sizes);
   app.add_option("--timeout-ms", timeout_ms);
   app.add_option("--victim", victim);

@@ -3,6 +3,7 @@
 // the failure cases, where the test reads each surviving rank's error.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <regex>
 #include <string>
 
@@ -94,6 +95,32 @@ TEST(CollectiveFailureAcrossProcesses, DebugModeReportsAMismatchRankByRank) {
   EXPECT_EQ(count(run.out, "rank 1: allreduce (sum, float32 x 17)"), 3) << run.out;
   EXPECT_EQ(count(run.out, "rank 0: allreduce (sum, float32 x 16)"), 3) << run.out;
 }
+
+// The always-on collective check, without debug mode: both ranks of a job call broadcast naming the
+// other as root, so each waits to receive and the backend alone would hang until the 60 s timeout.
+// Each rank must fail within 5 s with a ValueError naming both calls and where they were made, and
+// the job must end soon after (the stuck ranks exit instead of waiting out the timeout).
+class CollectiveCheckAcrossProcesses : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CollectiveCheckAcrossProcesses, ADesyncFailsEveryRankWithinFiveSecondsNamingBothCalls) {
+  TempDir dir;
+  const auto begin = std::chrono::steady_clock::now();
+  auto run = testing::launch_captured(
+      worker_job(2, {"--backend", GetParam(), "--mode", "desync", "--timeout-ms", "60000"}), dir);
+  const double job_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(count(run.out, "ValueError [collective check] collective #1 differs across ranks"), 2) << run.out << run.err;
+  for (const char* call : {"called broadcast (root 1, float32 x 16) at tests/dist/collective_worker_main.cpp:",
+                           "called broadcast (root 0, float32 x 16) at tests/dist/collective_worker_main.cpp:"})
+    EXPECT_EQ(count(run.out, call), 2) << run.out;
+  std::regex after("rank ([0-9]) failed after ([0-9]+) ms");
+  int reported = 0;
+  for (auto it = std::sregex_iterator(run.out.begin(), run.out.end(), after); it != std::sregex_iterator(); ++it, ++reported)
+    EXPECT_LT(std::stoi((*it)[2]), 5000) << run.out;
+  EXPECT_EQ(reported, 2) << run.out;
+  EXPECT_LT(job_seconds, 30.0) << "the stuck ranks waited for the timeout\n" << run.out << run.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CollectiveCheckAcrossProcesses, ::testing::Values("gloo", "tcp"));
 
 }  // namespace
 }  // namespace tessera

@@ -75,5 +75,28 @@ TEST(FlightRecorderProcess, AStoppedRankIsNamedWithinTenSecondsAndBeforeTheTimeo
   EXPECT_EQ(::waitpid(job, nullptr, WNOHANG), 0) << read_text(log);
 }
 
+// A rank killed mid-run: the survivor's collective fails (its peer is gone), it writes its record, and
+// `tessera train` itself prints what the records say, naming the missing rank, as the job ends.
+TEST(FlightRecorderProcess, AKilledRanksJobEndsWithTheAnalysisNamingIt) {
+  const std::string dir = fresh_dir("FlightRecorderProcess", "killed");
+  std::ofstream(dir + "/config.toml") << "[model]\nname = \"mlp\"\nhidden = [32]\n[data]\ndataset = \"synthetic\"\n"
+                                         "samples = 4096\ntest_samples = 64\nclasses = 4\n[train]\nepochs = 1\n"
+                                         "batch_size = 16\nthreads = 1\nlog_every = 1000\noutput_dir = \"" << dir << "/run\"\n"
+                                         "[distributed]\ntimeout_s = 60\ndebug_kill_rank = 1\ndebug_kill_step = 5\n";
+  const std::string log = dir + "/train.log";
+  const auto begin = Clock::now();
+  const int status = std::system(("timeout -k 5 120 " + std::string(TESSERA_BINARY) + " train " + dir +
+                                  "/config.toml --nproc 2 > " + log + " 2>&1").c_str());
+  const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+  const std::string text = read_text(log);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_NE(WEXITSTATUS(status), 0) << text;
+  EXPECT_NE(WEXITSTATUS(status), 124) << "timed out\n" << text;
+  EXPECT_LT(seconds, 30.0) << "the survivor waited for its 60 s timeout\n" << text;
+  const size_t analysis = text.find("tessera train: the ranks' flight records (tessera trace analyze " + dir + "/run/flight):");
+  ASSERT_NE(analysis, std::string::npos) << text;
+  EXPECT_NE(text.find("rank 1: no flight record", analysis), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace tessera

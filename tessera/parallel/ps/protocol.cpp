@@ -30,8 +30,20 @@ std::vector<int64_t> read_ids(FrameReader& r) {
   if (n % sizeof(int64_t) != 0)
     throw ProtocolError(tessera::detail::concat("an id array of ", n, " bytes, not a multiple of 8"));
   std::vector<int64_t> ids(n / sizeof(int64_t));
-  std::memcpy(ids.data(), data, n);
+  if (n) std::memcpy(ids.data(), data, n);  // an empty vector's data() may be null (fuzz/ps_request_fuzz.cpp found it)
   return ids;
+}
+
+ParamSpec read_spec(FrameReader& r) {
+  ParamSpec s;
+  s.name = r.str();
+  s.rows = r.i64();
+  s.row_size = r.i64();
+  s.sparse = r.u8() != 0;
+  if (s.rows < 1 || s.row_size < 1 || s.rows > (int64_t(1) << 40) || s.row_size > (int64_t(1) << 30))
+    throw ProtocolError(tessera::detail::concat("parameter '", s.name, "' has an impossible shape ", s.rows, "x",
+                                                s.row_size));
+  return s;
 }
 
 }  // namespace tessera::parallel::ps

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "tessera/dist/store/tcp_store_protocol.h"
+#include "tessera/parallel/ps/shard_plan.h"
 
 namespace tessera::parallel::ps {
 
@@ -58,6 +59,8 @@ inline FrameWriter& write_ids(FrameWriter& w, const std::vector<int64_t>& ids) {
 void read_floats(FrameReader& r, float* dst, size_t expected, const char* what);
 // Unaligned in the frame, so copied out.
 std::vector<int64_t> read_ids(FrameReader& r);
+// One parameter of a kRegister: ProtocolError for an impossible shape.
+ParamSpec read_spec(FrameReader& r);
 
 inline int64_t double_bits(double v) { return std::bit_cast<int64_t>(v); }
 inline double bits_double(int64_t v) { return std::bit_cast<double>(v); }

@@ -62,17 +62,6 @@ struct Worker {
   bool active() const { return !done && !lost; }
 };
 
-ParamSpec read_spec(FrameReader& r) {
-  ParamSpec s;
-  s.name = r.str();
-  s.rows = r.i64();
-  s.row_size = r.i64();
-  s.sparse = r.u8() != 0;
-  if (s.rows < 1 || s.row_size < 1 || s.rows > (int64_t(1) << 40) || s.row_size > (int64_t(1) << 30))
-    throw ProtocolError(concat("parameter '", s.name, "' has an impossible shape ", s.rows, "x", s.row_size));
-  return s;
-}
-
 std::string describe(const ParamSpec& s) {
   return concat("'", s.name, "' ", s.rows, "x", s.row_size, s.sparse ? " (sparse)" : "");
 }
