@@ -27,6 +27,7 @@
 #include "tessera/ops/ops.h"
 #include "tessera/optim/sgd.h"
 #include "tessera/parallel/ddp/distributed_data_parallel.h"
+#include "tessera/util/task_progress.h"
 
 namespace tessera::bench {
 
@@ -161,19 +162,22 @@ int ddp(const DdpBenchOptions& o) {
   for (std::string model; std::getline(models, model, ',');) {
     std::vector<double> ours, theirs, hidden, comm;
     double bytes = 0;
-    for (int r = 0; r < o.repeats; ++r) {
-      nlohmann::json t = run_tessera(o, model);
-      if (t.is_null()) {
-        ++failures;
-      } else {
-        ours.push_back(t["samples_per_s"]);
-        hidden.push_back(t["hidden_fraction"]);
-        comm.push_back(t["comm_ms"]);
-        bytes = t["bytes_per_step"];
-      }
-      if (o.with_torch && model != "gpt") {  // bench/torch_ddp.py has the MLP and the CNN
-        nlohmann::json p = run_torch(o, model);
-        if (!p.is_null()) theirs.push_back(p["samples_per_s"]);
+    {  // the bar ends its line before the row is printed
+      TaskProgress progress("bench ddp " + model + ": repeats", o.repeats);
+      for (int r = 0; r < o.repeats; ++r, progress.advance()) {
+        nlohmann::json t = run_tessera(o, model);
+        if (t.is_null()) {
+          ++failures;
+        } else {
+          ours.push_back(t["samples_per_s"]);
+          hidden.push_back(t["hidden_fraction"]);
+          comm.push_back(t["comm_ms"]);
+          bytes = t["bytes_per_step"];
+        }
+        if (o.with_torch && model != "gpt") {  // bench/torch_ddp.py has the MLP and the CNN
+          nlohmann::json p = run_torch(o, model);
+          if (!p.is_null()) theirs.push_back(p["samples_per_s"]);
+        }
       }
     }
     char h[32] = "-", c[32] = "-", b[32] = "-", ratio[32] = "-";

@@ -16,6 +16,7 @@
 #include "tessera/nn/models.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/sgd.h"
+#include "tessera/util/task_progress.h"
 #include "tessera/util/thread_pool.h"
 
 namespace tessera::bench {
@@ -50,11 +51,13 @@ Stats time_tessera(const std::string& model_name, int steps, int repeats, DType 
   };
   for (int i = 0; i < 5; ++i) step();
   std::vector<double> rates;
+  TaskProgress progress("bench train-step " + model_name + ": repeats", repeats);  // drawn between timed repeats
   for (int r = 0; r < repeats; ++r) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step();
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rates.push_back(kBatch * steps / s);
+    progress.advance();
   }
   return summarize(rates);
 }

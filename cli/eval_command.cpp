@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "tessera/io/checkpoint.h"
+#include "tessera/util/task_progress.h"
 #include "tessera/train/trainer.h"
 #include "tessera/train/whole_checkpoint.h"
 
@@ -33,7 +34,11 @@ Command add_eval_command(CLI::App& app) {
     config.parallel = train::ParallelConfig{};
     train::Trainer trainer(config);
     trainer.model().load_state_dict(files.model.tensors, true);
-    train::EvalResult r = trainer.evaluate();
+    train::EvalResult r;
+    {
+      TaskProgress progress("eval", 0);  // a bar on a terminal, a line per tenth otherwise
+      r = trainer.evaluate(&progress);
+    }
     if (trainer.vocabulary())
       std::printf("validation loss %.4f, perplexity %.3f on %lld sequences (%s)\n", r.loss, std::exp(r.loss),
                   static_cast<long long>(r.samples), files.path.c_str());

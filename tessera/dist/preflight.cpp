@@ -6,8 +6,10 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "tessera/core/error.h"
+#include "tessera/util/task_progress.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::dist {
@@ -108,6 +110,8 @@ PreflightReport run_preflight(ProcessGroup& group, const PreflightOptions& o) {
     for (int r = 0; r < group.size(); ++r) members.push_back(r);
   }
   PreflightReport report;
+  std::optional<TaskProgress> progress;  // rank 0 shows how many links are measured
+  if (group.rank() == 0) progress.emplace("preflight: links measured", static_cast<int64_t>(members.size() * (members.size() - 1) / 2));
   for (size_t i = 0; i < members.size(); ++i)
     for (size_t j = i + 1; j < members.size(); ++j) {
       const int a = members[i], b = members[j];
@@ -123,7 +127,9 @@ PreflightReport run_preflight(ProcessGroup& group, const PreflightOptions& o) {
       link.min_round_trip_us = figures.data<float>()[1];
       link.gbytes_per_s = figures.data<float>()[2];
       report.links.push_back(link);
+      if (progress) progress->advance();
     }
+  progress.reset();
   report.slow = slow_links(report.links, o);
   return report;
 }

@@ -113,8 +113,9 @@ std::string timeline_svg(const json& events) {
   auto color = [](const json& e) -> std::string {
     const std::string n = e.value("name", "");
     if (e.value("cat", "") == "comm") return n.rfind("allreduce", 0) == 0 ? "#d62728" : "#ff9896";
-    if (n == "forward") return "#1f77b4";
-    if (n == "backward") return "#ff7f0e";
+    if (e.value("cat", "") == "bubble") return "#e0e0e0";  // a pipeline stage waiting for its neighbour
+    if (n == "forward" || n.rfind("forward micro-batch", 0) == 0) return "#1f77b4";
+    if (n == "backward" || n.rfind("backward micro-batch", 0) == 0) return "#ff7f0e";
     if (n == "optimizer") return "#2ca02c";
     if (n == "data") return "#7f7f7f";
     if (n == "evaluate" || n == "checkpoint") return "#9467bd";

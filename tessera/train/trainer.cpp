@@ -26,6 +26,7 @@
 #include "tessera/util/thread_pool.h"
 #include "tessera/dist/launcher/env.h"
 #include "tessera/util/settings.h"
+#include "tessera/util/task_progress.h"
 
 namespace tessera::train {
 
@@ -352,7 +353,7 @@ void Trainer::apply_fault_injection() {
   }
 }
 
-EvalResult Trainer::evaluate() {
+EvalResult Trainer::evaluate(TaskProgress* progress) {
   EvalResult r;
   if (!strategy_->takes_part_in_evaluation()) {
     r.loss = r.accuracy = std::numeric_limits<double>::quiet_NaN();
@@ -372,8 +373,13 @@ EvalResult Trainer::evaluate() {
                                                                n * (share.index + 1) / share.count),
                           opts);
   loader.start_epoch(0);
+  if (progress != nullptr) {
+    const int64_t mine = n * (share.index + 1) / share.count - n * share.index / share.count;
+    progress->set_total((mine + opts.batch_size - 1) / opts.batch_size);
+  }
   EvalSums sums;
   while (auto batch = loader.next()) {
+    if (progress != nullptr) progress->advance();
     std::optional<EvalContribution> c;
     {
       Autocast mixed(config_.train.precision == "bf16" ? DType::BFloat16 : DType::Float32);

@@ -41,6 +41,10 @@
 #include "tessera/train/strategy.h"
 #include "tessera/train/survivor_save.h"
 
+namespace tessera {
+class TaskProgress;
+}
+
 namespace tessera::train {
 
 struct EvalResult {
@@ -78,7 +82,8 @@ class Trainer {
   // One optimizer step on one batch (this replica's share): forward, backward, clipping, optimizer,
   // schedule. Returns the loss the strategy reports. What fit runs each step; benchmarks call it.
   double train_step(const data::Batch& batch);
-  EvalResult evaluate();  // collective
+  // `progress`, when given, counts this rank's batches (tessera eval's bar).
+  EvalResult evaluate(TaskProgress* progress = nullptr);  // collective
   // Saves a checkpoint of the current state now; returns its directory (on rank 0; "" elsewhere).
   // Collective.
   std::string save_checkpoint();

@@ -1,5 +1,6 @@
 // The flight recorder in a real job: a rank that stops (SIGSTOP) mid-run is named by `tessera trace
-// analyze` from the record its peer wrote within seconds, long before the collective timeout.
+// analyze` from the record its peer wrote within seconds, long before the collective timeout; a rank
+// killed mid-run is named by the analysis `tessera train` prints as the job ends.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -20,12 +21,18 @@ using Clock = std::chrono::steady_clock;
 using tessera::testing::fresh_dir;
 using tessera::testing::read_text;
 
-TEST(FlightRecorderProcess, AStoppedRankIsNamedWithinTenSecondsAndBeforeTheTimeout) {
-  const std::string dir = fresh_dir("FlightRecorderProcess", "stopped");
+// DIR/config.toml: a two-worker MLP job writing to DIR/run, with a 60 s collective timeout and the
+// fault `fault` (lines of [distributed]).
+void write_job_config(const std::string& dir, const std::string& fault) {
   std::ofstream(dir + "/config.toml") << "[model]\nname = \"mlp\"\nhidden = [32]\n[data]\ndataset = \"synthetic\"\n"
                                          "samples = 4096\ntest_samples = 64\nclasses = 4\n[train]\nepochs = 1\n"
                                          "batch_size = 16\nthreads = 1\nlog_every = 1000\noutput_dir = \"" << dir << "/run\"\n"
-                                         "[distributed]\ntimeout_s = 60\ndebug_stop_rank = 1\ndebug_stop_step = 5\n";
+                                         "[distributed]\ntimeout_s = 60\n" << fault;
+}
+
+TEST(FlightRecorderProcess, AStoppedRankIsNamedWithinTenSecondsAndBeforeTheTimeout) {
+  const std::string dir = fresh_dir("FlightRecorderProcess", "stopped");
+  write_job_config(dir, "debug_stop_rank = 1\ndebug_stop_step = 5\n");
   const std::string log = dir + "/train.log", config = dir + "/config.toml";
   const pid_t job = ::fork();
   if (job == 0) {
@@ -79,10 +86,7 @@ TEST(FlightRecorderProcess, AStoppedRankIsNamedWithinTenSecondsAndBeforeTheTimeo
 // `tessera train` itself prints what the records say, naming the missing rank, as the job ends.
 TEST(FlightRecorderProcess, AKilledRanksJobEndsWithTheAnalysisNamingIt) {
   const std::string dir = fresh_dir("FlightRecorderProcess", "killed");
-  std::ofstream(dir + "/config.toml") << "[model]\nname = \"mlp\"\nhidden = [32]\n[data]\ndataset = \"synthetic\"\n"
-                                         "samples = 4096\ntest_samples = 64\nclasses = 4\n[train]\nepochs = 1\n"
-                                         "batch_size = 16\nthreads = 1\nlog_every = 1000\noutput_dir = \"" << dir << "/run\"\n"
-                                         "[distributed]\ntimeout_s = 60\ndebug_kill_rank = 1\ndebug_kill_step = 5\n";
+  write_job_config(dir, "debug_kill_rank = 1\ndebug_kill_step = 5\n");
   const std::string log = dir + "/train.log";
   const auto begin = Clock::now();
   const int status = std::system(("timeout -k 5 120 " + std::string(TESSERA_BINARY) + " train " + dir +

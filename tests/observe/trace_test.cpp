@@ -158,5 +158,53 @@ TEST(Trace, ADdpStepsEventsNestAndItsAllReducesEndBeforeTheOptimizer) {
   }
 }
 
+// A two-stage pipeline: each stage's micro-batches appear as compute spans, and the time a stage waits
+// for its neighbour as "bubble" spans inside them: the last stage waits for each micro-batch's
+// activations in its forward, the first for each gradient in its backward.
+TEST(Trace, APipelinesMicroBatchesAndItsBubblesAreOnTheTimeline) {
+  const std::string dir = fresh_dir("Trace", "pipeline");
+  {
+    std::ofstream corpus(dir + "/corpus.txt");
+    for (int i = 0; i < 60; ++i) corpus << (i % 3 ? "to be or not to be, that is the question\n" : "all the world's a stage\n");
+  }
+  std::ofstream(dir + "/config.toml") << "[model]\nname = \"transformer\"\nlayers = 2\nheads = 4\nembed_dim = 16\ncontext = 8\n"
+                                         "dropout = 0.0\n[data]\ndataset = \"text\"\npath = \"" << dir << "/corpus.txt\"\n"
+                                         "[train]\nepochs = 1\nbatch_size = 8\nmax_steps = 3\nthreads = 1\nlog_every = 100\noutput_dir = \""
+                                      << dir << "/run\"\n[parallel]\npp = 2\nmicrobatches = 2\n";
+  const std::string log = dir + "/train.log";
+  ASSERT_EQ(std::system((std::string(TESSERA_BINARY) + " train " + dir + "/config.toml --nproc 2 --trace > " + log +
+                         " 2>&1").c_str()),
+            0)
+      << read_text(log);
+  for (int rank : {0, 1}) {
+    const json trace = json::parse(read_text(dir + "/run/trace/rank-" + std::to_string(rank) + ".json"));
+    ASSERT_EQ(format_problem(trace), "");
+    std::vector<Span> compute, bubbles, sends;
+    for (const auto& e : trace["traceEvents"]) {
+      if (e["ph"] != "X") continue;
+      const double ts = e["ts"].get<double>(), end = ts + e["dur"].get<double>();
+      const std::string name = e["name"];
+      if (e["cat"] == "bubble") bubbles.push_back({name, ts, end});
+      if (e["cat"] == "pipeline") (name.rfind("send", 0) == 0 ? sends : compute).push_back({name, ts, end});
+    }
+    int forwards = 0, backwards = 0;
+    for (const auto& c : compute) {
+      forwards += c.name.rfind("forward micro-batch", 0) == 0;
+      backwards += c.name.rfind("backward micro-batch", 0) == 0;
+    }
+    EXPECT_EQ(forwards, 3 * 2) << "rank " << rank;   // 3 steps of 2 micro-batches
+    EXPECT_EQ(backwards, 3 * 2) << "rank " << rank;
+    EXPECT_FALSE(sends.empty()) << "rank " << rank;
+    // The stage's wait for its neighbour, nested in the micro-batch's compute span.
+    const std::string outer = rank == 1 ? "forward micro-batch 0" : "backward micro-batch 0";
+    const std::string wait = rank == 1 ? "wait for micro-batch 0 from stage 0" : "wait for the gradient of micro-batch 0 from stage 1";
+    int nested = 0;
+    for (const auto& b : bubbles)
+      if (b.name == wait)
+        for (const auto& c : compute) nested += c.name == outer && b.start >= c.start && b.end <= c.end + 1;
+    EXPECT_EQ(nested, 3) << "rank " << rank << ": '" << wait << "' inside '" << outer << "' once per step";
+  }
+}
+
 }  // namespace
 }  // namespace tessera::observe

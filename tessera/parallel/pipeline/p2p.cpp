@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "tessera/autograd/node.h"
+#include "tessera/observe/trace.h"
 #include "tessera/ops/ops.h"
 #include "tessera/parallel/pipeline/stage_header.h"
 
@@ -42,6 +43,7 @@ StageLink::StageLink(dist::ProcessGroupPtr group) : group_(std::move(group)) {
 }
 
 void StageLink::post_send(const Tensor& x, int peer, int64_t header_tag, int64_t payload_tag) {
+  observe::TraceSpan span(observe::tracing_enabled() ? "send to stage " + std::to_string(peer) : std::string(), "pipeline");
   const StageHeader fields = encode_stage_header(x.shape(), x.dtype());
   Tensor header = Tensor::empty({kStageHeaderSize}, DType::Int64);
   std::copy(fields.begin(), fields.end(), header.data<int64_t>());
@@ -57,6 +59,10 @@ void StageLink::post_send(const Tensor& x, int peer, int64_t header_tag, int64_t
 
 Tensor StageLink::receive(int peer, int64_t header_tag, int64_t payload_tag, const std::string& what) {
   const std::string context = receive_context(what, peer);
+  // Time spent here is the pipeline's bubble: this stage idles until its neighbour sends.
+  observe::TraceSpan span(observe::tracing_enabled() ? "wait for " + what + " from stage " + std::to_string(peer)
+                                                     : std::string(),
+                          "bubble");
   Tensor header = Tensor::empty({kStageHeaderSize}, DType::Int64);
   wait_with_context(group_->recv(header, peer, tag_of(header_tag)), context, wait_seconds_);
   StageHeader fields;
@@ -74,6 +80,10 @@ std::string StageLink::receive_context(const std::string& what, int peer) const 
 }
 
 void StageLink::post_gradient(const Tensor& grad, int peer, int64_t microbatch) {
+  observe::TraceSpan span(observe::tracing_enabled() ? "send the gradient of micro-batch " + std::to_string(microbatch) +
+                                                           " to stage " + std::to_string(peer)
+                                                     : std::string(),
+                          "pipeline");
   Tensor g;
   {
     NoGradGuard no_grad;
@@ -84,6 +94,10 @@ void StageLink::post_gradient(const Tensor& grad, int peer, int64_t microbatch) 
 }
 
 Tensor StageLink::recv_gradient(int peer, int64_t microbatch, const Shape& shape) {
+  observe::TraceSpan span(observe::tracing_enabled() ? "wait for the gradient of micro-batch " + std::to_string(microbatch) +
+                                                           " from stage " + std::to_string(peer)
+                                                     : std::string(),
+                          "bubble");
   Tensor g = Tensor::empty(shape, DType::Float32);
   if (g.numel() > 0)
     wait_with_context(group_->recv(g, peer, tag_of(3 * microbatch + 2)),
@@ -128,6 +142,7 @@ Tensor StageLink::recv_tensor(int peer, int64_t tag, const std::string& what) {
 }
 
 void StageLink::wait_sends() {
+  observe::TraceSpan span("wait for the sends to finish", "bubble");
   std::vector<dist::WorkPtr> sends;
   sends.swap(pending_sends_);
   for (auto& w : sends) wait_with_context(w, "[pipeline] stage " + std::to_string(group_->rank()) + " sending", wait_seconds_);

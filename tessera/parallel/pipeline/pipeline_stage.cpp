@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "tessera/autograd/node.h"
+#include "tessera/observe/trace.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::parallel::pipeline {
@@ -22,6 +23,9 @@ Tensor PipelineStage::run_layers(const Tensor& x) {
 
 void PipelineStage::run_forward(int64_t m, const Tensor& inputs, const Tensor& targets, int64_t rows) {
   const int64_t M = options_.microbatches;
+  // The timeline's compute spans; the waits inside (for the previous stage) are StageLink's "bubble" spans.
+  observe::TraceSpan span(observe::tracing_enabled() ? "forward micro-batch " + std::to_string(m) : std::string(),
+                          "pipeline");
   Tensor x = is_first() ? slice(inputs, 0, m * rows, (m + 1) * rows) : link_.recv_activation(stage() - 1, m, true);
   received_[m] = x;
   Tensor y = run_layers(x);
@@ -37,6 +41,8 @@ void PipelineStage::run_forward(int64_t m, const Tensor& inputs, const Tensor& t
 }
 
 void PipelineStage::run_backward(int64_t m) {
+  observe::TraceSpan span(observe::tracing_enabled() ? "backward micro-batch " + std::to_string(m) : std::string(),
+                          "pipeline");
   Tensor root = std::move(backward_roots_[m]);
   backward_roots_[m] = Tensor();  // frees the micro-batch's activations once backward has run
   if (root.defined())
