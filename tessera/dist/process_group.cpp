@@ -256,7 +256,6 @@ void ProcessGroup::run_task(Task& task) {
     {
       std::lock_guard lock(mu_);
       in_flight_ = false;
-    in_flight_work_.reset();
       in_flight_work_.reset();
     }
     task.work->finish(nullptr);
