@@ -16,7 +16,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ is not installed (scripts/setup.sh installs clang)" >&2; exit 1; }
-targets=(heartbeat idx store_frame config stage_header safetensors etcd_reply slurm_env clip_text serve_request ps_request)
+targets=(heartbeat idx store_frame config stage_header safetensors etcd_reply slurm_env clip_text serve_request ps_request csv_row)
 CXX=clang++ CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
   -DTESSERA_BUILD_TESTS=OFF >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]/#/fuzz_}"

@@ -7,6 +7,8 @@
 #include "python/src/bindings.h"
 #include "tessera/data/clip_text.h"
 #include "tessera/data/csv.h"
+#include "tessera/data/csv_stream.h"
+#include "tessera/train/local_strategy.h"
 #include "tessera/data/image_folder.h"
 #include "tessera/data/data_loader.h"
 #include "tessera/data/dataset.h"
@@ -168,6 +170,29 @@ void bind_data(py::module_& m) {
            py::arg("root"), py::arg("channels") = 0,
            "ROOT/<class>/*.png, classes in folder-name order, decoded per batch: (C, H, W) in [0, 1]")
       .def_property_readonly("classes", &data::ImageFolderDataset::classes);
+  py::class_<data::StreamingCsv, data::Dataset, std::shared_ptr<data::StreamingCsv>>(m, "StreamingCsv")
+      .def(py::init([](const py::object& paths, const std::string& label, bool header, const std::string& delimiter,
+                       bool regression, int64_t classes, const py::object& rank, const py::object& world) {
+             std::vector<std::string> files = py::isinstance<py::str>(paths) ? data::csv_files(paths.cast<std::string>())
+                                                                             : paths.cast<std::vector<std::string>>();
+             TESSERA_CHECK(delimiter.size() == 1, "[StreamingCsv] the delimiter must be one character, got '",
+                           delimiter, "'");
+             data::CsvOptions o;
+             o.label = label, o.header = header, o.delimiter = delimiter[0], o.regression = regression;
+             auto table = std::make_shared<data::StreamingCsv>(files, o, classes);
+             auto group = default_group_or_null();
+             const int n = world.is_none() ? (group ? group->size() : 1) : world.cast<int>();
+             const int r = rank.is_none() ? (group ? group->rank() : 0) : rank.cast<int>();
+             table->select_share(r, n);
+             return table;
+           }),
+           py::arg("paths"), py::arg("label") = "label", py::arg("header") = true, py::arg("delimiter") = ",",
+           py::arg("regression") = false, py::arg("classes") = 0, py::arg("rank") = py::none(),
+           py::arg("world") = py::none(),
+           "A CSV table read where it lies: this rank's byte range of it (rank and world from the process group),"
+           " every row checked, batches read from disk")
+      .def_property_readonly("feature_columns", &data::StreamingCsv::feature_columns)
+      .def_property_readonly("table_bytes", &data::StreamingCsv::table_bytes);
   m.def("csv_partition_of", &data::csv_partition_of, py::arg("paths"), py::arg("rank"), py::arg("world"));
   m.def("csv_files", &data::csv_files, py::arg("file_or_directory"));
 
@@ -193,6 +218,21 @@ void bind_data(py::module_& m) {
            }),
            py::arg("dataset"), py::arg("num_replicas") = py::none(), py::arg("rank") = py::none(), py::arg("shuffle") = true,
            py::arg("seed") = 0, py::arg("drop_last") = false);
+
+  py::class_<data::PaddedRandomSampler, data::Sampler, std::shared_ptr<data::PaddedRandomSampler>>(m, "PaddedRandomSampler")
+      .def(py::init([](const py::object& ds, const py::object& per_replica, uint64_t seed) {
+             const auto n = static_cast<int64_t>(py::len(ds));
+             int64_t largest = n;
+             if (per_replica.is_none()) {
+               if (auto group = default_group_or_null()) largest = train::max_over_job(*group, n);
+             } else {
+               largest = per_replica.cast<int64_t>();
+             }
+             return std::make_shared<data::PaddedRandomSampler>(n, largest, seed);
+           }),
+           py::arg("dataset"), py::arg("per_replica") = py::none(), py::arg("seed") = 0,
+           "This rank's own rows (a StreamingCsv share) in a fresh order each epoch, padded to the largest share "
+           "of the process group (or per_replica)");
 
   py::class_<Loader>(m, "DataLoader")
       .def(py::init<py::object, int64_t, bool, py::object, bool, uint64_t, int, double>(), py::arg("dataset"),

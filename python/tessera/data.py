@@ -18,6 +18,8 @@ write_synthetic_clip_text = _native.write_synthetic_clip_text
 ImageFolder = _native.ImageFolder
 load_csv = _native.load_csv
 csv_files = _native.csv_files
+StreamingCsv = _native.StreamingCsv
+PaddedRandomSampler = _native.PaddedRandomSampler
 csv_partition_of = _native.csv_partition_of
 
 
@@ -33,4 +35,5 @@ class Dataset:
 
 __all__ = ["Dataset", "TensorDataset", "FashionMNIST", "synthetic_classification", "Sampler", "SequentialSampler",
            "RandomSampler", "DistributedSampler", "DataLoader", "ClipTextDataset", "load_clip_text",
-           "write_synthetic_clip_text", "ImageFolder", "load_csv", "csv_files", "csv_partition_of"]
+           "write_synthetic_clip_text", "ImageFolder", "load_csv", "csv_files", "csv_partition_of", "StreamingCsv",
+           "PaddedRandomSampler"]

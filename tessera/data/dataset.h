@@ -26,6 +26,15 @@ class Dataset {
   virtual Batch get_batch(const std::vector<int64_t>& indices) const = 0;
 };
 
+// A dataset each replica reads only its own part of (a table larger than memory, split by bytes):
+// select_share(replica, replicas) before the first size() or get_batch, which then see that part
+// only. Shares differ in size; the trainer pads the smaller ones (PaddedRandomSampler) so that every
+// replica takes the same number of steps.
+class PartitionedDataset : public Dataset {
+ public:
+  virtual void select_share(int index, int count) = 0;
+};
+
 // Row i of `inputs` and of `targets` is sample i. Both are stored contiguous and detached (a copy
 // only when they are not already); any dtype; the same first dim (ValueError otherwise).
 class TensorDataset : public Dataset {

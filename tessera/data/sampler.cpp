@@ -83,4 +83,19 @@ std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
   return mine;
 }
 
+PaddedRandomSampler::PaddedRandomSampler(int64_t n, int64_t per_replica, uint64_t seed)
+    : n_(n), per_replica_(per_replica), seed_(seed) {
+  TESSERA_CHECK(n >= 0 && per_replica >= 0, "[PaddedRandomSampler] n ", n, " and per_replica ", per_replica,
+                " must be >= 0");
+  TESSERA_CHECK(n > 0 || per_replica == 0, "[PaddedRandomSampler] this replica's share holds no rows, and ",
+                per_replica, " are asked of it: give the job fewer replicas or the table more rows");
+}
+
+std::vector<int64_t> PaddedRandomSampler::indices(int64_t epoch) const {
+  const std::vector<int64_t> order = random_permutation(n_, epoch_seed(seed_, epoch));
+  std::vector<int64_t> mine(static_cast<size_t>(per_replica_));
+  for (int64_t k = 0; k < per_replica_; ++k) mine[static_cast<size_t>(k)] = order[static_cast<size_t>(k % n_)];
+  return mine;
+}
+
 }  // namespace tessera::data

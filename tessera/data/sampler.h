@@ -72,6 +72,20 @@ class DistributedSampler : public Sampler {
   int64_t num_samples_;
 };
 
+// A replica's own rows (a PartitionedDataset's share) in a fresh random order each epoch, padded
+// to `per_replica` entries by repeating the order from its start: the shares of a table split by
+// bytes differ by a few rows, and every replica must take the same number of steps.
+class PaddedRandomSampler : public Sampler {
+ public:
+  PaddedRandomSampler(int64_t n, int64_t per_replica, uint64_t seed);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override { return per_replica_; }
+
+ private:
+  int64_t n_, per_replica_;
+  uint64_t seed_;
+};
+
 // A uniformly random permutation of 0..n-1 (Fisher-Yates with unbiased bounded draws) from a
 // tessera::Generator seeded with `generator_seed`. (Not in a data::detail namespace: that would hide
 // tessera::detail::concat from every file in tessera::data.)

@@ -2,6 +2,7 @@
 
 #include "tessera/data/bag_of_words.h"
 #include "tessera/data/csv.h"
+#include "tessera/data/csv_stream.h"
 #include "tessera/data/image_folder.h"
 #include "tessera/nn/char_transformer.h"
 #include "tessera/nn/embedding_bag.h"
@@ -82,7 +83,15 @@ Datasets load_datasets(const TrainConfig& c) {
     data::CsvOptions options;
     options.label = d.label;
     options.regression = c.model.name == "linear";
-    auto load = [&](const std::string& where, const char* key) {
+    auto load = [&](const std::string& where, const char* key) -> std::shared_ptr<data::Dataset> {
+      if (d.streaming) {  // indexed per replica when the trainer knows its share (select_share)
+        auto table = std::make_shared<data::StreamingCsv>(data::csv_files(where), options,
+                                                          options.regression ? 0 : d.classes);
+        TESSERA_CHECK(static_cast<int64_t>(table->feature_columns().size()) == c.model.input_dim, "[config] ", key,
+                      " = ", where, " has ", table->feature_columns().size(), " feature columns, model.input_dim is ",
+                      c.model.input_dim);
+        return table;
+      }
       data::CsvTable t = data::load_csv(data::csv_files(where), options);
       TESSERA_CHECK(static_cast<int64_t>(t.feature_columns.size()) == c.model.input_dim, "[config] ", key, " = ", where,
                     " has ", t.feature_columns.size(), " feature columns, model.input_dim is ", c.model.input_dim);

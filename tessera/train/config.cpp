@@ -32,6 +32,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"data.test_samples", &c.data.test_samples}, {"data.classes", &c.data.classes},
       {"data.vocab_size", &c.data.vocab_size}, {"data.bag_length", &c.data.bag_length},
       {"data.topic_words", &c.data.topic_words}, {"data.prefetch", &c.data.prefetch},
+      {"data.streaming", &c.data.streaming},
       {"optimizer.name", &c.optimizer.name}, {"optimizer.lr", &c.optimizer.lr},
       {"optimizer.momentum", &c.optimizer.momentum}, {"optimizer.weight_decay", &c.optimizer.weight_decay},
       {"optimizer.beta1", &c.optimizer.beta1}, {"optimizer.beta2", &c.optimizer.beta2}, {"optimizer.eps", &c.optimizer.eps},
@@ -232,6 +233,8 @@ void validate(const TrainConfig& c) {
                 "[config] data.dataset = 'image-folder' trains mlp or cnn, not '", c.model.name, "'");
   TESSERA_CHECK(c.data.dataset != "csv" || !c.data.test_path.empty(),
                 "[config] data.dataset = 'csv' needs data.test_path, the table to evaluate on");
+  TESSERA_CHECK(!c.data.streaming || c.data.dataset == "csv", "[config] data.streaming reads csv tables where they lie; "
+                "data.dataset is '", c.data.dataset, "'");
   positive("model.input_dim", static_cast<double>(c.model.input_dim));
   one_of("optimizer.name", c.optimizer.name, {"sgd", "adam", "adamw", "lars", "lamb"});
   TESSERA_CHECK(c.train.precision != "fp16", "[config] train.precision = 'fp16' needs dynamic loss scaling, which is "

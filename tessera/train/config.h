@@ -28,6 +28,9 @@ struct DataConfig {
   int64_t samples = 2048, test_samples = 512, classes = 10;  // synthetic and bag-of-words
   int64_t vocab_size = 100000, bag_length = 32, topic_words = 200;  // bag-of-words (make_bag_of_words)
   int64_t prefetch = 2;
+  // csv: read the tables where they lie instead of loading them (csv_stream.h). Each replica scans
+  // only its byte range of the table and keeps an index; for tables larger than memory.
+  bool streaming = false;
 };
 
 struct OptimizerConfig {

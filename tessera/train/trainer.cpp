@@ -80,6 +80,11 @@ void Trainer::build(StrategyEnvironment env) {
   train_set_ = sets.train, eval_set_ = sets.eval, vocab_ = sets.vocabulary;
   env.train_set = train_set_;
   strategy_ = make_strategy(config_, std::move(env));
+  // A table read where it lies: each replica takes its own byte range (before anything reads it).
+  if (auto* table = dynamic_cast<data::PartitionedDataset*>(train_set_.get()))
+    table->select_share(strategy_->data_share().index, strategy_->data_share().count);
+  if (auto* table = dynamic_cast<data::PartitionedDataset*>(eval_set_.get()))
+    table->select_share(strategy_->eval_share().index, strategy_->eval_share().count);
   if (config_.train.threads > 0) set_num_threads(static_cast<int>(config_.train.threads));
   build_data();
   std::shared_ptr<nn::Module> model;
@@ -106,11 +111,18 @@ void Trainer::build_data() {
   opts.prefetch = static_cast<int>(config_.data.prefetch);
   // With one replica this is the RandomSampler order (sampler.h), so single-process runs are unchanged.
   const DataShare share = strategy_->data_share();
-  loader_ = std::make_unique<data::DataLoader>(
-      train_set_,
-      std::make_shared<data::DistributedSampler>(train_set_->size(), share.index, share.count, true, config_.train.seed,
-                                                 true),
-      opts);
+  std::shared_ptr<data::Sampler> sampler;
+  if (dynamic_cast<const data::PartitionedDataset*>(train_set_.get()) != nullptr) {
+    // This replica's own rows; the shares differ by a few rows, so each is padded to the largest.
+    const int64_t largest = strategy_->max_over_job(train_set_->size());
+    TESSERA_CHECK(largest > 0, "[train] the training table ", config_.data.path, " holds no rows");
+    sampler = std::make_shared<data::PaddedRandomSampler>(
+        train_set_->size(), largest, config_.train.seed ^ (0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(share.index + 1)));
+  } else {
+    sampler = std::make_shared<data::DistributedSampler>(train_set_->size(), share.index, share.count, true,
+                                                         config_.train.seed, true);
+  }
+  loader_ = std::make_unique<data::DataLoader>(train_set_, sampler, opts);
   TESSERA_CHECK(loader_->batches_per_epoch() > 0, "[train] the training set has ", train_set_->size(),
                 " samples, fewer than one global batch of ", global_batch_size());
 }
@@ -368,15 +380,13 @@ EvalResult Trainer::evaluate(TaskProgress* progress) {
   // Replica r evaluates the r-th contiguous shard; the sums are added over the job below.
   const DataShare share = strategy_->eval_share();
   const int64_t n = eval_set_->size();
-  data::DataLoader loader(eval_set_,
-                          std::make_shared<data::RangeSampler>(n * share.index / share.count,
-                                                               n * (share.index + 1) / share.count),
-                          opts);
+  // A table read where it lies holds only this replica's rows already.
+  const bool own_rows = dynamic_cast<const data::PartitionedDataset*>(eval_set_.get()) != nullptr;
+  const int64_t first = own_rows ? 0 : n * share.index / share.count;
+  const int64_t end = own_rows ? n : n * (share.index + 1) / share.count;
+  data::DataLoader loader(eval_set_, std::make_shared<data::RangeSampler>(first, end), opts);
   loader.start_epoch(0);
-  if (progress != nullptr) {
-    const int64_t mine = n * (share.index + 1) / share.count - n * share.index / share.count;
-    progress->set_total((mine + opts.batch_size - 1) / opts.batch_size);
-  }
+  if (progress != nullptr) progress->set_total((end - first + opts.batch_size - 1) / opts.batch_size);
   EvalSums sums;
   while (auto batch = loader.next()) {
     if (progress != nullptr) progress->advance();

@@ -5,7 +5,7 @@ import pytest
 import tessera
 import tessera.distributed as dist
 from tessera import nn, optim
-from tessera.data import DataLoader, load_csv
+from tessera.data import DataLoader, PaddedRandomSampler, StreamingCsv, load_csv
 
 
 def write_blobs(path, rows, seed):
@@ -44,6 +44,24 @@ def test_a_missing_value_names_its_line(tmp_path):
     (tmp_path / "bad.csv").write_text("a,label\n1,0\n,1\n")
     with pytest.raises(OSError, match=r"bad.csv:3: column \"a\""):
         load_csv(str(tmp_path / "bad.csv"))
+
+
+def test_a_streamed_table_read_in_shares_equals_the_loaded_one(tmp_path):
+    points, labels = write_blobs(tmp_path / "s.csv", 500, 4)
+    rows, seen = [], []
+    for rank in range(3):
+        share = StreamingCsv(str(tmp_path / "s.csv"), rank=rank, world=3)
+        assert share.feature_columns == ["a", "b"]
+        rows += [share[i][0].numpy() for i in range(len(share))]
+        seen += [int(share[i][1].item()) for i in range(len(share))]
+    np.testing.assert_array_equal(np.stack(rows), points)
+    assert seen == list(labels)
+    whole = StreamingCsv(str(tmp_path / "s.csv"))
+    batches = list(DataLoader(whole, batch_size=64, sampler=PaddedRandomSampler(whole, seed=1)))
+    assert sum(len(y) for _, y in batches) == 500
+    (tmp_path / "bad.csv").write_text("a,label\n1,0\n,1\n")
+    with pytest.raises(OSError, match=r"bad.csv:3: column \"a\""):
+        StreamingCsv(str(tmp_path / "bad.csv"))
 
 
 def test_kmeans_matches_lloyds_iterations_in_numpy(tmp_path):
