@@ -197,4 +197,29 @@ void write_synthetic_clip_text(const std::string& dir_name, const SyntheticClipT
   io::write_file_atomic((dir / "meta.json").string(), meta.dump(2) + "\n");
 }
 
+ClipTextMeta read_clip_text_meta(const std::string& dir) { return parse_meta(fs::path(dir) / "meta.json"); }
+
+PackedClipText::PackedClipText(std::shared_ptr<ClipTextDataset> clips) : clips_(std::move(clips)) {
+  TESSERA_CHECK(clips_->meta().vocab < (int64_t{1} << 24), "[clip_text] a vocabulary of ", clips_->meta().vocab,
+                " words: packed ids travel as float32, exact below 2^24");
+}
+
+Batch PackedClipText::get_batch(const std::vector<int64_t>& indices) const {
+  const ClipTextMeta& m = clips_->meta();
+  const int64_t n = static_cast<int64_t>(indices.size()), frame_values = m.frames * m.feature_dim,
+                ids = m.candidates * m.words, width = frame_values + ids;
+  Tensor inputs = Tensor::empty({n, width}, DType::Float32), targets = Tensor::empty({n}, DType::Int64);
+  const float* features = clips_->features().data<float>();
+  const int64_t* words = clips_->words().data<int64_t>();
+  float* out = inputs.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = indices[static_cast<size_t>(i)];
+    TESSERA_CHECK_INDEX(c >= 0 && c < m.clips, "[clip_text] clip ", c, " of ", m.clips);
+    std::copy(features + c * frame_values, features + (c + 1) * frame_values, out + i * width);
+    for (int64_t w = 0; w < ids; ++w) out[i * width + frame_values + w] = static_cast<float>(words[c * ids + w]);
+    targets.data<int64_t>()[i] = clips_->aligned()[static_cast<size_t>(c)];
+  }
+  return {inputs, targets};
+}
+
 }  // namespace tessera::data

@@ -33,6 +33,8 @@ class ClipTextDataset : public Dataset {
   // Every clip's first aligned narration (L word ids), as (N, L): the retrieval queries.
   Tensor aligned_narrations() const;
   const Tensor& features() const { return features_; }
+  const Tensor& words() const { return words_; }
+  const std::vector<int64_t>& aligned() const { return aligned_; }
 
  private:
   ClipTextMeta meta_;
@@ -42,6 +44,23 @@ class ClipTextDataset : public Dataset {
 };
 
 std::shared_ptr<ClipTextDataset> load_clip_text(const std::string& dir);
+// DIR/meta.json alone (an IoError naming it when absent or wrong).
+ClipTextMeta read_clip_text_meta(const std::string& dir);
+
+// The same clips for the trainer (model.name = "milnce", nn::MilNceModel): one input row per clip,
+// (T·F + K·L) float32 — its frame features, then its K narrations' word ids as floats — and as the
+// target the index of its first aligned narration (-1 if none; evaluation never needs it: the
+// objective scores the clip against the batch's other clips).
+class PackedClipText : public Dataset {
+ public:
+  explicit PackedClipText(std::shared_ptr<ClipTextDataset> clips);
+  int64_t size() const override { return clips_->size(); }
+  Batch get_batch(const std::vector<int64_t>& indices) const override;
+  const ClipTextDataset& clips() const { return *clips_; }
+
+ private:
+  std::shared_ptr<ClipTextDataset> clips_;
+};
 
 // A synthetic set with a planted clip-text correspondence, in the layout above. Each word id w has a
 // fixed "appearance" A[w] (F values, N(0, 1), from `seed` alone); clip i has `signature_words` words

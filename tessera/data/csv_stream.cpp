@@ -145,7 +145,8 @@ void StreamingCsv::select_share(int index, int count) {
   for (File& f : files_) {
     f.first_row = rows_;
     f.rows = 0;
-    f.block_start.clear();
+    f.base.clear();
+    f.step.clear();
     f.rows_end = f.data_begin;
     const int64_t file_low = table_offset, file_high = table_offset + (f.end - f.data_begin);
     const int64_t from = std::max(low, file_low), to = std::min(high, file_high);
@@ -180,7 +181,8 @@ void StreamingCsv::scan(File& file, int64_t from, int64_t to) {
     features.clear();
     if (std::string why = csv_parse_row(line, columns_, options_, max_classes_, features, label); !why.empty())
       refuse_row(file, offset, why);
-    if (file.rows % kRowsPerBlock == 0) file.block_start.push_back(offset);
+    if (file.rows % kRowsPerBase == 0) file.base.push_back(offset);
+    file.step.push_back(static_cast<uint32_t>(offset - file.base.back()));
     ++file.rows;
     file.rows_end = lines.position();
   }
@@ -224,41 +226,32 @@ Batch StreamingCsv::get_batch(const std::vector<int64_t>& indices) const {
   std::sort(wants.begin(), wants.end(),
             [](const Want& a, const Want& b) { return a.file != b.file ? a.file < b.file : a.row < b.row; });
   float* x = inputs.data<float>();
-  std::string block;
-  std::vector<std::string_view> block_rows;
-  std::vector<int64_t> row_offsets;
+  std::string span;
   std::vector<float> features;
   float label = 0;
   for (size_t w = 0; w < wants.size();) {
+    // One read for this row and the wanted rows close after it in the same file.
     const size_t file = wants[w].file;
     const File& f = files_[file];
-    const int64_t b = wants[w].row / kRowsPerBlock;
-    const int64_t begin = f.block_start[static_cast<size_t>(b)];
-    const int64_t end =
-        static_cast<size_t>(b + 1) < f.block_start.size() ? f.block_start[static_cast<size_t>(b + 1)] : f.rows_end;
-    block.resize(static_cast<size_t>(end - begin));
-    if (read_at(f.fd, f.path, block.data(), end - begin, begin) != end - begin)
+    const int64_t begin = f.offset_of(wants[w].row);
+    size_t last = w;
+    while (last + 1 < wants.size() && wants[last + 1].file == file &&
+           f.offset_of(wants[last + 1].row) - f.offset_of(wants[last].row + 1) <= kMergeGapBytes &&
+           f.offset_of(wants[last + 1].row + 1) - begin <= kMaxReadBytes)
+      ++last;
+    const int64_t end = f.offset_of(wants[last].row + 1);
+    span.resize(static_cast<size_t>(end - begin));
+    if (read_at(f.fd, f.path, span.data(), end - begin, begin) != end - begin)
       throw IoError(detail::concat("[csv] ", f.path, " is shorter than when it was scanned (byte ", end, ")"));
-    // The block's rows (blank lines are not rows), then the wanted ones parsed into their places.
-    block_rows.clear();
-    row_offsets.clear();
-    for (size_t at = 0; at < block.size();) {
-      const size_t newline = std::min(block.find('\n', at), block.size());
-      const std::string_view line(block.data() + at, newline - at);
-      if (!csv_blank(line)) {
-        block_rows.push_back(line);
-        row_offsets.push_back(begin + static_cast<int64_t>(at));
-      }
-      at = newline + 1;
-    }
-    for (; w < wants.size() && wants[w].file == file && wants[w].row / kRowsPerBlock == b; ++w) {
-      const auto k = static_cast<size_t>(wants[w].row - b * kRowsPerBlock);
-      if (k >= block_rows.size())
-        throw IoError(detail::concat("[csv] ", f.path, " changed after it was scanned (bytes ", begin, "..", end,
-                                     " no longer hold row ", wants[w].row, ")"));
+    for (; w <= last; ++w) {
+      const int64_t at = f.offset_of(wants[w].row) - begin;
+      const size_t newline = span.find('\n', static_cast<size_t>(at));
+      const std::string_view line(span.data() + at, (newline == std::string::npos ? span.size() : newline) - static_cast<size_t>(at));
       features.clear();
-      if (std::string why = csv_parse_row(block_rows[k], columns_, options_, max_classes_, features, label); !why.empty())
-        throw IoError(detail::concat("[csv] ", f.path, " changed after it was scanned: the row at byte ", row_offsets[k],
+      std::string why = csv_blank(line) ? "the row is blank now"
+                                        : csv_parse_row(line, columns_, options_, max_classes_, features, label);
+      if (!why.empty())
+        throw IoError(detail::concat("[csv] ", f.path, " changed after it was scanned: the row at byte ", begin + at,
                                      ": ", why));
       const int64_t place = wants[w].place;
       std::copy(features.begin(), features.end(), x + place * width);

@@ -35,6 +35,96 @@ Tensor TextEncoder::forward(const Tensor& words) {
   return reshape(l2_normalize(flat), {b, k, flat.shape()[1]});
 }
 
+TransformerTextEncoder::TransformerTextEncoder(const MilNceConfig& c)
+    : wte(register_module("wte", std::make_shared<Embedding>(c.vocab, c.embed_dim))),
+      wpe(register_module("wpe", std::make_shared<Embedding>(c.words, c.embed_dim))),
+      ln_f(register_module("ln_f", std::make_shared<LayerNorm>(Shape{c.embed_dim}))),
+      proj(register_module("proj", std::make_shared<Linear>(c.embed_dim, c.embed_dim))) {
+  TESSERA_CHECK(c.layers >= 1 && c.heads >= 1 && c.embed_dim % c.heads == 0, "[TransformerTextEncoder] ", c.layers,
+                " layers of ", c.heads, " heads over ", c.embed_dim, " dimensions: the heads must divide them");
+  for (int64_t i = 0; i < c.layers; ++i)
+    blocks.push_back(register_module("h" + std::to_string(i), std::make_shared<TransformerBlock>(c.embed_dim, c.heads)));
+}
+
+Tensor TransformerTextEncoder::forward(const Tensor& words) {
+  TESSERA_CHECK(words.dim() == 2 || words.dim() == 3, "[TransformerTextEncoder] expects word ids (B, L) or (B, K, L), got ",
+                shape_str(words.shape()));
+  const int64_t l = words.shape()[words.dim() - 1];
+  TESSERA_CHECK(l <= wpe->weight.shape()[0], "[TransformerTextEncoder] narrations of ", l, " words, the encoder takes ",
+                wpe->weight.shape()[0]);
+  const Tensor ids = contiguous(reshape(words, {-1, l}));
+  const int64_t n = ids.shape()[0];
+  std::vector<int64_t> positions(static_cast<size_t>(l));
+  for (int64_t t = 0; t < l; ++t) positions[static_cast<size_t>(t)] = t;
+  Tensor x = add((*wte)(ids), (*wpe)(from_vector(positions, {l})));
+  for (auto& block : blocks) x = (*block)(x);
+  x = (*ln_f)(x);
+  // The mean over the words, padding (id 0) left out; a narration of padding alone gives zeros.
+  std::vector<float> weights(static_cast<size_t>(n * l));
+  const int64_t* id = ids.data<int64_t>();
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t count = 0;
+    for (int64_t t = 0; t < l; ++t) count += id[r * l + t] != 0;
+    for (int64_t t = 0; t < l; ++t)
+      weights[static_cast<size_t>(r * l + t)] = id[r * l + t] != 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+  }
+  Tensor pooled = sum(mul(x, from_vector(weights, {n, l, 1})), {1});
+  Tensor out = l2_normalize((*proj)(pooled));
+  if (words.dim() == 2) return out;
+  return reshape(out, {words.shape()[0], words.shape()[1], out.shape()[1]});
+}
+
+MilNceModel::MilNceModel(const MilNceConfig& c)
+    : video(register_module("video", std::make_shared<VideoEncoder>(c))),
+      text(c.text == "transformer" ? register_module<Module>("text", std::make_shared<TransformerTextEncoder>(c))
+                                   : register_module<Module>("text", std::make_shared<TextEncoder>(c))),
+      config_(c) {
+  TESSERA_CHECK(c.text == "bag" || c.text == "transformer", "[MilNceModel] the text branch is 'bag' or 'transformer', not '",
+                c.text, "'");
+}
+
+Tensor MilNceModel::forward(const Tensor& packed) {
+  const int64_t t = config_.frames, f = config_.feature_dim, k = config_.candidates, l = config_.words;
+  TESSERA_CHECK(packed.dim() == 2 && packed.shape()[1] == t * f + k * l, "[MilNceModel] expects packed clips (B, ",
+                t * f + k * l, ") = ", t, "x", f, " features + ", k, "x", l, " word ids, got ", shape_str(packed.shape()));
+  const int64_t b = packed.shape()[0];
+  Tensor clips = reshape(contiguous(slice(packed, 1, 0, t * f)), {b, t, f});
+  Tensor words = reshape(to_dtype(contiguous(slice(packed, 1, t * f, t * f + k * l)).detach(), DType::Int64), {b, k, l});
+  return cat({unsqueeze((*video)(clips), 1), (*text)(words)}, 1);
+}
+
+Tensor pack_clip_text(const Tensor& clips, const Tensor& words) {
+  TESSERA_CHECK(clips.dim() == 3 && words.dim() == 3 && clips.shape()[0] == words.shape()[0],
+                "[pack_clip_text] expects clips (B, T, F) and words (B, K, L), got ", shape_str(clips.shape()), " and ",
+                shape_str(words.shape()));
+  const int64_t b = clips.shape()[0];
+  return cat({reshape(contiguous(clips), {b, -1}), to_dtype(reshape(contiguous(words), {b, -1}), DType::Float32)}, 1);
+}
+
+Tensor mil_nce_loss_of(const Tensor& output, float temperature, dist::ProcessGroup* group) {
+  TESSERA_CHECK(output.dim() == 3 && output.shape()[1] >= 2, "[mil_nce_loss] expects MilNceModel's output (B, 1 + K, D), got ",
+                shape_str(output.shape()));
+  return mil_nce_loss(squeeze(slice(output, 1, 0, 1), 1), slice(output, 1, 1, output.shape()[1]), temperature, group);
+}
+
+int64_t in_batch_hits(const Tensor& output, float temperature) {
+  NoGradGuard no_grad;
+  const int64_t b = output.shape()[0], k = output.shape()[1] - 1, d = output.shape()[2];
+  const Tensor video = contiguous(squeeze(slice(output, 1, 0, 1), 1));
+  const Tensor text = contiguous(reshape(slice(output, 1, 1, k + 1), {b * k, d}));
+  // scores[i][j]: clip i's narrations pooled by log-sum-exp against video j, as the loss pools them.
+  const Tensor pooled = logsumexp(reshape(mul(matmul(video, transpose(text, 0, 1)), 1.0f / temperature), {b, b, k}), 2);
+  const std::vector<float> scores = contiguous(transpose(pooled, 0, 1)).to_vector<float>();  // [text i][video j]
+  int64_t hits = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    bool best = true;  // ties count against it
+    for (int64_t j = 0; j < b && best; ++j)
+      if (j != i && scores[static_cast<size_t>(i * b + j)] >= scores[static_cast<size_t>(i * b + i)]) best = false;
+    hits += best;
+  }
+  return hits;
+}
+
 Tensor l2_normalize(const Tensor& x, float eps) {
   Tensor norm = sqrt(add(sum(mul(x, x), {x.dim() - 1}, true), eps));
   return div(x, norm);

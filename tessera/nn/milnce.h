@@ -14,10 +14,13 @@
 // linear projection. Both embeddings are L2-normalised, so v·t is a cosine.
 #pragma once
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "tessera/dist/process_group.h"
 #include "tessera/nn/embedding_bag.h"
 #include "tessera/nn/layers.h"
+#include "tessera/nn/transformer.h"
 
 namespace tessera::nn {
 
@@ -26,6 +29,12 @@ struct MilNceConfig {
   int64_t vocab = 1000;       // word ids are in [0, vocab)
   int64_t hidden = 256;       // the video MLP's hidden width
   int64_t embed_dim = 128;    // D, shared by both branches
+  // The text branch: "bag" (TextEncoder) or "transformer" (TransformerTextEncoder) of `layers`
+  // blocks with `heads` heads over narrations of at most `words` ids.
+  std::string text = "bag";
+  int64_t layers = 2, heads = 4, words = 8;
+  // The packed input of MilNceModel: T frames, K candidates.
+  int64_t frames = 8, candidates = 4;
 };
 
 // (B, T, F) clip features -> (B, D), L2-normalised.
@@ -46,6 +55,46 @@ class TextEncoder : public Module {
   std::shared_ptr<EmbeddingBag> bag;
   std::shared_ptr<Linear> proj;
 };
+
+// The transformer text branch: word and position embeddings, `layers` pre-norm blocks, a final
+// LayerNorm, the mean over the narration's words (padding id 0 left out), a projection,
+// L2-normalised. The blocks' attention is causal; padding comes after the words, so no word attends
+// to it. (B, L) -> (B, D), (B, K, L) -> (B, K, D).
+class TransformerTextEncoder : public Module {
+ public:
+  explicit TransformerTextEncoder(const MilNceConfig& config);
+  Tensor forward(const Tensor& words) override;
+  std::string name() const override { return "TransformerTextEncoder"; }
+  std::shared_ptr<Embedding> wte, wpe;
+  std::vector<std::shared_ptr<TransformerBlock>> blocks;
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Linear> proj;
+};
+
+// Both branches as one module, for the trainer (model.name = "milnce"): one input tensor per clip,
+// (B, T·F + K·L) float32 — the clip's frame features, then its K narrations' word ids as floats
+// (exact below 2^24) — and one output, (B, 1 + K, D): the clip's embedding, then its narrations'.
+// mil_nce_loss(output[:, 0], output[:, 1:]) is the loss. Packing keeps the trainer's one-input
+// contract, so DDP and ZeRO wrap it like any other model.
+class MilNceModel : public Module {
+ public:
+  explicit MilNceModel(const MilNceConfig& config);
+  Tensor forward(const Tensor& packed) override;
+  std::string name() const override { return "MilNceModel"; }
+  const MilNceConfig& config() const { return config_; }
+  std::shared_ptr<VideoEncoder> video;
+  std::shared_ptr<Module> text;
+
+ private:
+  MilNceConfig config_;
+};
+// Packs clips (B, T, F) and word ids (B, K, L) into MilNceModel's input.
+Tensor pack_clip_text(const Tensor& clips, const Tensor& words);
+// The loss of MilNceModel's output (B, 1 + K, D).
+Tensor mil_nce_loss_of(const Tensor& output, float temperature, dist::ProcessGroup* group = nullptr);
+// Of a batch's output: how many clips' narrations (pooled by log-sum-exp over K, as in the loss)
+// score their own clip highest among the batch's (in-batch text→video R@1 × B).
+int64_t in_batch_hits(const Tensor& output, float temperature);
 
 // x / ||x|| along the last dimension (eps keeps a zero row finite).
 Tensor l2_normalize(const Tensor& x, float eps = 1e-6f);

@@ -1,11 +1,13 @@
 #include "tessera/train/builders.h"
 
 #include "tessera/data/bag_of_words.h"
+#include "tessera/data/clip_text.h"
 #include "tessera/data/csv.h"
 #include "tessera/data/csv_stream.h"
 #include "tessera/data/image_folder.h"
 #include "tessera/nn/char_transformer.h"
 #include "tessera/nn/embedding_bag.h"
+#include "tessera/nn/milnce.h"
 #include "tessera/nn/models.h"
 #include "tessera/optim/adam.h"
 #include "tessera/optim/lamb.h"
@@ -16,6 +18,14 @@ namespace tessera::train {
 
 std::shared_ptr<nn::Module> build_model(const TrainConfig& c, int64_t vocab_size) {
   if (c.model.name == "cnn") return nn::make_cnn(10);
+  if (c.model.name == "milnce") {  // its shapes are the data's: data.dir/train/meta.json
+    const data::ClipTextMeta m = data::read_clip_text_meta(c.data.dir + "/train");
+    nn::MilNceConfig mc;
+    mc.feature_dim = m.feature_dim, mc.vocab = m.vocab, mc.frames = m.frames, mc.candidates = m.candidates;
+    mc.words = m.words, mc.hidden = c.model.hidden.front(), mc.embed_dim = c.model.embed_dim;
+    mc.text = c.model.text_encoder, mc.layers = c.model.layers, mc.heads = c.model.heads;
+    return std::make_shared<nn::MilNceModel>(mc);
+  }
   if (c.model.name == "bow")  // a Sequential, so DDP, checkpoints and evaluation need nothing new
     return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
         std::make_shared<nn::EmbeddingBag>(c.data.vocab_size, c.model.embed_dim),
@@ -101,6 +111,15 @@ Datasets load_datasets(const TrainConfig& c) {
     };
     sets.train = load(d.path, "data.path");
     sets.eval = load(d.test_path, "data.test_path");
+  } else if (d.dataset == "clip-text") {
+    // DIR/train and DIR/test in the clip-text layout (`tessera data clip-text DIR` writes a synthetic one).
+    auto train = data::load_clip_text(d.dir + "/train"), test = data::load_clip_text(d.dir + "/test");
+    const data::ClipTextMeta &a = train->meta(), &b = test->meta();
+    TESSERA_CHECK(a.frames == b.frames && a.feature_dim == b.feature_dim && a.candidates == b.candidates &&
+                      a.words == b.words && b.vocab <= a.vocab,
+                  "[config] ", d.dir, "/test's clips are shaped otherwise than ", d.dir, "/train's (meta.json)");
+    sets.train = std::make_shared<data::PackedClipText>(train);
+    sets.eval = std::make_shared<data::PackedClipText>(test);
   } else if (d.dataset == "image-folder") {
     // DIR/train/<class>/*.png and DIR/test/<class>/*.png, decoded batch by batch.
     for (const char* split : {"train", "test"}) {

@@ -26,6 +26,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"model.name", &c.model.name}, {"model.hidden", &c.model.hidden}, {"model.dropout", &c.model.dropout},
       {"model.layers", &c.model.layers}, {"model.heads", &c.model.heads}, {"model.embed_dim", &c.model.embed_dim},
       {"model.context", &c.model.context}, {"model.input_dim", &c.model.input_dim}, {"model.activation_checkpointing", &c.model.activation_checkpointing},
+      {"model.text_encoder", &c.model.text_encoder}, {"model.temperature", &c.model.temperature},
       {"data.dataset", &c.data.dataset}, {"data.dir", &c.data.dir}, {"data.path", &c.data.path},
       {"data.test_path", &c.data.test_path}, {"data.label", &c.data.label},
       {"data.val_fraction", &c.data.val_fraction}, {"data.samples", &c.data.samples},
@@ -222,8 +223,21 @@ void validate(const TrainConfig& c) {
   auto non_negative = [](const std::string& key, double v) {
     TESSERA_CHECK(v >= 0, "[config] ", key, " must be >= 0, got ", v);
   };
-  one_of("model.name", c.model.name, {"mlp", "cnn", "transformer", "bow", "logistic", "linear"});
-  one_of("data.dataset", c.data.dataset, {"fashion-mnist", "text", "synthetic", "bag-of-words", "csv", "image-folder"});
+  one_of("model.name", c.model.name, {"mlp", "cnn", "transformer", "bow", "logistic", "linear", "milnce"});
+  one_of("data.dataset", c.data.dataset, {"fashion-mnist", "text", "synthetic", "bag-of-words", "csv", "image-folder", "clip-text"});
+  TESSERA_CHECK((c.model.name == "milnce") == (c.data.dataset == "clip-text"), "[config] model.name = 'milnce' trains on "
+                "data.dataset = 'clip-text' (and only it): got model.name = '", c.model.name, "', data.dataset = '",
+                c.data.dataset, "'");
+  if (c.model.name == "milnce") {
+    one_of("model.text_encoder", c.model.text_encoder, {"bag", "transformer"});
+    TESSERA_CHECK(c.model.temperature > 0, "[config] model.temperature must be positive, got ", c.model.temperature);
+    TESSERA_CHECK(!c.model.hidden.empty() && c.model.hidden.front() > 0, "[config] model.hidden[0] is the milnce video "
+                  "MLP's width: give a positive one");
+    TESSERA_CHECK(c.distributed.strategy != "ps" && c.distributed.strategy != "mesh" && c.parallel.pp == 1 &&
+                      c.parallel.tp == 1,
+                  "[config] model.name = 'milnce' trains with distributed.strategy 'ddp' or 'zero' (its negatives come "
+                  "from the replicas' whole batch); not '", c.distributed.strategy, "' or pipeline/tensor parallelism");
+  }
   const bool tabular = c.model.name == "logistic" || c.model.name == "linear";
   TESSERA_CHECK(!tabular || c.data.dataset == "csv", "[config] model.name = '", c.model.name,
                 "' reads a table: set data.dataset = 'csv' (and data.path, data.test_path, data.label)");

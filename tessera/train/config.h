@@ -9,13 +9,18 @@
 namespace tessera::train {
 
 struct ModelConfig {
-  std::string name = "mlp";                  // mlp | cnn | transformer | bow
+  std::string name = "mlp";                  // mlp | cnn | transformer | bow | logistic | linear | milnce
   std::vector<int64_t> hidden = {512, 256};  // mlp hidden sizes
   double dropout = 0.0;                      // mlp (between hidden layers) and transformer
   int64_t layers = 4, heads = 4, embed_dim = 128, context = 64;  // transformer; bow uses embed_dim
   int64_t input_dim = 784;  // mlp, logistic and linear: features per sample (a CSV table's feature columns)
   // transformer: each block keeps only its input and recomputes the rest in backward (nn/checkpoint.h)
   bool activation_checkpointing = false;
+  // milnce (data.dataset = "clip-text"): the text branch ("bag", or "transformer" of model.layers
+  // blocks of model.heads heads), the embedding width model.embed_dim, the video MLP's width
+  // model.hidden[0], and the loss's temperature.
+  std::string text_encoder = "bag";
+  double temperature = 0.1;
 };
 
 struct DataConfig {

@@ -25,6 +25,7 @@ class DdpStrategy : public LocalStrategy {
 
  protected:
   Tensor training_forward(const Tensor& inputs) override { return ddp_->forward(inputs); }
+  dist::ProcessGroup* objective_group() override { return group_.get(); }
 
  private:
   TrainConfig config_;

@@ -23,7 +23,7 @@ double LocalStrategy::forward_backward(const data::Batch& batch) {
   Tensor loss;
   {
     observe::TraceSpan span("forward", "train");
-    loss = default_loss(training_forward(batch.inputs), batch.targets);
+    loss = training_loss(training_forward(batch.inputs), batch.targets);
   }
   observe::TraceSpan span("backward", "train");  // DDP's wait for the last buckets included
   loss.backward();
@@ -37,6 +37,8 @@ void LocalStrategy::clip_gradients(double max_norm) {
 
 std::optional<EvalContribution> LocalStrategy::evaluate_batch(const data::Batch& batch) {
   Tensor output = evaluation_forward(batch.inputs);
+  if (objective_.loss)
+    return EvalContribution{objective_.loss(output, batch.targets, nullptr), {}, objective_.hits(output, batch.targets)};
   EvalContribution c{default_loss(output, batch.targets), {}};
   if (output.dim() == 2) c.output = output;
   return c;

@@ -22,12 +22,18 @@ class LocalStrategy : public Strategy {
   nn::StateDict model_state() override { return model_->state_dict(); }
   void load_model_state(const nn::StateDict& state) override { model_->load_state_dict(state, true); }
   bool holds_whole_state() const override { return true; }
+  bool supports_objectives() const override { return true; }
 
  protected:
   // The model's output in training mode (DDP's forward hooks its reducer in).
   virtual Tensor training_forward(const Tensor& inputs) { return (*model_)(inputs); }
   // The model's output in evaluation (ZeRO-3 gathers its units around it).
   virtual Tensor evaluation_forward(const Tensor& inputs) { return (*model_)(inputs); }
+  // The group an objective's loss draws its negatives from (the replicas').
+  virtual dist::ProcessGroup* objective_group() { return nullptr; }
+  Tensor training_loss(const Tensor& output, const Tensor& targets) {
+    return objective_.loss ? objective_.loss(output, targets, objective_group()) : default_loss(output, targets);
+  }
   std::shared_ptr<nn::Module> model_;
 };
 

@@ -17,6 +17,7 @@
 //   mesh   DP x PP x TP: pipeline stages, tensor-parallel shards, data-parallel replicas
 // A new strategy is one more file: a class implementing these hooks and a line in make_strategy.
 #pragma once
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -42,6 +43,15 @@ struct DataShare {
 struct EvalContribution {
   Tensor loss;    // the batch's mean loss (scalar)
   Tensor output;  // logits (N, classes) for a classifier; undefined where there is no accuracy
+  int64_t hits = -1;  // where the objective counts its own hits (MIL-NCE's in-batch R@1): the accuracy's numerator
+};
+
+// A model's own objective in place of default_loss (MIL-NCE): its loss, given the group whose whole
+// batch supplies the negatives (null for one process and in evaluation, where ranks evaluate apart),
+// and the hits of an evaluation batch.
+struct Objective {
+  std::function<Tensor(const Tensor& output, const Tensor& targets, dist::ProcessGroup* group)> loss;
+  std::function<int64_t(const Tensor& output, const Tensor& targets)> hits;
 };
 
 // Where a run writes: the output directory and the run's id. A strategy keeps its own files under
@@ -131,6 +141,13 @@ class Strategy {
   virtual void add_step_metrics(nlohmann::json& /*record*/) const {}
   // The one-line description the lead rank logs at the start ("" for none).
   virtual std::string describe() const { return ""; }
+
+  // The trainer sets a model's own objective before prepare (strategies that support one use it).
+  virtual bool supports_objectives() const { return false; }
+  void set_objective(Objective objective) { objective_ = std::move(objective); }
+
+ protected:
+  Objective objective_;
 };
 
 // Everything a strategy may need to be built: the job's process group (null for one process) or,

@@ -17,6 +17,7 @@
 #include "tessera/core/cpu_allocator.h"
 #include "tessera/data/sampler.h"
 #include "tessera/io/checkpoint.h"
+#include "tessera/nn/milnce.h"
 #include "tessera/observe/tensorboard.h"
 #include "tessera/observe/trace.h"
 #include "tessera/ops/ops.h"
@@ -80,6 +81,17 @@ void Trainer::build(StrategyEnvironment env) {
   train_set_ = sets.train, eval_set_ = sets.eval, vocab_ = sets.vocabulary;
   env.train_set = train_set_;
   strategy_ = make_strategy(config_, std::move(env));
+  if (config_.model.name == "milnce") {  // MIL-NCE's loss, its negatives from the replicas' whole batch
+    TESSERA_CHECK(strategy_->supports_objectives(), "[train] the ", strategy_->name(),
+                  " strategy cannot train model.name = 'milnce'");
+    const auto temperature = static_cast<float>(config_.model.temperature);
+    strategy_->set_objective({[temperature](const Tensor& output, const Tensor&, dist::ProcessGroup* group) {
+                                return nn::mil_nce_loss_of(output, temperature, group);
+                              },
+                              [temperature](const Tensor& output, const Tensor&) {
+                                return nn::in_batch_hits(output, temperature);
+                              }});
+  }
   // A table read where it lies: each replica takes its own byte range (before anything reads it).
   if (auto* table = dynamic_cast<data::PartitionedDataset*>(train_set_.get()))
     table->select_share(strategy_->data_share().index, strategy_->data_share().count);
@@ -400,7 +412,9 @@ EvalResult Trainer::evaluate(TaskProgress* progress) {
     sums.loss_sum += static_cast<double>(c->loss.item<float>()) * weight;
     sums.weight += weight;
     sums.samples += batch->inputs.shape()[0];
-    if (c->output.defined() && batch->targets.dtype() == DType::Int64) {  // classes (not a regression's numbers)
+    if (c->hits >= 0) {
+      sums.correct += c->hits;
+    } else if (c->output.defined() && batch->targets.dtype() == DType::Int64) {  // classes (not a regression's numbers)
       std::vector<int64_t> pred = argmax(c->output, 1).to_vector<int64_t>(), truth = batch->targets.to_vector<int64_t>();
       for (size_t i = 0; i < pred.size(); ++i) sums.correct += pred[i] == truth[i];
     }

@@ -45,6 +45,7 @@ class ZeroStrategy : public LocalStrategy {
  protected:
   Tensor training_forward(const Tensor& inputs) override { return zero_->forward(inputs); }
   Tensor evaluation_forward(const Tensor& inputs) override { return zero_->forward(inputs); }
+  dist::ProcessGroup* objective_group() override { return group_.get(); }
 
  private:
   void attach_once(optim::Optimizer& optimizer);

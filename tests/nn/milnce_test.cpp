@@ -61,6 +61,72 @@ TEST(MilNce, FiniteDifferences) {
   EXPECT_TRUE(result.ok) << result.message;
 }
 
+void expect_close(const Tensor& a, const Tensor& b, float tolerance) {
+  ASSERT_EQ(a.shape(), b.shape());
+  testing::expect_near(a, contiguous(b).to_vector<float>(), tolerance);
+}
+
+nn::MilNceConfig small_transformer_text() {
+  nn::MilNceConfig c;
+  c.vocab = 7, c.embed_dim = 8, c.heads = 2, c.layers = 1, c.words = 4, c.text = "transformer";
+  return c;
+}
+
+TEST(MilNce, TheTransformerTextBranchPassesFiniteDifferences) {
+  manual_seed(3);
+  nn::TransformerTextEncoder encoder(small_transformer_text());
+  const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 0, 4, 5, 0, 0, 6, 6, 6, 6}, {3, 4});
+  Generator gen(5);
+  const Tensor probe = randn({3, 8}, gen);
+  auto result = autograd::gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        encoder.wte->weight = in[0];
+        encoder.wpe->weight = in[1];
+        encoder.proj->weight = in[2];
+        return sum(mul(encoder(ids), probe));
+      },
+      {encoder.wte->weight.detach(), encoder.wpe->weight.detach(), encoder.proj->weight.detach()});
+  EXPECT_TRUE(result.ok) << result.message;
+}
+
+TEST(MilNce, TheTransformerTextBranchIgnoresPaddingAndTakesKCandidates) {
+  manual_seed(4);
+  nn::TransformerTextEncoder encoder(small_transformer_text());
+  NoGradGuard no_grad;
+  // Padding comes after the words: [1, 2, 3, 0] is [1, 2, 3] (the attention is causal, the mean skips it).
+  const Tensor padded = encoder(from_vector(std::vector<int64_t>{1, 2, 3, 0}, {1, 4}));
+  const Tensor bare = encoder(from_vector(std::vector<int64_t>{1, 2, 3}, {1, 3}));
+  expect_close(padded, bare, 1e-6);
+  const Tensor k = encoder(from_vector(std::vector<int64_t>{1, 2, 3, 0, 4, 5, 0, 0}, {1, 2, 4}));
+  EXPECT_EQ(k.shape(), (Shape{1, 2, 8}));
+  expect_close(contiguous(slice(k, 1, 0, 1)).reshape({1, 8}), padded, 1e-6);
+  EXPECT_THROW(encoder(from_vector(std::vector<int64_t>{1, 2, 3, 4, 5}, {1, 5})), ValueError);  // longer than words
+}
+
+TEST(MilNce, ThePackedModelSplitsItsInputIntoClipsAndNarrations) {
+  nn::MilNceConfig c;
+  c.feature_dim = 3, c.vocab = 9, c.hidden = 5, c.embed_dim = 4, c.frames = 2, c.candidates = 2, c.words = 3;
+  manual_seed(6);
+  nn::MilNceModel model(c);
+  Generator gen(7);
+  const Tensor clips = randn({5, 2, 3}, gen);
+  const Tensor words = from_vector(std::vector<int64_t>{1, 2, 0, 3, 4, 5, 6, 7, 8, 1, 0, 0, 2, 2, 2, 3, 3, 0, 4, 0, 0,
+                                                         5, 6, 7, 8, 8, 8, 1, 2, 3},
+                                   {5, 2, 3});
+  NoGradGuard no_grad;
+  const Tensor out = model(nn::pack_clip_text(clips, words));
+  ASSERT_EQ(out.shape(), (Shape{5, 3, 4}));
+  expect_close(contiguous(slice(out, 1, 0, 1)).reshape({5, 4}), (*model.video)(clips), 1e-6);
+  expect_close(contiguous(slice(out, 1, 1, 3)), (*model.text)(words), 1e-6);
+  // The loss of the packed output is mil_nce_loss of its parts; hits count in-batch R@1.
+  EXPECT_NEAR(nn::mil_nce_loss_of(out, 0.1f).item<float>(),
+              nn::mil_nce_loss((*model.video)(clips), (*model.text)(words), 0.1f).item<float>(), 1e-6);
+  const int64_t hits = nn::in_batch_hits(out, 0.1f);
+  EXPECT_GE(hits, 0);
+  EXPECT_LE(hits, 5);
+  EXPECT_THROW(model(randn({5, 7}, gen)), ValueError);
+}
+
 class MilNceRanks : public ::testing::TestWithParam<int> {};
 
 // Each rank's loss over its clips with negatives gathered from every rank: the mean of the ranks'
