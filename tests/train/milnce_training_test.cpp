@@ -52,7 +52,7 @@ nn::StateDict train_milnce(const std::string& config, const std::string& out, in
   return io::load_checkpoint(out + "/checkpoints").model.tensors;
 }
 
-TEST(MilNceTraining, TwoRanksTakeTheStepsOfOneProcessOnTheGlobalBatch) {
+TEST(MilNceTraining, TwoAndFourRanksTakeTheStepsOfOneProcessOnTheGlobalBatch) {
   const std::string dir = tessera::testing::fresh_dir("milnce_training", "ranks");
   const std::string config = write_milnce_setup(dir, 256);
   for (const std::string text : {"bag", "transformer"}) {
@@ -61,6 +61,11 @@ TEST(MilNceTraining, TwoRanksTakeTheStepsOfOneProcessOnTheGlobalBatch) {
     const nn::StateDict two = train_milnce(config, dir + "/two-" + text, 2, extra);
     EXPECT_LT(tessera::testing::max_state_difference(one, two), 1e-4) << text;
   }
+  const std::string bag = "--set model.text_encoder=bag";
+  EXPECT_LT(tessera::testing::max_state_difference(train_milnce(config, dir + "/one-4", 1, bag),
+                                                   train_milnce(config, dir + "/four", 4, bag)),
+            1e-4)
+      << "4 ranks";
 }
 
 TEST(MilNceTraining, AConfigThatCannotTrainItIsRefused) {
