@@ -70,13 +70,26 @@ Trainer::Trainer(TrainConfig config, parallel::ps::ClientOptions ps, int num_wor
   build({nullptr, nullptr, std::move(ps), num_workers});
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  if (budget_before_) cpu_allocator::set_memory_budget(*budget_before_);
+}
 
 void Trainer::build(StrategyEnvironment env) {
   validate(config_);
   // Before the datasets, so that they count against it too.
-  if (config_.train.memory_budget_mb > 0)
+  if (config_.train.memory_budget_mb > 0) {
+    budget_before_ = cpu_allocator::memory_budget();
     cpu_allocator::set_memory_budget(static_cast<size_t>(config_.train.memory_budget_mb) << 20);
+  }
+  try {
+    assemble(std::move(env));
+  } catch (...) {  // the destructor will not run: give the budget back here
+    if (budget_before_) cpu_allocator::set_memory_budget(*budget_before_);
+    throw;
+  }
+}
+
+void Trainer::assemble(StrategyEnvironment env) {
   Datasets sets = load_datasets(config_);
   train_set_ = sets.train, eval_set_ = sets.eval, vocab_ = sets.vocabulary;
   env.train_set = train_set_;

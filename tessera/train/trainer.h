@@ -109,6 +109,7 @@ class Trainer {
 
  private:
   void build(StrategyEnvironment env);  // what both constructors do
+  void assemble(StrategyEnvironment env);  // build()'s datasets, strategy, model and optimizer
   void build_data();
   // Under the elastic agent: refuses a global batch that a world size the job may reach cannot divide.
   void check_elastic_world_sizes() const;
@@ -143,6 +144,9 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<optim::LRScheduler> schedule_;
   int64_t step_ = 0, epoch_ = 0, batch_in_epoch_ = 0;
+  // The process's memory budget before train.memory_budget_mb set this run's; restored by the
+  // destructor, so that one run's budget never binds the next work of the process (tune, Python).
+  std::optional<size_t> budget_before_;
   std::unique_ptr<ElasticReport> elastic_;  // rank 0 under the elastic agent, else null
   // Held while the optimizer step and the position counters change, so a survivor's save
   // (survivor_save.h) sees whole steps only; rng_at_step_ is the generator's state at step_.

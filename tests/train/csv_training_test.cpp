@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 
+#include "tessera/core/cpu_allocator.h"
 #include "tessera/core/error.h"
 #include "tessera/train/config.h"
 #include "tessera/train/run.h"
@@ -101,13 +102,16 @@ std::string wide_config_text(const std::string& dir, bool streaming) {
 // (2 MiB of live tensors), so loading it is refused, while reading it where it lies trains.
 TEST(CsvStreaming, ATableLargerThanTheMemoryBudgetTrainsWhereLoadingItIsRefused) {
   const std::string dir = tessera::testing::fresh_dir("csv_training", "streaming");
+  const size_t budget = cpu_allocator::memory_budget();
   EXPECT_THROW(run(parse_config(wide_config_text(dir, false), "test"), {.stop_on_signals = false}), OutOfMemoryError);
+  EXPECT_EQ(cpu_allocator::memory_budget(), budget);  // the run's budget ends with the run
   TrainConfig streaming = parse_config(wide_config_text(dir, true), "test");
   streaming.train.overwrite = true;
   RunOutcome out = run(streaming, {.stop_on_signals = false});
   ASSERT_TRUE(out.fit.last_eval);
   EXPECT_EQ(out.fit.last_eval->samples, 4000);
   EXPECT_GE(out.fit.last_eval->accuracy, 0.95);
+  EXPECT_EQ(cpu_allocator::memory_budget(), budget);
   EXPECT_THROW(validate(parse_config("[data]\nstreaming = true\n", "test")), ValueError);  // csv only
 }
 

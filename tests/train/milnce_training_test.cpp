@@ -33,7 +33,8 @@ std::string write_milnce_setup(const std::string& dir, int64_t clips, const std:
 // Chance is 1/200 = 0.5% (text->video R@1 among the 200 test clips); measured 56%, 60% and 64.5%
 // with train.seed 0, 1 and 2 (2026-11-26), so 25% leaves room for any seed and still fails a model
 // that learns nothing.
-TEST(MilNceTraining, TheTrainerLearnsThePlantedCorrespondence) {
+// A full training run (30 s under ASan): in the long tier, which the sanitizer passes leave out.
+TEST(LongTierMilNceTraining, TheTrainerLearnsThePlantedCorrespondence) {
   const std::string dir = tessera::testing::fresh_dir("milnce_training", "learns");
   TrainConfig c = load_config(write_milnce_setup(dir, 4000));
   RunOutcome out = run(c, {.stop_on_signals = false});
@@ -58,14 +59,12 @@ TEST(MilNceTraining, TwoAndFourRanksTakeTheStepsOfOneProcessOnTheGlobalBatch) {
   for (const std::string text : {"bag", "transformer"}) {
     const std::string extra = "--set model.text_encoder=" + text + " --set model.layers=1 --set model.heads=2";
     const nn::StateDict one = train_milnce(config, dir + "/one-" + text, 1, extra);
-    const nn::StateDict two = train_milnce(config, dir + "/two-" + text, 2, extra);
-    EXPECT_LT(tessera::testing::max_state_difference(one, two), 1e-4) << text;
+    for (int ranks : text == "bag" ? std::vector<int>{2, 4} : std::vector<int>{2})
+      EXPECT_LT(tessera::testing::max_state_difference(
+                    one, train_milnce(config, dir + "/" + std::to_string(ranks) + "-" + text, ranks, extra)),
+                1e-4)
+          << text << ", " << ranks << " ranks";
   }
-  const std::string bag = "--set model.text_encoder=bag";
-  EXPECT_LT(tessera::testing::max_state_difference(train_milnce(config, dir + "/one-4", 1, bag),
-                                                   train_milnce(config, dir + "/four", 4, bag)),
-            1e-4)
-      << "4 ranks";
 }
 
 TEST(MilNceTraining, AConfigThatCannotTrainItIsRefused) {
