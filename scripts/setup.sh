@@ -5,7 +5,7 @@
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
-packages=(cmake ninja-build g++ libopenblas-openmp-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev
+packages=(cmake ninja-build ccache g++ libopenblas-openmp-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev
           libcli11-dev nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libpng-dev libgloo-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes
           etcd-server clang libclang-rt-14-dev iproute2 slurm-wlm munge
           libcpp-httplib-dev wrk chromium
