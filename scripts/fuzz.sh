@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Fuzzes tessera's parsers with clang's libFuzzer under AddressSanitizer and UndefinedBehaviorSanitizer.
-#   scripts/fuzz.sh                 each target for 20 s, one per core at a time (what scripts/test.sh runs)
+#   scripts/fuzz.sh                 each target for 12 s, one per core at a time (what scripts/test.sh runs)
 #   scripts/fuzz.sh --seconds N     each target for N s
 #   scripts/fuzz.sh --long          each target for an hour (or until --seconds), for the real search
 # Targets and seed corpora are in fuzz/; what a run finds (a crash, a leak, a timeout) stops it with
 # the input saved under build-fuzz/findings/<target>/. The corpus it grows stays in build-fuzz/corpus/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=20
+seconds=12
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
