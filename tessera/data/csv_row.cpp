@@ -31,7 +31,10 @@ void split_line(std::string_view line, char delimiter, std::vector<std::string_v
 // The whole field as a finite number, or nullopt (empty, NA, nan, inf, text, trailing garbage, out of
 // range). from_chars, not strtod: no copy to a NUL-terminated string per field, and no locale.
 std::optional<double> finite_number(std::string_view s) {
-  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+  if (!s.empty() && s.front() == '+') {
+    s.remove_prefix(1);
+    if (!s.empty() && (s.front() == '-' || s.front() == '+')) return std::nullopt;  // "+-5" is not a number
+  }
   if (s.empty()) return std::nullopt;
   double v = 0;
   const auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), v);

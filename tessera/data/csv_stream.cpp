@@ -85,6 +85,16 @@ class LineReader {
 StreamingCsv::StreamingCsv(std::vector<std::string> paths, CsvOptions options, int64_t max_classes)
     : options_(std::move(options)), max_classes_(max_classes) {
   TESSERA_CHECK(!paths.empty(), "[csv] no files to read");
+  try {
+    open_files(std::move(paths));
+  } catch (...) {  // the destructor does not run for a half-built object: close what was opened
+    for (File& f : files_)
+      if (f.fd >= 0) ::close(f.fd);
+    throw;
+  }
+}
+
+void StreamingCsv::open_files(std::vector<std::string> paths) {
   files_.reserve(paths.size());
   for (std::string& path : paths) {
     File& f = files_.emplace_back();
@@ -94,6 +104,7 @@ StreamingCsv::StreamingCsv(std::vector<std::string> paths, CsvOptions options, i
     struct stat st {};
     if (::fstat(f.fd, &st) != 0) throw IoError("[csv] cannot stat " + f.path + ": " + std::strerror(errno));
     f.end = st.st_size;
+    f.modified_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
     // The first line that is not blank: the header (or, without one, the first row: it sets the columns).
     LineReader lines(f.fd, f.path, 0);
     std::string_view line;
@@ -182,10 +193,28 @@ void StreamingCsv::scan(File& file, int64_t from, int64_t to) {
     if (std::string why = csv_parse_row(line, columns_, options_, max_classes_, features, label); !why.empty())
       refuse_row(file, offset, why);
     if (file.rows % kRowsPerBase == 0) file.base.push_back(offset);
+    // 1024 rows of at most 1 MiB span less than 4 GiB; only gigabytes of blank lines could not.
+    if (offset - file.base.back() > int64_t{UINT32_MAX})
+      refuse_row(file, offset, "4 GiB of blank lines within 1024 rows: remove them");
     file.step.push_back(static_cast<uint32_t>(offset - file.base.back()));
     ++file.rows;
     file.rows_end = lines.position();
   }
+}
+
+int64_t StreamingCsv::File::offset_of(int64_t row) const {
+  return row == rows ? rows_end : base[static_cast<size_t>(row / kRowsPerBase)] + step[static_cast<size_t>(row)];
+}
+
+// A file whose size or modification time moved since it was opened may hold other rows where the
+// index points: refused, never read.
+void StreamingCsv::check_unchanged(const File& file) const {
+  struct stat st {};
+  if (::fstat(file.fd, &st) != 0) throw IoError("[csv] cannot stat " + file.path + ": " + std::strerror(errno));
+  const int64_t modified = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (st.st_size != file.end || modified != file.modified_ns)
+    throw IoError(detail::concat("[csv] ", file.path, " changed after it was scanned (", file.end, " bytes then, ",
+                                 static_cast<int64_t>(st.st_size), " now, or a new modification time): scan it again"));
 }
 
 void StreamingCsv::refuse_row(const File& file, int64_t offset, const std::string& why) const {
@@ -225,6 +254,8 @@ Batch StreamingCsv::get_batch(const std::vector<int64_t>& indices) const {
   }
   std::sort(wants.begin(), wants.end(),
             [](const Want& a, const Want& b) { return a.file != b.file ? a.file < b.file : a.row < b.row; });
+  for (size_t w = 0; w < wants.size(); ++w)
+    if (w == 0 || wants[w].file != wants[w - 1].file) check_unchanged(files_[wants[w].file]);
   float* x = inputs.data<float>();
   std::string span;
   std::vector<float> features;

@@ -10,8 +10,9 @@
 //   DataLoader loader(table, PaddedRandomSampler(table.size(), rows_per_rank, seed), ...);
 //
 // Every row is checked when the share is scanned, as load_csv checks it (csv_row.h), and an error
-// names the file and the line. The file must not change afterwards; a row that then reads back
-// differently is an IoError naming the file and the byte offset.
+// names the file and the line; a line over 1 MiB is refused (load_csv has no such bound). The files
+// must not change afterwards: a batch that reads a file whose size or modification time moved is
+// an IoError naming it, as is a row that no longer parses.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -43,7 +44,7 @@ class StreamingCsv final : public PartitionedDataset {
   // The bytes of row data in the whole table (the size of what a process would otherwise load).
   int64_t table_bytes() const;
 
-  static constexpr int64_t kRowsPerBase = 1024;  // rows per 8-byte base offset (1024 lines < 4 GiB)
+  static constexpr int64_t kRowsPerBase = 1024;  // rows per 8-byte base offset; a step is 32 bits
   static constexpr int64_t kMaxLineBytes = int64_t{1} << 20;
   // Wanted rows share one read while the bytes between them are at most this many (a sequential
   // evaluation reads in large pieces; a random batch reads row by row: merging rows 100 KB apart
@@ -57,15 +58,15 @@ class StreamingCsv final : public PartitionedDataset {
     int64_t data_begin = 0, end = 0;  // row bytes: after the header, to the end of the file
     // This share's part of the file:
     int64_t first_row = 0, rows = 0;
+    int64_t modified_ns = 0;           // the file's mtime when opened: a later change is refused
     std::vector<int64_t> base;         // the offset of rows 0, 1024, 2048, ... of this share in the file
     std::vector<uint32_t> step;        // each row's offset past its base
     int64_t rows_end = 0;              // the offset just past this share's last row in the file
-    int64_t offset_of(int64_t row) const {
-      return row == rows ? rows_end
-                         : base[static_cast<size_t>(row / kRowsPerBase)] + step[static_cast<size_t>(row)];
-    }
+    int64_t offset_of(int64_t row) const;
   };
   void scan(File& file, int64_t from, int64_t to);
+  void check_unchanged(const File& file) const;
+  void open_files(std::vector<std::string> paths);
   [[noreturn]] void refuse_row(const File& file, int64_t offset, const std::string& why) const;
 
   std::vector<File> files_;

@@ -11,6 +11,7 @@ namespace tessera::train {
 
 class PsStrategy : public LocalStrategy {
  public:
+  bool supports_objectives() const override { return false; }  // no group of replicas to draw negatives from
   PsStrategy(parallel::ps::ClientOptions options, int num_workers);
   std::string name() const override { return "ps"; }
   int rank() const override { return options_.rank; }

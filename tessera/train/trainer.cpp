@@ -71,7 +71,9 @@ Trainer::Trainer(TrainConfig config, parallel::ps::ClientOptions ps, int num_wor
 }
 
 Trainer::~Trainer() {
-  if (budget_before_) cpu_allocator::set_memory_budget(*budget_before_);
+  // Only while the budget is still this run's: a later trainer's (or the caller's) stays.
+  if (budget_before_ && cpu_allocator::memory_budget() == static_cast<size_t>(config_.train.memory_budget_mb) << 20)
+    cpu_allocator::set_memory_budget(*budget_before_);
 }
 
 void Trainer::build(StrategyEnvironment env) {
@@ -108,8 +110,11 @@ void Trainer::assemble(StrategyEnvironment env) {
   // A table read where it lies: each replica takes its own byte range (before anything reads it).
   if (auto* table = dynamic_cast<data::PartitionedDataset*>(train_set_.get()))
     table->select_share(strategy_->data_share().index, strategy_->data_share().count);
-  if (auto* table = dynamic_cast<data::PartitionedDataset*>(eval_set_.get()))
+  if (auto* table = dynamic_cast<data::PartitionedDataset*>(eval_set_.get())) {
     table->select_share(strategy_->eval_share().index, strategy_->eval_share().count);
+    TESSERA_CHECK(strategy_->max_over_job(eval_set_->size()) > 0, "[train] the test table ", config_.data.test_path,
+                  " holds no rows");
+  }
   if (config_.train.threads > 0) set_num_threads(static_cast<int>(config_.train.threads));
   build_data();
   std::shared_ptr<nn::Module> model;
@@ -141,6 +146,10 @@ void Trainer::build_data() {
     // This replica's own rows; the shares differ by a few rows, so each is padded to the largest.
     const int64_t largest = strategy_->max_over_job(train_set_->size());
     TESSERA_CHECK(largest > 0, "[train] the training table ", config_.data.path, " holds no rows");
+    // Every rank refuses together (one refusing alone would leave the others in a collective).
+    TESSERA_CHECK(!strategy_->any_rank(train_set_->size() == 0), "[train] a replica's byte range of ",
+                  config_.data.path, " holds no rows (rank ", rank(), "'s has ", train_set_->size(),
+                  "): give the job fewer replicas or the table more rows");
     sampler = std::make_shared<data::PaddedRandomSampler>(
         train_set_->size(), largest, config_.train.seed ^ (0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(share.index + 1)));
   } else {

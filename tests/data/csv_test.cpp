@@ -54,6 +54,7 @@ TEST(Csv, MissingAndMalformedValuesNameFileLineAndColumn) {
   expect_refused({file(dir, "nan.csv", "x,label\nnan,0\n")}, "column \"x\" holds \"nan\"");
   expect_refused({file(dir, "text.csv", "x,label\n1.5abc,0\n")}, "text.csv:2: column \"x\" holds \"1.5abc\"");
   expect_refused({file(dir, "fields.csv", "x,label\n1,0,5\n")}, "fields.csv:2: 3 fields, the header has 2");
+  expect_refused({file(dir, "signs.csv", "x,label\n+-5,0\n")}, "signs.csv:2: column \"x\" holds \"+-5\"");
   expect_refused({file(dir, "range.csv", "x,label\n1e39,0\n")}, "range.csv:2: column \"x\" holds 1e39, past float32's range");
   expect_refused({file(dir, "label.csv", "x,label\n1,0.5\n")}, "label 0.5 is not a class id");
   expect_refused({file(dir, "nolabel.csv", "x,y\n1,0\n")}, "no label column \"label\"");

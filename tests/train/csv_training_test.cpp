@@ -131,5 +131,22 @@ TEST(CsvStreaming, TwoRanksEachReadTheirOwnBytesAndTrain) {
   EXPECT_GE(std::stod(metrics.substr(at + 16)), 0.95) << metrics;
 }
 
+// More replicas than rows: the replicas without a row refuse together with those that have one
+// (one refusing alone would leave the others waiting in a collective until the timeout).
+TEST(CsvStreaming, AReplicaWithoutRowsFailsTheWholeJobAtOnce) {
+  const std::string dir = tessera::testing::fresh_dir("csv_training", "streaming_empty");
+  std::ofstream(dir + "/tiny.csv") << "x0,x1,label\n1,2,0\n3,4,1\n";
+  const std::string config = dir + "/config.toml";
+  std::ofstream(config) << "[model]\nname = \"logistic\"\ninput_dim = 2\n[data]\ndataset = \"csv\"\npath = \"" << dir
+                        << "/tiny.csv\"\ntest_path = \"" << dir << "/tiny.csv\"\nclasses = 2\nstreaming = true\n"
+                        << "[train]\nbatch_size = 1\nthreads = 1\noutput_dir = \"" << dir << "/run\"\n"
+                        << "[distributed]\ntimeout_s = 60\n";
+  const std::string cmd = std::string(TESSERA_BINARY) + " train " + config + " --nproc 3 > " + dir + "/log.txt 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string log = tessera::testing::read_text(dir + "/log.txt");
+  EXPECT_NE(status, 0) << log;
+  EXPECT_NE(log.find("byte range of " + dir + "/tiny.csv holds no rows"), std::string::npos) << log;
+}
+
 }  // namespace
 }  // namespace tessera::train
