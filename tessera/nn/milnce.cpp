@@ -36,8 +36,9 @@ Tensor TextEncoder::forward(const Tensor& words) {
 }
 
 TransformerTextEncoder::TransformerTextEncoder(const MilNceConfig& c)
-    : wte(register_module("wte", std::make_shared<Embedding>(c.vocab, c.embed_dim))),
-      wpe(register_module("wpe", std::make_shared<Embedding>(c.words, c.embed_dim))),
+    : embed(register_module("embed", std::make_shared<GptEmbedding>(std::make_shared<Embedding>(c.vocab, c.embed_dim),
+                                                                     std::make_shared<Embedding>(c.words, c.embed_dim),
+                                                                     std::make_shared<Dropout>(0.0f)))),
       ln_f(register_module("ln_f", std::make_shared<LayerNorm>(Shape{c.embed_dim}))),
       proj(register_module("proj", std::make_shared<Linear>(c.embed_dim, c.embed_dim))) {
   TESSERA_CHECK(c.layers >= 1 && c.heads >= 1 && c.embed_dim % c.heads == 0, "[TransformerTextEncoder] ", c.layers,
@@ -50,13 +51,11 @@ Tensor TransformerTextEncoder::forward(const Tensor& words) {
   TESSERA_CHECK(words.dim() == 2 || words.dim() == 3, "[TransformerTextEncoder] expects word ids (B, L) or (B, K, L), got ",
                 shape_str(words.shape()));
   const int64_t l = words.shape()[words.dim() - 1];
-  TESSERA_CHECK(l <= wpe->weight.shape()[0], "[TransformerTextEncoder] narrations of ", l, " words, the encoder takes ",
-                wpe->weight.shape()[0]);
+  TESSERA_CHECK(l <= embed->wpe->weight.shape()[0], "[TransformerTextEncoder] narrations of ", l,
+                " words, the encoder takes ", embed->wpe->weight.shape()[0]);
   const Tensor ids = contiguous(reshape(words, {-1, l}));
   const int64_t n = ids.shape()[0];
-  std::vector<int64_t> positions(static_cast<size_t>(l));
-  for (int64_t t = 0; t < l; ++t) positions[static_cast<size_t>(t)] = t;
-  Tensor x = add((*wte)(ids), (*wpe)(from_vector(positions, {l})));
+  Tensor x = (*embed)(ids);
   for (auto& block : blocks) x = (*block)(x);
   x = (*ln_f)(x);
   // The mean over the words, padding (id 0) left out; a narration of padding alone gives zeros.

@@ -20,6 +20,7 @@
 #include "tessera/dist/process_group.h"
 #include "tessera/nn/embedding_bag.h"
 #include "tessera/nn/layers.h"
+#include "tessera/nn/char_transformer.h"
 #include "tessera/nn/transformer.h"
 
 namespace tessera::nn {
@@ -65,7 +66,7 @@ class TransformerTextEncoder : public Module {
   explicit TransformerTextEncoder(const MilNceConfig& config);
   Tensor forward(const Tensor& words) override;
   std::string name() const override { return "TransformerTextEncoder"; }
-  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<GptEmbedding> embed;  // word + position embeddings, as the char-LM's
   std::vector<std::shared_ptr<TransformerBlock>> blocks;
   std::shared_ptr<LayerNorm> ln_f;
   std::shared_ptr<Linear> proj;

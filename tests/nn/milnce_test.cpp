@@ -80,12 +80,12 @@ TEST(MilNce, TheTransformerTextBranchPassesFiniteDifferences) {
   const Tensor probe = randn({3, 8}, gen);
   auto result = autograd::gradcheck(
       [&](const std::vector<Tensor>& in) {
-        encoder.wte->weight = in[0];
-        encoder.wpe->weight = in[1];
+        encoder.embed->wte->weight = in[0];
+        encoder.embed->wpe->weight = in[1];
         encoder.proj->weight = in[2];
         return sum(mul(encoder(ids), probe));
       },
-      {encoder.wte->weight.detach(), encoder.wpe->weight.detach(), encoder.proj->weight.detach()});
+      {encoder.embed->wte->weight.detach(), encoder.embed->wpe->weight.detach(), encoder.proj->weight.detach()});
   EXPECT_TRUE(result.ok) << result.message;
 }
 
