@@ -32,6 +32,7 @@ py::dtype numpy_dtype(DType dtype) {
   switch (dtype) {
     case DType::Float32: return py::dtype::of<float>();
     case DType::Int64: return py::dtype::of<int64_t>();
+    case DType::Float16: return py::dtype("float16");
     case DType::BFloat16: break;
   }
   throw ValueError("[Tensor.numpy] NumPy has no bfloat16; convert first: t.to(tessera.float32).numpy()");
@@ -112,12 +113,14 @@ void bind_tensor(py::module_& m) {
       .value("float32", DType::Float32)
       .value("int64", DType::Int64)
       .value("bfloat16", DType::BFloat16)
+      .value("float16", DType::Float16)
       .def_property_readonly("itemsize", [](DType d) { return dtype_size(d); });
   m.attr("float32") = DType::Float32;
   m.attr("float") = DType::Float32;
   m.attr("int64") = DType::Int64;
   m.attr("long") = DType::Int64;
   m.attr("bfloat16") = DType::BFloat16;
+  m.attr("float16") = DType::Float16;
 
   py::class_<Tensor> tensor(m, "Tensor", py::buffer_protocol(), "A view of shared storage with autograd state");
   tensor
@@ -278,10 +281,11 @@ void bind_tensor(py::module_& m) {
     DType dtype;
     std::unique_ptr<Autocast> scope;
   };
-  py::class_<AutocastScope>(m, "autocast", "Mixed precision for the block: matmul and linear in bfloat16 (fp32 accumulation)")
+  py::class_<AutocastScope>(m, "autocast", "Mixed precision for the block: matrix products (matmul, linear, conv2d, attention) in bfloat16 or "
+                                    "float16, fp32 accumulation")
       .def(py::init([](DType dtype) {
-             TESSERA_CHECK(dtype == DType::BFloat16 || dtype == DType::Float32,
-                           "[autocast] dtype must be tessera.bfloat16 or tessera.float32");
+             TESSERA_CHECK(dtype == DType::BFloat16 || dtype == DType::Float16 || dtype == DType::Float32,
+                           "[autocast] dtype must be tessera.bfloat16, tessera.float16 or tessera.float32");
              return AutocastScope{dtype, nullptr};
            }),
            py::arg("dtype") = DType::BFloat16)

@@ -11,8 +11,8 @@ thread_local DType current = DType::Float32;
 DType autocast_dtype() { return current; }
 
 Autocast::Autocast(DType dtype) : previous_(current) {
-  TESSERA_CHECK(dtype == DType::Float32 || dtype == DType::BFloat16, "[autocast] compute dtype must be float32 or "
-                "bfloat16, got ", dtype_name(dtype), " (fp16 needs loss scaling, not built yet)");
+  TESSERA_CHECK(dtype == DType::Float32 || dtype == DType::BFloat16 || dtype == DType::Float16,
+                "[autocast] compute dtype must be float32, bfloat16 or float16, got ", dtype_name(dtype));
   current = dtype;
 }
 

@@ -1,5 +1,6 @@
-// Element types. float32 is the compute type; int64 holds labels and indices; bfloat16 is a storage
-// type (halves checkpoint and communication bytes) converted to float32 for compute.
+// Element types. float32 is the compute type; int64 holds labels and indices; bfloat16 and float16
+// are storage types (they halve checkpoint and communication bytes) converted to float32 for compute,
+// and the precisions mixed precision rounds products' operands to (autograd/autocast.h).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -7,13 +8,14 @@
 
 namespace tessera {
 
-enum class DType : uint8_t { Float32, Int64, BFloat16 };
+enum class DType : uint8_t { Float32, Int64, BFloat16, Float16 };
 
 inline size_t dtype_size(DType t) {
   switch (t) {
     case DType::Float32: return 4;
     case DType::Int64: return 8;
     case DType::BFloat16: return 2;
+    case DType::Float16: return 2;
   }
   return 0;
 }
@@ -23,11 +25,17 @@ inline const char* dtype_name(DType t) {
     case DType::Float32: return "float32";
     case DType::Int64: return "int64";
     case DType::BFloat16: return "bfloat16";
+    case DType::Float16: return "float16";
   }
   return "?";
 }
 
 struct BFloat16 {
+  uint16_t bits = 0;
+};
+
+// IEEE 754 binary16; converted by core/half_codec.h.
+struct Half {
   uint16_t bits = 0;
 };
 
@@ -51,5 +59,6 @@ template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::Float32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
 template <> constexpr DType dtype_of<BFloat16>() { return DType::BFloat16; }
+template <> constexpr DType dtype_of<Half>() { return DType::Float16; }
 
 }  // namespace tessera

@@ -56,6 +56,8 @@ void reduce_pair(void* out, const void* a, const void* b, int64_t count, DType d
       reduce_bf16(static_cast<BFloat16*>(out), static_cast<const BFloat16*>(a), static_cast<const BFloat16*>(b), count,
                   op);
       return;
+    case DType::Float16:
+      throw NotSupportedError("[collective] float16 is not reduced by tessera's backends; reduce in float32 or bfloat16");
   }
 }
 
@@ -83,6 +85,8 @@ void divide_in_place(Buffer data, int64_t divisor) {
       for (int64_t i = 0; i < data.count; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) / static_cast<float>(divisor));
       return;
     }
+    case DType::Float16:
+      throw NotSupportedError("[collective] float16 is not reduced by tessera's backends; reduce in float32 or bfloat16");
   }
 }
 

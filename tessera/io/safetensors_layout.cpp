@@ -24,6 +24,7 @@ const char* dtype_code(DType t) {
     case DType::Float32: return "F32";
     case DType::Int64: return "I64";
     case DType::BFloat16: return "BF16";
+    case DType::Float16: return "F16";
   }
   return "?";
 }
@@ -55,6 +56,7 @@ bool dtype_from_code(const std::string& code, DType& out) {
   if (code == "F32") out = DType::Float32;
   else if (code == "I64") out = DType::Int64;
   else if (code == "BF16") out = DType::BFloat16;
+  else if (code == "F16") out = DType::Float16;
   else return false;
   return true;
 }

@@ -9,6 +9,7 @@
 #include <limits>
 #include <mutex>
 
+#include "tessera/autograd/autocast.h"
 #include "tessera/backend/cpu/gemm.h"
 #include "tessera/backend/cpu/im2col.h"
 #include "tessera/backend/cpu/onednn_conv.h"
@@ -62,22 +63,29 @@ ConvPlan plan_conv(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
 cpu::MatrixRef mat(const float* data, int64_t rows, int64_t cols) { return {data, rows, cols, cols, 1}; }
 cpu::MatrixRef mat_t(const float* data, int64_t rows, int64_t cols) { return {data, cols, rows, 1, cols}; }
 
-cpu::ConvShape onednn_shape(const ConvPlan& p, const Tensor& w) {
+cpu::ConvShape onednn_shape(const ConvPlan& p, const Tensor& w, bool bf16) {
   const auto& g = p.geo;
   return {p.N, p.C, g.height, g.width, p.OC, w.shape()[2], w.shape()[3], g.out_h, g.out_w,
-          g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dilation_h, g.dilation_w, p.groups};
+          g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dilation_h, g.dilation_w, p.groups, bf16};
 }
 
-Tensor conv2d_onednn(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvPlan& p) {
-  Tensor x = detail::as_contiguous(x_in), w = detail::as_contiguous(w_in);
+// The operand as fp16 autocast multiplies it: a contiguous float32 copy holding fp16 values.
+Tensor rounded_to_fp16(const Tensor& t) { return t.to(DType::Float16).to(DType::Float32); }
+
+// `precision`: Float32; BFloat16 (oneDNN's bf16 kernels round the operands); Float16 (the operands,
+// and the backward's output gradient, rounded to fp16 values first: autograd/autocast.h).
+Tensor conv2d_onednn(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvPlan& p, DType precision) {
+  const bool fp16 = precision == DType::Float16;
+  Tensor x = fp16 ? rounded_to_fp16(x_in) : detail::as_contiguous(x_in);
+  Tensor w = fp16 ? rounded_to_fp16(w_in) : detail::as_contiguous(w_in);
   Tensor b = bias.defined() ? detail::as_contiguous(bias) : Tensor();
-  cpu::ConvShape shape = onednn_shape(p, w);
+  cpu::ConvShape shape = onednn_shape(p, w, precision == DType::BFloat16);
   Tensor out = Tensor::empty({p.N, p.OC, p.geo.out_h, p.geo.out_w});
   cpu::onednn_conv_forward(shape, x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr,
                            out.data<float>());
   bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gb = bias.defined() && bias.requires_grad();
-  return record(out, "Conv2dBackward", {x_in, w_in, bias}, [x, w, shape, gx, gw, gb](const Tensor& g_in) {
-    Tensor g = detail::as_contiguous(g_in);
+  return record(out, "Conv2dBackward", {x_in, w_in, bias}, [x, w, shape, gx, gw, gb, fp16](const Tensor& g_in) {
+    Tensor g = fp16 ? rounded_to_fp16(g_in) : detail::as_contiguous(g_in);
     Tensor grad_x, grad_w, grad_b;
     if (gx) {
       grad_x = Tensor::empty(x.shape());
@@ -117,7 +125,10 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const 
     TESSERA_CHECK(bias.dim() == 1 && bias.shape()[0] == p.OC, "[conv2d] bias ", shape_str(bias.shape()),
                   " does not match ", p.OC, " output channels");
   }
-  if (conv_algorithm() == ConvAlgorithm::OneDnn && p.N > 0) return conv2d_onednn(x_in, w_in, bias, p);
+  // Mixed precision always runs on oneDNN (im2col is the float32 fallback).
+  const DType precision = autocast_dtype();
+  if (p.N > 0 && (precision != DType::Float32 || conv_algorithm() == ConvAlgorithm::OneDnn))
+    return conv2d_onednn(x_in, w_in, bias, p, precision);
   Tensor x = detail::as_contiguous(x_in), w = detail::as_contiguous(w_in);
   Tensor b = bias.defined() ? detail::as_contiguous(bias) : Tensor();
   Tensor out = Tensor::empty({p.N, p.OC, p.geo.out_h, p.geo.out_w});

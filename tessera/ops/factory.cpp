@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "tessera/backend/cpu/loops.h"
+#include "tessera/core/half_codec.h"
 #include "tessera/util/thread_pool.h"
 #include "tessera/ops/detail.h"
 
@@ -117,8 +118,16 @@ void convert_into(Tensor& dst, const Tensor& src) {
     strided_convert<float, BFloat16>(dst, src, [](BFloat16 v) { return bf16_to_float(v); });
   else if (a == DType::BFloat16 && b == DType::Int64)
     strided_convert<BFloat16, int64_t>(dst, src, [](int64_t v) { return float_to_bf16(static_cast<float>(v)); });
-  else
+  else if (a == DType::Int64 && b == DType::BFloat16)
     strided_convert<int64_t, BFloat16>(dst, src, [](BFloat16 v) { return static_cast<int64_t>(bf16_to_float(v)); });
+  else if (a == DType::Float16 && b == DType::Float16) strided_convert<Half, Half>(dst, src, same);
+  else if (a == DType::Float16 && b == DType::Float32)
+    strided_convert<Half, float>(dst, src, [](float v) { return Half{fp16_from_float(v)}; });
+  else if (a == DType::Float32 && b == DType::Float16)
+    strided_convert<float, Half>(dst, src, [](Half v) { return fp16_to_float(v.bits); });
+  else
+    throw NotSupportedError(std::string("[to] no conversion from ") + dtype_name(b) + " to " + dtype_name(a) +
+                            "; go through float32");
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
-// matmul and linear over OpenBLAS sgemm, or oneDNN's bf16 matmul under Autocast(BFloat16)
-// (autograd/autocast.h). Backward products reuse the forward operands through transposed views,
+// matmul and linear over OpenBLAS sgemm, oneDNN's bf16 matmul under Autocast(BFloat16), or fp16
+// operands under Autocast(Float16) (autograd/autocast.h). Backward products reuse the forward operands through transposed views,
 // which gemm() turns into BLAS transpose flags instead of copies, and run in the precision their
 // forward ran in.
 #include "tessera/autograd/autocast.h"
 #include "tessera/backend/cpu/bf16_gemm.h"
+#include "tessera/backend/cpu/fp16_gemm.h"
 #include "tessera/backend/cpu/gemm.h"
 #include "tessera/ops/detail.h"
 #include "tessera/util/thread_pool.h"
@@ -17,10 +18,11 @@ namespace {
 // C = alpha · A @ B + beta · C in the precision autocast asks for on this thread.
 void product(const cpu::MatrixRef& a, const cpu::MatrixRef& b, float* c, int64_t ldc, float alpha = 1.0f,
              float beta = 0.0f) {
-  if (autocast_dtype() == DType::BFloat16)
-    cpu::gemm_bf16(a, b, c, ldc, alpha, beta);
-  else
-    cpu::gemm(a, b, c, ldc, alpha, beta);
+  switch (autocast_dtype()) {
+    case DType::BFloat16: cpu::gemm_bf16(a, b, c, ldc, alpha, beta); return;
+    case DType::Float16: cpu::gemm_fp16(a, b, c, ldc, alpha, beta); return;
+    default: cpu::gemm(a, b, c, ldc, alpha, beta);
+  }
 }
 
 // The (rows, cols) matrix at `base_offset` of a tensor whose last two dims are the matrix dims.

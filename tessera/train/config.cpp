@@ -49,6 +49,8 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"train.eval_batch_size", &c.train.eval_batch_size}, {"train.seed", &c.train.seed},
       {"train.threads", &c.train.threads}, {"train.memory_budget_mb", &c.train.memory_budget_mb},
       {"train.output_dir", &c.train.output_dir}, {"train.precision", &c.train.precision},
+      {"train.loss_scale_init", &c.train.loss_scale_init},
+      {"train.loss_scale_growth_interval", &c.train.loss_scale_growth_interval},
       {"train.log_every", &c.train.log_every}, {"train.checkpoint_every", &c.train.checkpoint_every},
       {"train.keep_checkpoints", &c.train.keep_checkpoints}, {"train.max_steps", &c.train.max_steps},
       {"train.overwrite", &c.train.overwrite},
@@ -67,6 +69,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.debug_stop_step", &c.distributed.debug_stop_step},
       {"distributed.backend", &c.distributed.backend}, {"distributed.timeout_s", &c.distributed.timeout_s},
       {"distributed.bucket_cap_mb", &c.distributed.bucket_cap_mb}, {"distributed.comm_hook", &c.distributed.comm_hook},
+      {"distributed.reduce_dtype", &c.distributed.reduce_dtype},
       {"distributed.find_unused_parameters", &c.distributed.find_unused_parameters},
       {"distributed.sync_batchnorm", &c.distributed.sync_batchnorm},
       {"distributed.powersgd_rank", &c.distributed.powersgd_rank},
@@ -251,9 +254,13 @@ void validate(const TrainConfig& c) {
                 "data.dataset is '", c.data.dataset, "'");
   positive("model.input_dim", static_cast<double>(c.model.input_dim));
   one_of("optimizer.name", c.optimizer.name, {"sgd", "adam", "adamw", "lars", "lamb"});
-  TESSERA_CHECK(c.train.precision != "fp16", "[config] train.precision = 'fp16' needs dynamic loss scaling, which is "
-                "not built yet; use 'bf16' (same speed here, no scaling needed) or 'fp32'");
-  one_of("train.precision", c.train.precision, {"fp32", "bf16"});
+  one_of("train.precision", c.train.precision, {"fp32", "bf16", "fp16"});
+  positive("train.loss_scale_init", c.train.loss_scale_init);
+  positive("train.loss_scale_growth_interval", static_cast<double>(c.train.loss_scale_growth_interval));
+  TESSERA_CHECK(c.train.precision != "fp16" || c.distributed.strategy != "ps",
+                "[config] train.precision = 'fp16' skips the steps whose gradients overflow, which the parameter "
+                "servers' workers cannot agree on (they never wait for each other); use 'bf16' (no loss scaling "
+                "needed) or 'fp32' with distributed.strategy = 'ps'");
   one_of("optimizer.scale_lr", c.optimizer.scale_lr, {"none", "linear", "sqrt"});
   one_of("schedule.name", c.schedule.name, {"constant", "step", "cosine"});
   TESSERA_CHECK((c.model.name == "transformer") == (c.data.dataset == "text"),
@@ -330,6 +337,10 @@ void validate(const TrainConfig& c) {
   if (c.distributed.strategy == "ps")
     one_of("optimizer.name (the parameter servers run it)", c.optimizer.name, {"sgd", "adam", "adamw"});
   one_of("distributed.comm_hook", c.distributed.comm_hook, {"none", "fp16", "bf16", "powersgd", "topk"});
+  one_of("distributed.reduce_dtype", c.distributed.reduce_dtype, {"auto", "fp32", "bf16"});
+  TESSERA_CHECK(c.distributed.reduce_dtype != "bf16" || c.distributed.comm_hook == "none",
+                "[config] distributed.reduce_dtype = 'bf16' sets how the plain all-reduce sends gradients; "
+                "distributed.comm_hook = '", c.distributed.comm_hook, "' sends them its own way. Set one of the two");
   positive("distributed.timeout_s", c.distributed.timeout_s);
   positive("distributed.bucket_cap_mb", c.distributed.bucket_cap_mb);
   positive("distributed.powersgd_rank", c.distributed.powersgd_rank);

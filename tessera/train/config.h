@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/dtype.h"
+
 namespace tessera::train {
 
 struct ModelConfig {
@@ -69,9 +71,12 @@ struct RunConfig {
   int64_t threads = 0;            // 0: TESSERA_NUM_THREADS or all cores
   int64_t memory_budget_mb = 0;   // MiB live tensors may hold (cpu_allocator.h); 0: TESSERA_MEMORY_BUDGET
   std::string output_dir = "runs/default";
-  // fp32, or bf16: matrix products in bfloat16 with fp32 accumulation, everything else and the
-  // parameters, gradients and optimizer state in fp32 (autograd/autocast.h)
+  // fp32, bf16 or fp16: matrix products (matmul, linear, conv, attention) with operands in bfloat16
+  // or float16 and fp32 accumulation; everything else and the parameters, gradients and optimizer
+  // state in fp32 (autograd/autocast.h). fp16 adds dynamic loss scaling (optim/grad_scaler.h).
   std::string precision = "fp32";
+  double loss_scale_init = 65536;          // fp16: the first loss scale
+  int64_t loss_scale_growth_interval = 2000;  // fp16: steps without an overflow before the scale doubles
   int64_t log_every = 50;         // steps between log lines (metrics.jsonl gets every step)
   int64_t checkpoint_every = 0;   // steps between checkpoints; 0: at the end of each epoch only
   int64_t keep_checkpoints = 2;   // older ones are deleted
@@ -104,6 +109,10 @@ struct DistributedConfig {
   double timeout_s = 300;              // rendezvous and every collective
   double bucket_cap_mb = 25;           // DDP gradient buckets
   std::string comm_hook = "none";      // none | fp16 | bf16 | powersgd | topk
+  // The type gradients travel in (DDP without a comm_hook, ZeRO's reduce-scatter, the mesh's
+  // data-parallel all-reduce): "auto" is bf16 when train.precision = "bf16", else fp32. In bf16 the
+  // sums are taken in fp32 (parallel/ddp/compression_hook.h), so only the bytes on the wire halve.
+  std::string reduce_dtype = "auto";   // auto | fp32 | bf16
   int64_t powersgd_rank = 4;           // r of the low-rank approximation
   int64_t powersgd_start_iter = 10;    // plain all-reduce before this step
   double topk_ratio = 0.01;            // fraction of each bucket sent
@@ -155,6 +164,14 @@ struct TrainConfig {
 
 // True when the config asks for pipeline or tensor parallelism.
 inline bool uses_model_parallelism(const TrainConfig& c) { return c.parallel.pp * c.parallel.tp > 1; }
+// Whether gradients travel in bf16 (distributed.reduce_dtype, "auto" following train.precision).
+inline bool reduces_in_bf16(const TrainConfig& c) {
+  return c.distributed.reduce_dtype == "bf16" || (c.distributed.reduce_dtype == "auto" && c.train.precision == "bf16");
+}
+// The autocast precision train.precision names (autograd/autocast.h).
+inline DType precision_dtype(const TrainConfig& c) {
+  return c.train.precision == "bf16" ? DType::BFloat16 : c.train.precision == "fp16" ? DType::Float16 : DType::Float32;
+}
 
 // Parses TOML text; `source` names the file in errors.
 TrainConfig parse_config(const std::string& toml_text, const std::string& source);

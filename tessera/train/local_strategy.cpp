@@ -2,6 +2,7 @@
 
 #include "tessera/observe/trace.h"
 #include "tessera/ops/ops.h"
+#include "tessera/optim/grad_scaler.h"
 
 namespace tessera::train {
 
@@ -26,13 +27,22 @@ double LocalStrategy::forward_backward(const data::Batch& batch) {
     loss = training_loss(training_forward(batch.inputs), batch.targets);
   }
   observe::TraceSpan span("backward", "train");  // DDP's wait for the last buckets included
-  loss.backward();
+  if (loss_scale_ != 1.0)
+    mul(loss, static_cast<float>(loss_scale_)).backward();
+  else
+    loss.backward();
   return loss.item<float>();
 }
 
 void LocalStrategy::clip_gradients(double max_norm) {
   // After DDP's all-reduce every replica holds the same gradients: the local norm is the global one.
   optim::clip_grad_norm(model_->parameters(), max_norm);
+}
+
+bool LocalStrategy::unscale_gradients(double inv_scale) {
+  // DDP's replicas hold the same all-reduced gradients, yet agree anyway: one tiny all-reduce keeps
+  // a rank from ever stepping alone.
+  return any_rank(optim::unscale_gradients(model_->parameters(), inv_scale));
 }
 
 std::optional<EvalContribution> LocalStrategy::evaluate_batch(const data::Batch& batch) {

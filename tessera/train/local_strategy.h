@@ -16,6 +16,7 @@ class LocalStrategy : public Strategy {
   void set_training(bool training) override { model_->train(training); }
   double forward_backward(const data::Batch& batch) override;
   void clip_gradients(double max_norm) override;
+  bool unscale_gradients(double inv_scale) override;
   int64_t max_over_job(int64_t value) override { return value; }
   std::optional<EvalContribution> evaluate_batch(const data::Batch& batch) override;
   void sum_over_job(EvalSums&) override {}

@@ -9,6 +9,7 @@
 #include "tessera/nn/char_transformer.h"
 #include "tessera/nn/layers.h"
 #include "tessera/ops/ops.h"
+#include "tessera/optim/grad_scaler.h"
 #include "tessera/parallel/pipeline/partition.h"
 #include "tessera/parallel/tensor/tensor_parallel_chain.h"
 #include "tessera/train/local_strategy.h"
@@ -127,6 +128,7 @@ Tensor MeshStrategy::loss_of(const Tensor& output, const Tensor& targets) const 
 }
 
 double MeshStrategy::forward_backward(const data::Batch& batch) {
+  stage_->set_loss_scale(loss_scale_);
   last_step_ = stage_->train_step(batch.inputs, batch.targets);
   return average_gradients_and_loss(last_step_.loss);
 }
@@ -184,6 +186,10 @@ void MeshStrategy::clip_gradients(double max_norm) {
   NoGradGuard no_grad;
   for (auto& p : params)
     if (p.grad().defined()) p.set_grad(mul(p.grad(), scale));
+}
+
+bool MeshStrategy::unscale_gradients(double inv_scale) {
+  return any_rank(optim::unscale_gradients(stage_->parameters(), inv_scale));
 }
 
 int64_t MeshStrategy::max_over_job(int64_t value) { return train::max_over_job(*world_, value); }

@@ -44,6 +44,7 @@ class MeshStrategy : public Strategy {
   void set_training(bool training) override { stage_->train(training); }
   double forward_backward(const data::Batch& batch) override;
   void clip_gradients(double max_norm) override;
+  bool unscale_gradients(double inv_scale) override;
   int64_t max_over_job(int64_t value) override;
   std::optional<EvalContribution> evaluate_batch(const data::Batch& batch) override;
   void sum_over_job(EvalSums& sums) override;

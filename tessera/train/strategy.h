@@ -91,6 +91,12 @@ class Strategy {
   virtual double forward_backward(const data::Batch& batch) = 0;
   // Scales the gradients so their global norm is at most max_norm.
   virtual void clip_gradients(double max_norm) = 0;
+  // fp16 loss scaling (optim/grad_scaler.h): forward_backward back-propagates loss × scale ...
+  void set_loss_scale(double scale) { loss_scale_ = scale; }
+  // ... and this multiplies the gradients by inv_scale again. True on every rank if any rank's
+  // gradients hold an inf or NaN; their gradients are then dropped, and the step must be skipped.
+  // Collective.
+  virtual bool unscale_gradients(double inv_scale) = 0;
   virtual void optimizer_step(optim::Optimizer& optimizer) { optimizer.step(); }
   // The largest of every rank's `value` (one tiny all-reduce where there are peers; a parameter-server
   // worker's own value: the workers never wait for each other).
@@ -148,6 +154,7 @@ class Strategy {
 
  protected:
   Objective objective_;
+  double loss_scale_ = 1.0;
 };
 
 // Everything a strategy may need to be built: the job's process group (null for one process) or,

@@ -131,6 +131,12 @@ void Trainer::assemble(StrategyEnvironment env) {
   // The schedule spans the configured epochs; max_steps only stops the run early (as an interruption
   // would), so a run stopped by it and resumed follows the same curve as one never stopped.
   schedule_ = build_schedule(config_.schedule, *optimizer_, config_.train.epochs * loader_->batches_per_epoch());
+  if (config_.train.precision == "fp16") {
+    optim::GradScalerOptions scaling;
+    scaling.init_scale = config_.train.loss_scale_init;
+    scaling.growth_interval = config_.train.loss_scale_growth_interval;
+    scaler_ = std::make_unique<optim::GradScaler>(scaling);
+  }
 }
 
 void Trainer::build_data() {
@@ -215,16 +221,22 @@ double Trainer::train_step(const data::Batch& batch) {
   schedule_->set_position(step_);
   optimizer_->zero_grad();
   double loss = 0;
+  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  strategy_->set_loss_scale(loss_scale);
   {
-    Autocast mixed(config_.train.precision == "bf16" ? DType::BFloat16 : DType::Float32);
+    Autocast mixed(precision_dtype(config_));
     loss = strategy_->forward_backward(batch);
   }
-  if (config_.optimizer.clip_grad_norm > 0) strategy_->clip_gradients(config_.optimizer.clip_grad_norm);
+  // fp16: gradients that overflowed skip the step on every rank (the step still counts: its batch
+  // was read, and the schedule moves on, as with PyTorch's GradScaler).
+  const bool overflow = scaler_ && strategy_->unscale_gradients(1.0 / loss_scale);
+  if (!overflow && config_.optimizer.clip_grad_norm > 0) strategy_->clip_gradients(config_.optimizer.clip_grad_norm);
   std::lock_guard lock(state_mu_);  // a survivor's save sees this step whole or not at all
-  {
+  if (!overflow) {
     observe::TraceSpan span("optimizer", "train");
     strategy_->optimizer_step(*optimizer_);
   }
+  if (scaler_) scaler_->update(overflow);
   ++step_;
   if (survivor_) rng_at_step_ = default_generator();  // a copy of the engine, not its text
   return loss;
@@ -346,6 +358,10 @@ FitResult Trainer::fit_epochs() {
         if (batch->targets.dim() == 2)  // tokens
           record["tokens_per_s"] = rate * static_cast<double>(batch->targets.shape()[1]);
         strategy_->add_step_metrics(record);
+        if (scaler_) {
+          record["loss_scale"] = scaler_->scale();
+          record["skipped_steps_total"] = scaler_->skipped_steps();
+        }
         record_metrics(record);
       }
       if (stop || (run.checkpoint_every > 0 && step_ % run.checkpoint_every == 0)) result.last_checkpoint = save_checkpoint();
@@ -426,7 +442,7 @@ EvalResult Trainer::evaluate(TaskProgress* progress) {
     if (progress != nullptr) progress->advance();
     std::optional<EvalContribution> c;
     {
-      Autocast mixed(config_.train.precision == "bf16" ? DType::BFloat16 : DType::Float32);
+      Autocast mixed(precision_dtype(config_));
       c = strategy_->evaluate_batch(*batch);
     }
     if (!c) continue;
@@ -504,6 +520,13 @@ std::pair<io::SafetensorsFile, io::SafetensorsFile> Trainer::checkpoint_files(nn
                       {"tessera.run_id", run_id_},
                       {"tessera.rng", rng},
                       {"tessera.config", to_toml(config_)}};
+  if (scaler_) {  // fp16: the loss scale goes on where it was
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%.17g", scaler_->scale());
+    trainer.metadata["tessera.loss_scale"] = scale;
+    trainer.metadata["tessera.loss_scale_growth_tracker"] = std::to_string(scaler_->growth_tracker());
+    trainer.metadata["tessera.skipped_steps"] = std::to_string(scaler_->skipped_steps());
+  }
   return {std::move(model), std::move(trainer)};
 }
 
@@ -593,6 +616,10 @@ void Trainer::resume(const std::string& path_in) {
   }
   // The run continues under the id of the run that wrote the checkpoint (one written before runs had
   // ids starts a new one).
+  if (scaler_ && files.trainer.metadata.count("tessera.loss_scale"))  // a checkpoint of an fp32 or bf16 run has none
+    scaler_->restore(std::strtod(files.trainer.metadata.at("tessera.loss_scale").c_str(), nullptr),
+                     metadata_int(files.trainer.metadata, "tessera.loss_scale_growth_tracker", trainer_file),
+                     metadata_int(files.trainer.metadata, "tessera.skipped_steps", trainer_file));
   auto survivors = files.trainer.metadata.find("tessera.survivors_of_generation");
   resumed_survivors_of_ = survivors == files.trainer.metadata.end() ? -1 : std::atoll(survivors->second.c_str());
   auto id = files.trainer.metadata.find("tessera.run_id");

@@ -1,8 +1,8 @@
 // One training run, readable top to bottom, whatever the strategy (train/strategy.h): build the
 // data, the model, the optimizer and the schedule from a TrainConfig; then per step
 //
-//   batch -> strategy.forward_backward -> (clip) -> strategy.optimizer_step -> schedule -> metrics
-//         -> (checkpoint)
+//   batch -> strategy.forward_backward -> (fp16: unscale, skip on overflow) -> (clip)
+//         -> strategy.optimizer_step -> schedule -> metrics -> (checkpoint)
 //
 // evaluate each epoch; checkpoint on schedule, at each epoch's end and when stopped. Everything a
 // resumed run needs is in the checkpoint, so interrupted-and-resumed training ends with parameters
@@ -32,6 +32,7 @@
 #include "tessera/dist/process_group.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/nn/module.h"
+#include "tessera/optim/grad_scaler.h"
 #include "tessera/optim/lr_scheduler.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/train/builders.h"
@@ -143,6 +144,7 @@ class Trainer {
   std::shared_ptr<nn::Module> model_;  // null for the mesh (its ranks keep their part only)
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<optim::LRScheduler> schedule_;
+  std::unique_ptr<optim::GradScaler> scaler_;  // train.precision = "fp16" only
   int64_t step_ = 0, epoch_ = 0, batch_in_epoch_ = 0;
   // The process's memory budget before train.memory_budget_mb set this run's; restored by the
   // destructor, so that one run's budget never binds the next work of the process (tune, Python).

@@ -19,6 +19,7 @@ std::vector<Tensor> ZeroStrategy::prepare(std::shared_ptr<nn::Module> model) {
   o.bucket_cap_bytes = static_cast<size_t>(d.bucket_cap_mb * (1 << 20));
   o.wrap_policy = d.zero_wrap_policy;
   o.min_unit_bytes = static_cast<size_t>(d.zero_min_unit_mb * (1 << 20));
+  o.reduce_in_bf16 = reduces_in_bf16(config_);
   zero_ = std::make_unique<parallel::zero::ZeroDataParallel>(model, group_, o);
   model_ = std::move(model);
   return zero_->parameters();
@@ -34,6 +35,12 @@ void ZeroStrategy::attach_once(optim::Optimizer& optimizer) {
 void ZeroStrategy::optimizer_step(optim::Optimizer& optimizer) {
   attach_once(optimizer);
   zero_->step(optimizer);
+}
+
+bool ZeroStrategy::unscale_gradients(double inv_scale) {
+  const bool overflow = any_rank(zero_->unscale_gradients(inv_scale));
+  if (overflow) zero_->zero_grad();  // the pieces accumulate across backward passes until a step
+  return overflow;
 }
 
 void ZeroStrategy::set_training(bool training) {

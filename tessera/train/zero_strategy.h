@@ -19,6 +19,7 @@ class ZeroStrategy : public LocalStrategy {
   // Wraps the model; returns this rank's pieces of the parameters.
   std::vector<Tensor> prepare(std::shared_ptr<nn::Module> model) override;
   void clip_gradients(double max_norm) override { zero_->clip_grad_norm(max_norm); }
+  bool unscale_gradients(double inv_scale) override;
   void optimizer_step(optim::Optimizer& optimizer) override;
   int64_t max_over_job(int64_t value) override { return train::max_over_job(*group_, value); }
   // Stage 3 evaluates with the whole model gathered: the ranks may read different numbers of

@@ -48,7 +48,11 @@ ConvPrimitives build(const ConvShape& s) {
   // Right padding that makes oneDNN's output size equal ours (it may be smaller than pad_l).
   memory::dims pad_r{(s.OH - 1) * s.stride_h + (s.KH - 1) * s.dilation_h + 1 - s.H - s.pad_h,
                      (s.OW - 1) * s.stride_w + (s.KW - 1) * s.dilation_w + 1 - s.W - s.pad_w};
-  memory::desc src_any(src, dt::f32, tag::any), dst_any(dst, dt::f32, tag::any), w_any(weights, dt::f32, tag::any);
+  // Operands of the products in bf16 under mixed precision; what a primitive writes stays f32.
+  const dt operand = s.bf16 ? dt::bf16 : dt::f32;
+  memory::desc src_any(src, operand, tag::any), dst_any(dst, dt::f32, tag::any), w_any(weights, operand, tag::any);
+  memory::desc src_out_any(src, dt::f32, tag::any), dst_in_any(dst, operand, tag::any),
+      w_out_any(weights, dt::f32, tag::any);
   memory::desc bias_md(bias, dt::f32, tag::x);
   // Scratchpads are ours (scratchpad_mode::user), one per calling thread: Debian's oneDNN shares one
   // library scratchpad among all primitives, so two threads running convolutions at once (ranks of
@@ -66,11 +70,11 @@ ConvPrimitives build(const ConvShape& s) {
   dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_any,
                                      w_any, bias_md, dst_any, strides, dilates, pad_l, pad_r);
   p.fwd = dnnl::convolution_forward::primitive_desc(fd, attr, eng);
-  dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_any, w_any, dst_any, strides,
-                                           dilates, pad_l, pad_r);
+  dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_out_any, w_any, dst_in_any,
+                                           strides, dilates, pad_l, pad_r);
   p.bwd_data = dnnl::convolution_backward_data::primitive_desc(bd, attr, eng, p.fwd);
-  dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, src_any, w_any, bias_md, dst_any,
-                                              strides, dilates, pad_l, pad_r);
+  dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, src_any, w_out_any, bias_md,
+                                              dst_in_any, strides, dilates, pad_l, pad_r);
   p.bwd_weights = dnnl::convolution_backward_weights::primitive_desc(bw, attr, eng, p.fwd);
   p.fwd_prim = dnnl::convolution_forward(p.fwd);
   p.bwd_data_prim = dnnl::convolution_backward_data(p.bwd_data);

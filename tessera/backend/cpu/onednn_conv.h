@@ -13,6 +13,9 @@ struct ConvShape {
   int64_t OC, KH, KW;          // weight (OC, C/groups, KH, KW)
   int64_t OH, OW;              // output
   int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
+  // Mixed precision (autograd/autocast.h): the products' operands (src, weights, diff_dst) are
+  // rounded to bf16 by the reorders into oneDNN's layouts; outputs and gradients stay float32.
+  bool bf16 = false;
   bool operator==(const ConvShape&) const = default;
 };
 

@@ -43,12 +43,14 @@ struct CommHookOptions {
   int64_t powersgd_start_iter = 10;   // plain all-reduce before this iteration (start_powerSGD_iter)
   uint64_t powersgd_seed = 0;         // of the initial Q; must agree across ranks
   double topk_ratio = 0.01;           // fraction of each bucket's entries sent, in (0, 1]
+  DType allreduce_dtype = DType::Float32;  // "none": the type buckets travel in (float32 or bfloat16)
 };
 
-// "none": all-reduce of the float32 bucket with Avg.
-std::unique_ptr<CommHook> make_allreduce_hook();
+// "none": all-reduce of the bucket with Avg, as float32 or as bfloat16 (summed in float32 by the
+// backend, divided in float32 after).
+std::unique_ptr<CommHook> make_allreduce_hook(DType wire = DType::Float32);
 // Makes a hook by name:
-//   "none"      float32 all-reduce (this file)
+//   "none"      all-reduce, float32 or options.allreduce_dtype (this file)
 //   "fp16"      2-byte IEEE half on the wire, float32 sums (compression_hook.h)
 //   "bf16"      the same with bfloat16 (compression_hook.h)
 //   "powersgd"  rank-r low-rank compression with error feedback (powersgd_hook.h)

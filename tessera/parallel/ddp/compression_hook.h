@@ -17,7 +17,7 @@
 #include <memory>
 
 #include "tessera/parallel/ddp/comm_hook.h"
-#include "tessera/parallel/ddp/half_codec.h"
+#include "tessera/core/half_codec.h"
 
 namespace tessera::parallel::ddp {
 

@@ -33,7 +33,7 @@ void PipelineStage::run_forward(int64_t m, const Tensor& inputs, const Tensor& t
     Tensor loss = loss_(y, slice(targets, 0, m * rows, (m + 1) * rows));
     loss_sum_ += loss.item<float>();
     // Each micro-batch's mean loss weighs 1/M: the sum is the whole batch's mean loss.
-    backward_roots_[m] = mul(loss, 1.0f / static_cast<float>(M));
+    backward_roots_[m] = mul(loss, static_cast<float>(loss_scale_ / static_cast<double>(M)));
   } else {
     sent_shapes_[m] = y.shape();
     backward_roots_[m] = link_.send_activation(y, stage() + 1, m);

@@ -48,6 +48,9 @@ class PipelineStage {
   PipelineStage(nn::LayerChain layers, dist::ProcessGroupPtr group, PipelineOptions options, LossFn loss);
 
   StepStats train_step(const Tensor& inputs, const Tensor& targets);
+  // fp16 loss scaling (optim/grad_scaler.h): the last stage back-propagates loss × scale; the
+  // reported loss stays unscaled.
+  void set_loss_scale(double scale) { loss_scale_ = scale; }
   // Forward only, without gradients and micro-batches (evaluation): the model's output on the last
   // stage, an undefined tensor on the others.
   Tensor forward(const Tensor& inputs);
@@ -74,6 +77,7 @@ class PipelineStage {
   dist::ProcessGroupPtr group_;
   PipelineOptions options_;
   LossFn loss_;
+  double loss_scale_ = 1.0;
   StageLink link_;
   std::vector<Action> actions_;
   // Per micro-batch in flight: what its backward starts from, and the shape it sent.

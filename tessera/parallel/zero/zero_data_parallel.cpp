@@ -13,6 +13,7 @@
 #include "tessera/nn/char_transformer.h"
 #include "tessera/nn/layers.h"
 #include "tessera/ops/ops.h"
+#include "tessera/optim/grad_scaler.h"
 #include "tessera/parallel/ddp/bucket.h"
 
 namespace tessera::parallel::zero {
@@ -393,7 +394,9 @@ void ZeroDataParallel::Impl::launch_ready_units() {
   while (next_to_launch_ < launch_order_.size() && pending_[launch_order_[next_to_launch_]] == 0) {
     const size_t u = launch_order_[next_to_launch_++];
     copy_gradients_of(u);
-    received_[u] = Tensor::empty({units_[u].chunk});
+    const DType wire = options_.reduce_in_bf16 ? DType::BFloat16 : DType::Float32;
+    if (options_.reduce_in_bf16) grad_flat_[u] = grad_flat_[u].to(DType::BFloat16);
+    received_[u] = Tensor::empty({units_[u].chunk}, wire);
     reducing_[u] = group_->reduce_scatter(grad_flat_[u], received_[u], dist::ReduceOp::Sum);
     bytes_communicated_ += bytes_of(received_[u]) * (world_ - 1);
     // Stage 3: the unit's values are no longer needed in this backward pass.
@@ -409,7 +412,7 @@ void ZeroDataParallel::Impl::drain_reductions(size_t in_flight) {
     const size_t u = launch_order_[next_to_drain_++];
     reducing_[u]->wait();
     reducing_[u].reset();
-    add_(grad_shard_[u], received_[u], scale);
+    add_(grad_shard_[u], received_[u].dtype() == DType::Float32 ? received_[u] : received_[u].to(DType::Float32), scale);
     grad_flat_[u] = Tensor(), received_[u] = Tensor();
   }
 }
@@ -658,6 +661,7 @@ void ZeroDataParallel::attach(optim::Optimizer& optimizer) { impl_->attach(optim
 void ZeroDataParallel::step(optim::Optimizer& optimizer) { impl_->step(optimizer); }
 double ZeroDataParallel::clip_grad_norm(double max_norm) { return impl_->clip_grad_norm(max_norm); }
 void ZeroDataParallel::zero_grad() { impl_->zero_grad(); }
+bool ZeroDataParallel::unscale_gradients(double inv_scale) { return optim::unscale_tensors(impl_->grad_shard_, inv_scale); }
 void ZeroDataParallel::hold_gathered(bool on) { impl_->hold_gathered(on); }
 void ZeroDataParallel::publish_pieces() {
   for (auto& f : impl_->full_) f.impl()->storage->bump_version();

@@ -50,6 +50,10 @@ struct ZeroOptions {
   std::string wrap_policy = "layer";
   size_t min_unit_bytes = 1u << 20;
   bool prefetch = true;  // stage 3: the next unit's all-gather runs while this one computes
+  // Gradients reduce-scattered as bfloat16 (mixed precision): half the bytes. The backends sum
+  // bf16 in float32 (the shared-memory backend rounds once, at the end; a ring rounds each hop's
+  // partial sum), and this rank's piece is added to its float32 gradient.
+  bool reduce_in_bf16 = false;
 };
 
 // The bytes of training state this rank holds now.
@@ -85,6 +89,9 @@ class ZeroDataParallel {
   double clip_grad_norm(double max_norm);
   // Drops the gradients accumulated since the last step.
   void zero_grad();
+  // Multiplies this rank's gradient pieces by inv_scale (fp16 loss scaling, optim/grad_scaler.h);
+  // true if any holds an inf or NaN. Not collective.
+  bool unscale_gradients(double inv_scale);
   // Stage 3: keeps every unit gathered until hold_gathered(false), so that forwards issue no
   // collectives (evaluation, where ranks may read different numbers of batches). Collective.
   void hold_gathered(bool on);

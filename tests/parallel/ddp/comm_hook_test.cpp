@@ -15,7 +15,7 @@
 #include <functional>
 
 #include "parallel/threaded_group.h"
-#include "tessera/parallel/ddp/half_codec.h"
+#include "tessera/core/half_codec.h"
 #include "tessera/parallel/ddp/topk_hook.h"
 
 namespace tessera {
@@ -163,7 +163,7 @@ std::vector<HookCase> exact_cases() {
   // at most one unit roundoff u of each (2^-11, 2^-8), plus 2^-24 for fp16's subnormal spacing
   // (half a subnormal ulp on the input and on the output).
   const double sum = 1e-6;
-  auto u = [](parallel::ddp::HalfFormat f) { return parallel::ddp::half_unit_roundoff(f); };
+  auto u = [](HalfFormat f) { return half_unit_roundoff(f); };
   CommHookOptions full_topk, warmup, full_rank;
   full_topk.topk_ratio = 1.0;
   warmup.powersgd_start_iter = 100;  // every step before compression starts
@@ -171,8 +171,8 @@ std::vector<HookCase> exact_cases() {
   full_rank.powersgd_rank = 64;  // >= min(n, m) of every matrix below: nothing is compressed
   return {
       {"none", "none", {}, sum, 0},
-      {"fp16", "fp16", {}, u(parallel::ddp::HalfFormat::Fp16) + sum, 0x1p-24},
-      {"bf16", "bf16", {}, u(parallel::ddp::HalfFormat::Bf16) + sum, 0},
+      {"fp16", "fp16", {}, u(HalfFormat::Fp16) + sum, 0x1p-24},
+      {"bf16", "bf16", {}, u(HalfFormat::Bf16) + sum, 0},
       {"topk_ratio1", "topk", full_topk, sum, 0},
       {"powersgd_before_start_iter", "powersgd", warmup, sum, 0},
       {"powersgd_full_rank", "powersgd", full_rank, sum, 0},
@@ -246,7 +246,7 @@ class CommHookHalfRange : public ::testing::TestWithParam<std::tuple<std::string
 
 TEST_P(CommHookHalfRange, StaysWithinOneRoundingOfEachSide) {
   const auto& [hook, world] = GetParam();
-  auto format = hook == "fp16" ? parallel::ddp::HalfFormat::Fp16 : parallel::ddp::HalfFormat::Bf16;
+  auto format = hook == "fp16" ? HalfFormat::Fp16 : HalfFormat::Bf16;
   // Magnitudes from 2^-27 to 2^15 (below fp16's smallest subnormal to just under its overflow),
   // different on every rank.
   GradientFn wide = [](int rank, int step, int64_t numel) {
@@ -259,8 +259,8 @@ TEST_P(CommHookHalfRange, StaysWithinOneRoundingOfEachSide) {
   HookRun run = run_hook(world, hook, {}, buckets, 2, wide);
   for (int s = 0; s < 2; ++s)
     expect_close(run.results[0][static_cast<size_t>(s)], reference(world, s, 1021, wide),
-                 parallel::ddp::half_unit_roundoff(format) + 1e-6,
-                 format == parallel::ddp::HalfFormat::Fp16 ? 0x1p-24 : 0, hook);
+                 half_unit_roundoff(format) + 1e-6,
+                 format == HalfFormat::Fp16 ? 0x1p-24 : 0, hook);
   expect_same_on_every_rank(run);
 }
 

@@ -40,12 +40,15 @@ MPI_Datatype mpi_datatype(DType dtype) {
     case DType::Float32: return MPI_FLOAT;
     case DType::Int64: return MPI_INT64_T;
     case DType::BFloat16: return MPI_UINT16_T;
+    case DType::Float16: return MPI_UINT16_T;  // moved as bytes; reductions refuse it (dist/types.cpp)
   }
   TESSERA_ASSERT(false, "dtype ", static_cast<int>(dtype));
 }
 
 MPI_Op mpi_op(DType dtype, ReduceOp op) {
   TESSERA_ASSERT(op != ReduceOp::Avg, "Avg reaches the backend");
+  if (dtype == DType::Float16)
+    throw NotSupportedError("[collective] float16 is not reduced by tessera's backends; reduce in float32 or bfloat16");
   if (dtype == DType::BFloat16) {
     const BFloat16Ops& ops = bfloat16_ops();
     return op == ReduceOp::Sum ? ops.sum : op == ReduceOp::Max ? ops.max : ops.min;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tessera/core/error.h"
+
 namespace tessera::dist::detail {
 
 namespace {
@@ -91,6 +93,8 @@ void fold_typed(void* out, void* copy, const void* const* src, int n, int64_t co
     case DType::Float32: fold<float>(out, copy, src, n, count, op); return;
     case DType::Int64: fold<int64_t>(out, copy, src, n, count, op); return;
     case DType::BFloat16: fold_bf16(out, copy, src, n, count, op); return;
+    case DType::Float16:
+      throw NotSupportedError("[collective] float16 is not reduced by tessera's backends; reduce in float32 or bfloat16");
   }
 }
 

@@ -1,4 +1,4 @@
-#include "tessera/parallel/ddp/half_codec.h"
+#include "tessera/core/half_codec.h"
 
 #include <bit>
 #include <cstring>
@@ -8,7 +8,7 @@
 
 #include "tessera/core/dtype.h"
 
-namespace tessera::parallel::ddp {
+namespace tessera {
 
 namespace {
 
@@ -86,6 +86,18 @@ void decode_half(HalfFormat format, const uint16_t* src, float* dst, int64_t n) 
   }
 }
 
+void round_through_half(HalfFormat format, const float* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  if (format == HalfFormat::Fp16)
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(src + i),
+                                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+#endif
+  for (; i < n; ++i)
+    dst[i] = format == HalfFormat::Fp16 ? fp16_to_float(fp16_from_float(src[i])) : bf16_to_float(float_to_bf16(src[i]));
+}
+
 double half_unit_roundoff(HalfFormat format) { return format == HalfFormat::Fp16 ? 0x1p-11 : 0x1p-8; }
 
-}  // namespace tessera::parallel::ddp
+}  // namespace tessera

@@ -11,14 +11,14 @@
 #include <immintrin.h>
 #endif
 
-#include "tessera/parallel/ddp/half_codec.h"
+#include "tessera/core/half_codec.h"
 
 namespace tessera {
 namespace {
 
-using parallel::ddp::fp16_from_float;
-using parallel::ddp::fp16_to_float;
-using parallel::ddp::HalfFormat;
+
+
+using tessera::HalfFormat;
 
 TEST(CommHookCodec, Fp16EncodesKnownValues) {
   EXPECT_EQ(fp16_from_float(1.0f), 0x3C00);
@@ -109,7 +109,7 @@ TEST(CommHookCodec, Fp16MatchesTheHardwareConversion) {
 TEST(CommHookCodec, Bf16RoundsTiesToEven) {
   uint16_t code = 0;
   auto bf16 = [&](float f) {
-    parallel::ddp::encode_half(HalfFormat::Bf16, &f, &code, 1);
+    encode_half(HalfFormat::Bf16, &f, &code, 1);
     return code;
   };
   EXPECT_EQ(bf16(1.0f), 0x3F80);
@@ -117,7 +117,7 @@ TEST(CommHookCodec, Bf16RoundsTiesToEven) {
   EXPECT_EQ(bf16(1.0f + 3 * 0x1p-8f), 0x3F82);  // halfway 0x3F81 / 0x3F82
   EXPECT_EQ(bf16(-2.0f), 0xC000);
   float back = 0;
-  parallel::ddp::decode_half(HalfFormat::Bf16, &code, &back, 1);
+  decode_half(HalfFormat::Bf16, &code, &back, 1);
   EXPECT_EQ(back, -2.0f);
 }
 
@@ -127,7 +127,7 @@ TEST(HalfCodec, BufferCodecsEqualTheScalarOnesForEveryCodeAndAssortedFloats) {
   std::vector<uint16_t> all_codes(65536);
   for (uint32_t c = 0; c < 65536; ++c) all_codes[c] = static_cast<uint16_t>(c);
   std::vector<float> decoded(all_codes.size());
-  parallel::ddp::decode_half(HalfFormat::Fp16, all_codes.data(), decoded.data(), static_cast<int64_t>(decoded.size()));
+  decode_half(HalfFormat::Fp16, all_codes.data(), decoded.data(), static_cast<int64_t>(decoded.size()));
   for (uint32_t c = 0; c < 65536; ++c) {
     float scalar = fp16_to_float(static_cast<uint16_t>(c));
     ASSERT_EQ(std::memcmp(&scalar, &decoded[c], 4), 0) << "code " << c;
@@ -142,7 +142,7 @@ TEST(HalfCodec, BufferCodecsEqualTheScalarOnesForEveryCodeAndAssortedFloats) {
     values.push_back(f);
   }
   std::vector<uint16_t> encoded(values.size());
-  parallel::ddp::encode_half(HalfFormat::Fp16, values.data(), encoded.data(), static_cast<int64_t>(values.size()));
+  encode_half(HalfFormat::Fp16, values.data(), encoded.data(), static_cast<int64_t>(values.size()));
   for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(encoded[i], fp16_from_float(values[i])) << "value " << values[i];
 }
 

@@ -1,4 +1,4 @@
-// 2-byte codecs for gradient compression: IEEE 754 binary16 ("fp16") and bfloat16. Both round to
+// 2-byte codecs for gradient compression and mixed precision: IEEE 754 binary16 ("fp16") and bfloat16. Both round to
 // nearest, ties to even, as the hardware conversions (F16C's vcvtps2ph, PyTorch's .half() and
 // .bfloat16()) do, so a hook's result does not depend on which machine encoded it.
 //
@@ -10,7 +10,7 @@
 #pragma once
 #include <cstdint>
 
-namespace tessera::parallel::ddp {
+namespace tessera {
 
 enum class HalfFormat { Fp16, Bf16 };
 
@@ -21,7 +21,11 @@ float fp16_to_float(uint16_t bits);
 void encode_half(HalfFormat format, const float* src, uint16_t* dst, int64_t n);
 void decode_half(HalfFormat format, const uint16_t* src, float* dst, int64_t n);
 
+// dst[i] = decode(encode(src[i])): src rounded to the format, kept as float32 (dst may be src). What
+// fp16 autocast multiplies (autograd/autocast.h).
+void round_through_half(HalfFormat format, const float* src, float* dst, int64_t n);
+
 // The unit roundoff (half an ulp, relative) of one encode: 2^-11 for fp16, 2^-8 for bfloat16.
 double half_unit_roundoff(HalfFormat format);
 
-}  // namespace tessera::parallel::ddp
+}  // namespace tessera
