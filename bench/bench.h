@@ -13,13 +13,14 @@ struct TrainStepOptions {
   int repeats = 3;
   int mlp_steps = 30;
   int cnn_steps = 10;
+  int gpt_steps = 4;
   bool with_torch = true;        // also run bench/torch_train_step.py under /usr/bin/python3
   std::string python = "/usr/bin/python3";
   std::string script;            // path of torch_train_step.py (defaults to the source tree's)
   // Also the same step from Python (bench/python_train_step.py over the tessera module in
   // python_path), when that module was built.
   bool with_python = true;
-  std::string precision = "fp32";  // or bf16: every column's steps under autocast (Autocast(BFloat16))
+  std::string precision = "fp32";  // or bf16 / fp16: every column's steps under autocast
   std::string python_script, python_path;
 };
 

@@ -1,10 +1,15 @@
 #!/usr/bin/python3
-"""PyTorch reference for `tessera bench train-step`: training steps per second of a small MLP or CNN.
+"""PyTorch reference for `tessera bench train-step`: training steps per second of a small MLP, CNN or GPT.
 
 Run with /usr/bin/python3 (Debian's python3-torch 1.13):
 
-    /usr/bin/python3 bench/torch_train_step.py --model {mlp,cnn} --threads {1,2} [--steps N] [--warmup W]
-                                               [--repeats R] [--batch 128]
+    /usr/bin/python3 bench/torch_train_step.py --model {mlp,cnn,gpt} --threads {1,2} [--steps N] [--warmup W]
+                                               [--repeats R] [--batch 128] [--precision {fp32,bf16}]
+
+The GPT is tessera's CharTransformer at d 256, 4 layers, 4 heads, context 128 (pre-LayerNorm blocks,
+GELU MLP of 4d, causal attention written as two matmuls and a masked softmax, as tessera computes it),
+16 sequences a step, its figures in tokens/s. bf16 runs forward and loss under
+torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's CPU mixed precision.
 
 Why several configurations (see /work/shared/BENCHMARKING.md): this PyTorch sends its matrix products to the
 system OpenBLAS, which ignores torch.set_num_threads and starts its own thread pool. With
@@ -33,7 +38,45 @@ CONFIGS = {
 }
 
 
-def build_model(nn, name):
+GPT_VOCAB, GPT_CONTEXT, GPT_BATCH, GPT_DIM, GPT_HEADS, GPT_LAYERS = 96, 128, 16, 256, 4, 4
+
+
+def build_gpt(torch, nn):
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.ln_2 = nn.LayerNorm(GPT_DIM), nn.LayerNorm(GPT_DIM)
+            self.qkv, self.proj = nn.Linear(GPT_DIM, 3 * GPT_DIM), nn.Linear(GPT_DIM, GPT_DIM)
+            self.mlp = nn.Sequential(nn.Linear(GPT_DIM, 4 * GPT_DIM), nn.GELU(), nn.Linear(4 * GPT_DIM, GPT_DIM))
+            self.register_buffer("mask", torch.triu(torch.ones(GPT_CONTEXT, GPT_CONTEXT, dtype=torch.bool), 1))
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.qkv(self.ln_1(x)).split(c, dim=2)
+            q, k, v = (z.view(b, t, GPT_HEADS, c // GPT_HEADS).transpose(1, 2) for z in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / (c // GPT_HEADS) ** 0.5)
+            att = att.masked_fill(self.mask[:t, :t], float("-inf")).softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(b, t, c)
+            x = x + self.proj(y)
+            return x + self.mlp(self.ln_2(x))
+
+    class Gpt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(GPT_VOCAB, GPT_DIM), nn.Embedding(GPT_CONTEXT, GPT_DIM)
+            self.blocks = nn.Sequential(*[Block() for _ in range(GPT_LAYERS)])
+            self.ln_f, self.head = nn.LayerNorm(GPT_DIM), nn.Linear(GPT_DIM, GPT_VOCAB)
+
+        def forward(self, ids):
+            x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+            return self.head(self.ln_f(self.blocks(x))).reshape(-1, GPT_VOCAB)
+
+    return Gpt()
+
+
+def build_model(torch, nn, name):
+    if name == "gpt":
+        return build_gpt(torch, nn)
     if name == "mlp":
         return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
     return nn.Sequential(
@@ -52,15 +95,22 @@ def worker(args):
         sys.exit(3)
     torch.set_num_threads(CONFIGS[args.worker][1])
     torch.manual_seed(0)
-    model = build_model(nn, args.model)
-    shape = (args.batch, 784) if args.model == "mlp" else (args.batch, 1, 28, 28)
-    x, y = torch.randn(shape), torch.randint(0, 10, (args.batch,), dtype=torch.int64)
+    model = build_model(torch, nn, args.model)
+    per_step = args.batch
+    if args.model == "gpt":
+        x = torch.randint(0, GPT_VOCAB, (GPT_BATCH, GPT_CONTEXT), dtype=torch.int64)
+        y = torch.randint(0, GPT_VOCAB, (GPT_BATCH * GPT_CONTEXT,), dtype=torch.int64)
+        per_step = GPT_BATCH * GPT_CONTEXT  # tokens
+    else:
+        shape = (args.batch, 784) if args.model == "mlp" else (args.batch, 1, 28, 28)
+        x, y = torch.randn(shape), torch.randint(0, 10, (args.batch,), dtype=torch.int64)
     loss_fn = nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
         opt.zero_grad()
-        loss = loss_fn(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
 
@@ -71,7 +121,7 @@ def worker(args):
         t0 = time.perf_counter()
         for _ in range(args.steps):
             step()
-        rates.append(args.batch * args.steps / (time.perf_counter() - t0))
+        rates.append(per_step * args.steps / (time.perf_counter() - t0))
     print(json.dumps({"rates": rates, "torch_version": torch.__version__}))
 
 
@@ -79,7 +129,7 @@ def run_config(name, args):
     env = dict(os.environ, **CONFIGS[name][2])
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--model", args.model,
            "--threads", str(args.threads), "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--repeats", str(args.repeats), "--batch", str(args.batch)]
+           "--repeats", str(args.repeats), "--batch", str(args.batch), "--precision", args.precision]
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
         sys.stderr.write(p.stderr)
@@ -92,16 +142,17 @@ def run_config(name, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", choices=["mlp", "cnn"], required=True)
+    ap.add_argument("--model", choices=["mlp", "cnn", "gpt"], required=True)
     ap.add_argument("--threads", type=int, choices=[1, 2], required=True)
     ap.add_argument("--steps", type=int, help="steps per timed repeat (default 30 for mlp, 10 for cnn)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--worker", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.steps is None:
-        args.steps = 30 if args.model == "mlp" else 10
+        args.steps = {"mlp": 30, "cnn": 10, "gpt": 4}[args.model]
     if args.steps < 1 or args.repeats < 1 or args.warmup < 0 or args.batch < 1:
         ap.error("--steps, --repeats and --batch must be positive, --warmup non-negative")
     if args.worker:

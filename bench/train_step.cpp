@@ -1,6 +1,8 @@
-// tessera bench train-step: forward + backward + SGD step at batch 128 for the MLP and the CNN, with
-// each thread count, beside the same step written in Python over tessera's module (what the
-// bindings cost) and PyTorch's best configuration, all measured in the same run.
+// tessera bench train-step: forward + backward + SGD step at batch 128 for the MLP and the CNN, and
+// 16 sequences of 128 tokens for the GPT (4 layers, d 256, 4 heads), with each thread count, in
+// float32 or mixed precision (--precision bf16|fp16), beside the same step written in Python over
+// tessera's module (what the bindings cost) and PyTorch's best configuration (with its CPU bf16
+// autocast for bf16), all measured in the same run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include "bench/bench.h"
 #include "bench/test_hosts.h"
 #include "tessera/autograd/autocast.h"
+#include "tessera/nn/char_transformer.h"
 #include "tessera/nn/models.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/sgd.h"
@@ -24,6 +27,21 @@ namespace tessera::bench {
 namespace {
 
 constexpr int64_t kBatch = 128;
+// The GPT of issue 17: 4 layers, d 256, 4 heads, context 128, a character vocabulary; 16 sequences a
+// step. Its figures are tokens/s.
+constexpr int64_t kGptVocab = 96, kGptContext = 128, kGptBatch = 16;
+
+std::shared_ptr<nn::Module> make_model(const std::string& name) {
+  if (name == "mlp") return nn::make_mlp({784, 512, 256, 10});
+  if (name == "cnn") return nn::make_cnn();
+  nn::CharTransformerConfig c;
+  c.vocab_size = kGptVocab;
+  c.context = kGptContext;
+  c.embed_dim = 256;
+  c.heads = 4;
+  c.layers = 4;
+  return std::make_shared<nn::CharTransformer>(c);
+}
 constexpr int kTorchTimeoutSeconds = 900;
 
 struct Stats {
@@ -38,14 +56,19 @@ Stats summarize(std::vector<double> v) {
 Stats time_tessera(const std::string& model_name, int steps, int repeats, DType precision) {
   Autocast mixed(precision);
   manual_seed(0);
-  auto model = model_name == "mlp" ? nn::make_mlp({784, 512, 256, 10}) : nn::make_cnn();
+  auto model = make_model(model_name);
   Generator g(1);
-  Tensor x = model_name == "mlp" ? randn({kBatch, 784}, g) : randn({kBatch, 1, 28, 28}, g);
-  Tensor y = randint(0, 10, {kBatch}, g);
+  const bool gpt = model_name == "gpt";
+  Tensor x = gpt ? randint(0, kGptVocab, {kGptBatch, kGptContext}, g)
+                 : model_name == "mlp" ? randn({kBatch, 784}, g) : randn({kBatch, 1, 28, 28}, g);
+  Tensor y = gpt ? randint(0, kGptVocab, {kGptBatch * kGptContext}, g) : randint(0, 10, {kBatch}, g);
+  const int64_t per_step = gpt ? kGptBatch * kGptContext : kBatch;  // tokens for the GPT
   optim::SGD opt(model->parameters(), optim::SGDOptions{0.01, 0.9});
   auto step = [&] {
     opt.zero_grad();
-    Tensor loss = cross_entropy((*model)(x), y);
+    Tensor out = (*model)(x);
+    if (gpt) out = reshape(out, {-1, kGptVocab});
+    Tensor loss = cross_entropy(out, y);
     loss.backward();
     opt.step();
   };
@@ -56,7 +79,7 @@ Stats time_tessera(const std::string& model_name, int steps, int repeats, DType 
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step();
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rates.push_back(kBatch * steps / s);
+    rates.push_back(static_cast<double>(per_step) * steps / s);
     progress.advance();
   }
   return summarize(rates);
@@ -104,7 +127,8 @@ TorchResult time_script(const std::string& command, const std::string& what) {
 
 TorchResult time_torch(const TrainStepOptions& o, const std::string& model, int threads, int steps) {
   return time_script(o.python + " " + o.script + " --model " + model + " --threads " + std::to_string(threads) +
-                         " --steps " + std::to_string(steps) + " --repeats " + std::to_string(o.repeats),
+                         " --steps " + std::to_string(steps) + " --repeats " + std::to_string(o.repeats) +
+                         " --precision " + o.precision,
                      "PyTorch (is python3-torch installed?)");
 }
 
@@ -133,23 +157,26 @@ std::vector<int> parse_threads(const std::string& s) {
 }  // namespace
 
 int train_step(const TrainStepOptions& o) {
-  TESSERA_CHECK(o.precision == "fp32" || o.precision == "bf16", "[bench train-step] --precision is fp32 or bf16, got '",
-                o.precision, "'");
-  const DType precision = o.precision == "bf16" ? DType::BFloat16 : DType::Float32;
-  std::printf("tessera bench train-step: batch %ld, SGD(momentum 0.9), %s, median [min-max] of %d repeats\n",
-              static_cast<long>(kBatch), o.precision.c_str(), o.repeats);
+  TESSERA_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
+                "[bench train-step] --precision is fp32, bf16 or fp16, got '", o.precision, "'");
+  const DType precision = o.precision == "bf16" ? DType::BFloat16 : o.precision == "fp16" ? DType::Float16 : DType::Float32;
+  std::printf("tessera bench train-step: batch %ld (gpt: %ld x %ld tokens, figures in tokens/s), SGD(momentum 0.9), "
+              "%s, median [min-max] of %d repeats\n",
+              static_cast<long>(kBatch), static_cast<long>(kGptBatch), static_cast<long>(kGptContext),
+              o.precision.c_str(), o.repeats);
   std::printf("%-5s %-7s %-24s %-24s %-7s %-24s %-6s %s\n", "model", "threads", "tessera samples/s",
               "from python samples/s", "py/c++", "pytorch samples/s", "ratio", "pytorch config");
   int worst = 0;
   for (const std::string& model : split_list(o.models)) {
-    TESSERA_CHECK(model == "mlp" || model == "cnn", "[bench train-step] unknown model '", model, "' (expected mlp or cnn)");
-    int steps = model == "mlp" ? o.mlp_steps : o.cnn_steps;
+    TESSERA_CHECK(model == "mlp" || model == "cnn" || model == "gpt", "[bench train-step] unknown model '", model,
+                  "' (expected mlp, cnn or gpt)");
+    int steps = model == "mlp" ? o.mlp_steps : model == "cnn" ? o.cnn_steps : o.gpt_steps;
     for (int threads : parse_threads(o.threads)) {
       set_num_threads(threads);
       Stats t = time_tessera(model, steps, o.repeats, precision);
       char ts[64], ps[64] = "-", ratio[16] = "-", pys[64] = "-", py_ratio[16] = "-";
       std::snprintf(ts, sizeof ts, "%.0f [%.0f-%.0f]", t.median, t.min, t.max);
-      if (o.with_python) {
+      if (o.with_python && model != "gpt") {  // bench/python_train_step.py has the MLP and the CNN
         TorchResult py = time_python(o, model, threads, steps);
         if (py.ok) {
           std::snprintf(pys, sizeof pys, "%.0f [%.0f-%.0f]", py.stats.median, py.stats.min, py.stats.max);
@@ -161,8 +188,8 @@ int train_step(const TrainStepOptions& o) {
         }
       }
       std::string config = "-";
-      if (o.with_torch && o.precision == "bf16") {
-        config = "PyTorch's bf16 autocast is not run by this bench yet";
+      if (o.with_torch && o.precision == "fp16") {
+        config = "PyTorch 1.13's CPU autocast has no fp16";
       } else if (o.with_torch) {
         TorchResult p = time_torch(o, model, threads, steps);
         if (p.ok) {

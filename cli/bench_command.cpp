@@ -12,16 +12,17 @@ Command add_bench_command(CLI::App& app) {
   ts->script = std::string(TESSERA_SOURCE_DIR) + "/bench/torch_train_step.py";
   auto* train_step = bench->add_subcommand("train-step", "Forward+backward+SGD step, MLP and CNN at batch 128, vs PyTorch");
   train_step->add_option("--threads-list", ts->threads, "Comma-separated thread counts")->capture_default_str();
-  train_step->add_option("--models", ts->models, "Comma-separated models (mlp, cnn)")->capture_default_str();
+  train_step->add_option("--models", ts->models, "Comma-separated models (mlp, cnn, gpt)")->capture_default_str();
   train_step->add_option("--repeats", ts->repeats, "Timed repeats per cell")->capture_default_str()->check(CLI::Range(1, 100));
   train_step->add_option("--mlp-steps", ts->mlp_steps, "Steps per MLP repeat")->capture_default_str()->check(CLI::Range(1, 100000));
   train_step->add_option("--cnn-steps", ts->cnn_steps, "Steps per CNN repeat")->capture_default_str()->check(CLI::Range(1, 100000));
+  train_step->add_option("--gpt-steps", ts->gpt_steps, "Steps per GPT repeat")->capture_default_str()->check(CLI::Range(1, 100000));
   train_step->add_flag("!--no-torch", ts->with_torch, "Skip the PyTorch reference");
   train_step->add_option("--python", ts->python, "Python with torch")->capture_default_str();
   train_step->add_option("--torch-script", ts->script, "Path of torch_train_step.py")->capture_default_str();
   ts->python_script = std::string(TESSERA_SOURCE_DIR) + "/bench/python_train_step.py";
   ts->python_path = std::string(TESSERA_BINARY_DIR) + "/python";
-  train_step->add_option("--precision", ts->precision, "fp32, or bf16 (mixed precision: autograd/autocast.h)")
+  train_step->add_option("--precision", ts->precision, "fp32, bf16 or fp16 (mixed precision: autograd/autocast.h)")
       ->capture_default_str();
   train_step->add_flag("!--no-python", ts->with_python, "Skip the same step written in Python (tessera's module)");
   train_step->add_option("--python-path", ts->python_path, "Directory holding the tessera Python package")

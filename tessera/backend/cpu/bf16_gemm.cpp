@@ -7,6 +7,7 @@
 
 #include "oneapi/dnnl/dnnl.hpp"
 #include "tessera/core/dtype.h"
+#include "tessera/core/half_codec.h"
 #include "tessera/core/error.h"
 #include "tessera/util/thread_pool.h"
 
@@ -21,22 +22,58 @@ dnnl::engine& engine() {
   return e;
 }
 
-// bf16 (m, k) @ bf16 (k, n) -> f32 (m, n) with row stride ldc: the one shape of every product here.
-dnnl::matmul::desc matmul_desc(int64_t m, int64_t n, int64_t k, int64_t ldc) {
-  return dnnl::matmul::desc(memory::desc({m, k}, memory::data_type::bf16, memory::dims{k, 1}),
-                            memory::desc({k, n}, memory::data_type::bf16, memory::dims{n, 1}),
+// An operand in bf16, in the orientation its float32 view has in memory: row-major when its rows
+// are contiguous, column-major when its columns are (a transposed view: the backward's xᵀ and gᵀ),
+// so that converting it reads memory in order; oneDNN takes either through the strides.
+struct Bf16Operand {
+  std::vector<BFloat16> values;
+  bool column_major = false;
+};
+
+Bf16Operand to_bf16(const MatrixRef& m) {
+  Bf16Operand out;
+  out.values.resize(static_cast<size_t>(m.rows * m.cols));
+  out.column_major = m.col_stride != 1 && m.row_stride == 1;
+  // Lines: rows, or columns of a column-major view; each converted in one vectorised pass.
+  const int64_t lines = out.column_major ? m.cols : m.rows, length = out.column_major ? m.rows : m.cols;
+  const int64_t line_stride = out.column_major ? m.col_stride : m.row_stride;
+  const int64_t along = out.column_major ? m.row_stride : m.col_stride;
+  auto* dst = reinterpret_cast<uint16_t*>(out.values.data());
+  parallel_for(0, lines, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, length)), [&](int64_t lo, int64_t hi) {
+    std::vector<float> gathered(along == 1 ? 0 : static_cast<size_t>(length));
+    for (int64_t i = lo; i < hi; ++i) {
+      const float* line = m.data + i * line_stride;
+      if (along != 1) {  // neither orientation is contiguous: gather the line first
+        for (int64_t j = 0; j < length; ++j) gathered[static_cast<size_t>(j)] = line[j * along];
+        line = gathered.data();
+      }
+      encode_half(HalfFormat::Bf16, line, dst + i * length, length);
+    }
+  });
+  return out;
+}
+
+memory::dims strides_of(int64_t rows, int64_t cols, bool column_major) {
+  return column_major ? memory::dims{1, rows} : memory::dims{cols, 1};
+}
+
+// bf16 (m, k) @ bf16 (k, n) -> f32 (m, n) with row stride ldc, each operand in either orientation.
+dnnl::matmul::desc matmul_desc(int64_t m, int64_t n, int64_t k, int64_t ldc, bool a_columns, bool b_columns) {
+  return dnnl::matmul::desc(memory::desc({m, k}, memory::data_type::bf16, strides_of(m, k, a_columns)),
+                            memory::desc({k, n}, memory::data_type::bf16, strides_of(k, n, b_columns)),
                             memory::desc({m, n}, memory::data_type::f32, memory::dims{ldc, 1}));
 }
 
-// One primitive per shape and scaling, built once (building costs far more than a small product).
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, float, float>;  // M, N, K, ldc, alpha, beta
+// One primitive per shape, layout and scaling, built once (building costs far more than a small
+// product).
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, float, float>;  // M, N, K, ldc, layouts, alpha, beta
 
 dnnl::matmul primitive_for(const Key& key) {
   static std::mutex mu;
   static std::map<Key, dnnl::matmul> cache;
   std::lock_guard lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
-  const auto [m, n, k, ldc, alpha, beta] = key;
+  const auto [m, n, k, ldc, a_columns, b_columns, alpha, beta] = key;
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
@@ -44,29 +81,16 @@ dnnl::matmul primitive_for(const Key& key) {
     ops.append_sum(beta);
     attr.set_post_ops(ops);
   }
-  dnnl::matmul prim(dnnl::matmul::primitive_desc(matmul_desc(m, n, k, ldc), attr, engine()));
+  dnnl::matmul prim(dnnl::matmul::primitive_desc(matmul_desc(m, n, k, ldc, a_columns, b_columns), attr, engine()));
   if (cache.size() >= 512) cache.clear();  // a bound, for programs of ever-new shapes
   cache.emplace(key, prim);
   return prim;
 }
 
-// Row-major bf16 copy of a strided float view.
-std::vector<BFloat16> to_bf16(const MatrixRef& m) {
-  std::vector<BFloat16> out(static_cast<size_t>(m.rows * m.cols));
-  parallel_for(0, m.rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, m.cols)), [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const float* row = m.data + i * m.row_stride;
-      BFloat16* dst = out.data() + i * m.cols;
-      for (int64_t j = 0; j < m.cols; ++j) dst[j] = float_to_bf16(row[j * m.col_stride]);
-    }
-  });
-  return out;
-}
-
 }  // namespace
 
 std::string gemm_bf16_implementation(int64_t m, int64_t n, int64_t k) {
-  return dnnl::matmul::primitive_desc(matmul_desc(m, n, k, n), engine()).impl_info_str();
+  return dnnl::matmul::primitive_desc(matmul_desc(m, n, k, n, false, false), engine()).impl_info_str();
 }
 
 void gemm_bf16(const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc, float alpha, float beta) {
@@ -78,10 +102,12 @@ void gemm_bf16(const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc, fl
       for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  std::vector<BFloat16> a16 = to_bf16(a), b16 = to_bf16(b);
-  dnnl::matmul prim = primitive_for({M, N, K, ldc, alpha, beta});
-  memory am({{M, K}, memory::data_type::bf16, memory::dims{K, 1}}, engine(), a16.data());
-  memory bm({{K, N}, memory::data_type::bf16, memory::dims{N, 1}}, engine(), b16.data());
+  const Bf16Operand a16 = to_bf16(a), b16 = to_bf16(b);
+  dnnl::matmul prim = primitive_for({M, N, K, ldc, a16.column_major, b16.column_major, alpha, beta});
+  memory am({{M, K}, memory::data_type::bf16, strides_of(M, K, a16.column_major)}, engine(),
+            const_cast<BFloat16*>(a16.values.data()));
+  memory bm({{K, N}, memory::data_type::bf16, strides_of(K, N, b16.column_major)}, engine(),
+            const_cast<BFloat16*>(b16.values.data()));
   memory cm({{M, N}, memory::data_type::f32, memory::dims{ldc, 1}}, engine(), c);
   dnnl::stream stream(engine());
   prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
