@@ -4,6 +4,7 @@
 
 #include "python/src/bindings.h"
 #include "tessera/optim/adam.h"
+#include "tessera/optim/grad_scaler.h"
 #include "tessera/optim/lamb.h"
 #include "tessera/optim/lars.h"
 #include "tessera/optim/lr_scheduler.h"
@@ -81,6 +82,24 @@ void bind_optim(py::module_& m) {
            py::arg("trust_coefficient") = 0.001);
   m.def("clip_grad_norm_", [](const py::iterable& params, double max_norm) { return optim::clip_grad_norm(tensors_from(params), max_norm); },
         py::arg("parameters"), py::arg("max_norm"));
+  // fp16 loss scaling's state machine; tessera.optim.GradScaler (python/tessera/optim) gives it
+  // torch.cuda.amp.GradScaler's methods.
+  py::class_<optim::GradScaler>(m, "_ScaleState")
+      .def(py::init([](double init_scale, double growth_factor, double backoff_factor, int64_t growth_interval) {
+             return optim::GradScaler({init_scale, growth_factor, backoff_factor, growth_interval});
+           }),
+           py::arg("init_scale"), py::arg("growth_factor"), py::arg("backoff_factor"), py::arg("growth_interval"))
+      .def_property_readonly("scale", &optim::GradScaler::scale)
+      .def_property_readonly("skipped_steps", &optim::GradScaler::skipped_steps)
+      .def_property_readonly("growth_tracker", &optim::GradScaler::growth_tracker)
+      .def("update", &optim::GradScaler::update, py::arg("found_inf"))
+      .def("restore", &optim::GradScaler::restore, py::arg("scale"), py::arg("growth_tracker"), py::arg("skipped_steps"));
+  m.def("_unscale_gradients", [](const py::iterable& params, double inv_scale) {
+          std::vector<Tensor> ps = tensors_from(params);
+          py::gil_scoped_release release;
+          return optim::unscale_gradients(ps, inv_scale);
+        },
+        py::arg("parameters"), py::arg("inv_scale"));
 
   auto sched = m.def_submodule("lr_scheduler", "learning-rate schedules (torch.optim.lr_scheduler)");
   py::class_<optim::LRScheduler, std::shared_ptr<optim::LRScheduler>>(sched, "LRScheduler")

@@ -25,6 +25,7 @@ from ._tessera import (  # noqa: F401
     cat,
     dtype,
     empty,
+    float16,
     float32,
     from_numpy,
     full,

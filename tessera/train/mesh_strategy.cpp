@@ -98,7 +98,8 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
   nn::LayerChain mine(chain.begin() + bounds_[s], chain.begin() + bounds_[s + 1]);
   stage_ = std::make_unique<parallel::pipeline::PipelineStage>(
       mine, mesh_->pp_group(),
-      parallel::pipeline::PipelineOptions{parallel::pipeline::parse_schedule(p.schedule), p.microbatches},
+      parallel::pipeline::PipelineOptions{parallel::pipeline::parse_schedule(p.schedule), p.microbatches,
+                                          reduces_in_bf16(config_) ? DType::BFloat16 : DType::Float32},
       [this](const Tensor& out, const Tensor& targets) { return loss_of(out, targets); });
   // A parameter is a shard when it holds fewer elements than the whole tensor of its name.
   for (const auto& [name, t] : stage_->state_dict()) {
@@ -151,7 +152,17 @@ double MeshStrategy::average_gradients_and_loss(double loss) {
     at += p.numel();
   }
   f[at] = static_cast<float>(loss);
-  mesh_->dp_group()->allreduce(grad_flat_, dist::ReduceOp::Sum)->wait();
+  if (reduces_in_bf16(config_)) {  // the gradients as bf16 (half the bytes), the loss alone in float32
+    Tensor wire = grad_flat_.slice(0, 0, total - 1).to(DType::BFloat16);
+    Tensor loss_sum = grad_flat_.slice(0, total - 1, total);
+    auto gradients = mesh_->dp_group()->allreduce(wire, dist::ReduceOp::Sum);
+    mesh_->dp_group()->allreduce(loss_sum, dist::ReduceOp::Sum)->wait();
+    gradients->wait();
+    Tensor summed = wire.to(DType::Float32);
+    std::copy_n(summed.data<float>(), total - 1, f);
+  } else {
+    mesh_->dp_group()->allreduce(grad_flat_, dist::ReduceOp::Sum)->wait();
+  }
   const float scale = 1.0f / static_cast<float>(dp);
   at = 0;
   for (auto& p : params) {
@@ -349,6 +360,7 @@ void MeshStrategy::load_optimizer_state(optim::Optimizer& optimizer, const nn::S
 void MeshStrategy::add_step_metrics(nlohmann::json& record) const {
   record["bubble_fraction"] = last_step_.bubble_fraction();
   record["peak_activations"] = last_step_.peak_activations;
+  record["pipeline_bytes_sent"] = last_step_.bytes_sent;
 }
 
 std::string MeshStrategy::describe() const {

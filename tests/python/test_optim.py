@@ -60,3 +60,35 @@ def test_training_a_linear_model_converges():
         opt.step()
     assert loss.item() < 1e-4
     np.testing.assert_allclose(model.weight.detach().numpy().ravel(), [1.0, -2.0, 0.5], atol=1e-2)
+
+
+def test_grad_scaler_skips_an_overflowing_step_then_trains():
+    # fp16 products: a scale of 2^30 pushes the backward's gradients past 65504 (inf), so the first
+    # step is skipped and the scale halves; once it fits, steps are taken with unscaled gradients.
+    rng = np.random.default_rng(0)
+    x = tessera.from_numpy(rng.standard_normal((32, 8)).astype(np.float32))
+    y = tessera.from_numpy(rng.integers(0, 3, 32).astype(np.int64))
+    tessera.manual_seed(0)
+    model = nn.Linear(8, 3)
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    scaler = optim.GradScaler(init_scale=2.0 ** 30, growth_interval=1000)
+    stepped, losses = [], []
+    for _ in range(40):
+        opt.zero_grad()
+        with tessera.autocast(tessera.float16):
+            loss = nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        before = model.weight.detach().numpy().copy()
+        stepped.append(scaler.step(opt))
+        if not stepped[-1]:
+            np.testing.assert_array_equal(model.weight.detach().numpy(), before)  # a skipped step changes nothing
+        scaler.update()
+        losses.append(loss.item())
+    assert not stepped[0] and stepped[-1]
+    assert scaler.skipped_steps == stepped.count(False) >= 1
+    assert scaler.get_scale() < 2.0 ** 30
+    assert losses[-1] < losses[0]
+    state = scaler.state_dict()
+    again = optim.GradScaler()
+    again.load_state_dict(state)
+    assert again.get_scale() == scaler.get_scale() and again.skipped_steps == scaler.skipped_steps

@@ -42,6 +42,12 @@ StageLink::StageLink(dist::ProcessGroupPtr group) : group_(std::move(group)) {
   TESSERA_CHECK(group_, "[pipeline] StageLink needs a process group");
 }
 
+void StageLink::set_wire_dtype(DType wire) {
+  TESSERA_CHECK(wire == DType::Float32 || wire == DType::BFloat16, "[pipeline] activations travel as float32 or "
+                "bfloat16, not ", dtype_name(wire));
+  wire_ = wire;
+}
+
 void StageLink::post_send(const Tensor& x, int peer, int64_t header_tag, int64_t payload_tag) {
   observe::TraceSpan span(observe::tracing_enabled() ? "send to stage " + std::to_string(peer) : std::string(), "pipeline");
   const StageHeader fields = encode_stage_header(x.shape(), x.dtype());
@@ -87,7 +93,7 @@ void StageLink::post_gradient(const Tensor& grad, int peer, int64_t microbatch) 
   Tensor g;
   {
     NoGradGuard no_grad;
-    g = contiguous(grad);
+    g = wire_ == DType::Float32 ? contiguous(grad) : grad.to(wire_);
   }
   pending_sends_.push_back(group_->send(g, peer, tag_of(3 * microbatch + 2)));
   bytes_sent_ += static_cast<int64_t>(g.numel() * dtype_size(g.dtype()));
@@ -98,17 +104,22 @@ Tensor StageLink::recv_gradient(int peer, int64_t microbatch, const Shape& shape
                                                            " from stage " + std::to_string(peer)
                                                      : std::string(),
                           "bubble");
-  Tensor g = Tensor::empty(shape, DType::Float32);
+  Tensor g = Tensor::empty(shape, wire_);
   if (g.numel() > 0)
     wait_with_context(group_->recv(g, peer, tag_of(3 * microbatch + 2)),
                       receive_context("the gradient of micro-batch " + std::to_string(microbatch), peer),
                       wait_seconds_);
-  bytes_received_ += static_cast<int64_t>(g.numel() * sizeof(float));
-  return g;
+  bytes_received_ += static_cast<int64_t>(g.numel() * dtype_size(wire_));
+  return wire_ == DType::Float32 ? g : g.to(DType::Float32);
 }
 
 Tensor StageLink::send_activation(const Tensor& x, int peer, int64_t microbatch) {
-  post_send(x, peer, 3 * microbatch, 3 * microbatch + 1);
+  if (wire_ != DType::Float32 && x.dtype() == DType::Float32) {
+    NoGradGuard no_grad;
+    post_send(x.to(wire_), peer, 3 * microbatch, 3 * microbatch + 1);
+  } else {
+    post_send(x, peer, 3 * microbatch, 3 * microbatch + 1);
+  }
   if (!autograd::needs_grad({x})) return Tensor();
   // The token's value is irrelevant; its backward fetches x's gradient from the stage that used x.
   Tensor token = zeros({1});
@@ -120,6 +131,7 @@ Tensor StageLink::send_activation(const Tensor& x, int peer, int64_t microbatch)
 
 Tensor StageLink::recv_activation(int peer, int64_t microbatch, bool requires_grad) {
   Tensor x = receive(peer, 3 * microbatch, 3 * microbatch + 1, "micro-batch " + std::to_string(microbatch));
+  if (wire_ != DType::Float32 && x.dtype() == wire_) x = x.to(DType::Float32);
   if (requires_grad) {
     TESSERA_CHECK(x.dtype() == DType::Float32, "[pipeline] stage ", group_->rank(), " received ",
                   dtype_name(x.dtype()), " activations for micro-batch ", microbatch,

@@ -42,6 +42,10 @@ class StageLink {
   void send_tensor(const Tensor& x, int peer, int64_t tag);
   Tensor recv_tensor(int peer, int64_t tag, const std::string& what);
 
+  // Activations and gradients travel as float32 (the default) or bfloat16 (PipelineOptions::wire);
+  // they arrive as float32 either way. Plain tensors travel as they are.
+  void set_wire_dtype(DType wire);
+
   // Completes every send posted so far (each bounded by the group's timeout).
   void wait_sends();
 
@@ -58,6 +62,7 @@ class StageLink {
   std::string receive_context(const std::string& what, int peer) const;
 
   dist::ProcessGroupPtr group_;
+  DType wire_ = DType::Float32;
   std::vector<dist::WorkPtr> pending_sends_;
   int64_t bytes_sent_ = 0, bytes_received_ = 0;
   double wait_seconds_ = 0.0;

@@ -13,6 +13,7 @@ PipelineStage::PipelineStage(nn::LayerChain layers, dist::ProcessGroupPtr group,
   TESSERA_CHECK(!layers_.empty(), "[pipeline] stage ", group_->rank(), " has no layers");
   TESSERA_CHECK(loss_, "[pipeline] needs a loss function");
   actions_ = make_schedule(options_.schedule, stage(), stages(), options_.microbatches);
+  link_.set_wire_dtype(options_.wire);
 }
 
 Tensor PipelineStage::run_layers(const Tensor& x) {

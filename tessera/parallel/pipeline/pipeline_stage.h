@@ -27,6 +27,10 @@ namespace tessera::parallel::pipeline {
 struct PipelineOptions {
   ScheduleKind schedule = ScheduleKind::OneForwardOneBackward;
   int64_t microbatches = 4;
+  // The type activations and their gradients travel in between stages: float32, or bfloat16 under
+  // bf16 mixed precision (half the bytes; the receiver computes on them as float32 again). Every
+  // stage of a pipeline must agree.
+  DType wire = DType::Float32;
 };
 
 // The last stage's output and the micro-batch's targets -> the micro-batch's mean loss.

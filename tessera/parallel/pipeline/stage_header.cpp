@@ -5,23 +5,23 @@
 namespace tessera::parallel::pipeline {
 
 StageHeader encode_stage_header(const Shape& shape, DType dtype) {
-  TESSERA_CHECK(dtype == DType::Float32 || dtype == DType::Int64, "[pipeline] a stage can only send float32 or int64 "
-                "tensors, got ", dtype_name(dtype));
+  TESSERA_CHECK(dtype == DType::Float32 || dtype == DType::Int64 || dtype == DType::BFloat16,
+                "[pipeline] a stage can only send float32, int64 or bfloat16 tensors, got ", dtype_name(dtype));
   TESSERA_CHECK(static_cast<int64_t>(shape.size()) <= kStageHeaderMaxDims, "[pipeline] a stage cannot send a tensor of ",
                 shape.size(), " dimensions (at most ", kStageHeaderMaxDims, ")");
   StageHeader h{};
-  h[0] = dtype == DType::Float32 ? 0 : 1;
+  h[0] = dtype == DType::Float32 ? 0 : dtype == DType::Int64 ? 1 : 2;
   h[1] = static_cast<int64_t>(shape.size());
   for (size_t i = 0; i < shape.size(); ++i) h[2 + i] = shape[i];
   return h;
 }
 
 StageTensorSpec decode_stage_header(const StageHeader& h, const std::string& context) {
-  if ((h[0] != 0 && h[0] != 1) || h[1] < 0 || h[1] > kStageHeaderMaxDims)
+  if (h[0] < 0 || h[0] > 2 || h[1] < 0 || h[1] > kStageHeaderMaxDims)
     throw ValueError(context + ": malformed header (dtype code " + std::to_string(h[0]) + ", rank " +
                      std::to_string(h[1]) + ")");
   StageTensorSpec spec;
-  spec.dtype = h[0] == 0 ? DType::Float32 : DType::Int64;
+  spec.dtype = h[0] == 0 ? DType::Float32 : h[0] == 1 ? DType::Int64 : DType::BFloat16;
   const int64_t element_bytes = static_cast<int64_t>(dtype_size(spec.dtype));
   int64_t bytes = element_bytes;
   for (int64_t i = 0; i < kStageHeaderMaxDims; ++i) {

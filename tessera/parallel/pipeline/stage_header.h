@@ -1,5 +1,5 @@
 // The header a pipeline stage sends before each tensor (p2p.h), so that the receiver needs no shape
-// in advance: kStageHeaderSize int64 values, [dtype code (0 float32, 1 int64), rank, size_0 ..
+// in advance: kStageHeaderSize int64 values, [dtype code (0 float32, 1 int64, 2 bfloat16), rank, size_0 ..
 // size_7] (sizes past the rank are 0). The one contract between two stages' processes: written and
 // read here only, and fuzzed (fuzz/stage_header_fuzz.cpp), since it arrives from another process.
 #pragma once
@@ -25,7 +25,7 @@ struct StageTensorSpec {
   DType dtype = DType::Float32;
 };
 
-// ValueError for a dtype other than float32/int64 or more than kStageHeaderMaxDims dimensions.
+// ValueError for a dtype other than float32/int64/bfloat16 or more than kStageHeaderMaxDims dimensions.
 StageHeader encode_stage_header(const Shape& shape, DType dtype);
 
 // The tensor a header announces. ValueError, with `context` in front, for an unknown dtype code, a
