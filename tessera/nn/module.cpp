@@ -134,7 +134,9 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
     const Tensor& src = *it->second;
     TESSERA_CHECK(src.shape() == t.shape(), "[load_state_dict] shape mismatch for '", n, "': checkpoint has ",
                   shape_str(src.shape()), ", model has ", shape_str(t.shape()));
-    TESSERA_CHECK(src.dtype() == t.dtype() || (src.dtype() == DType::BFloat16 && t.dtype() == DType::Float32),
+    const bool half_into_float = (src.dtype() == DType::BFloat16 || src.dtype() == DType::Float16) &&
+                                 t.dtype() == DType::Float32;  // a bf16 or fp16 export loads into float32
+    TESSERA_CHECK(src.dtype() == t.dtype() || half_into_float,
                   "[load_state_dict] dtype mismatch for '", n, "': checkpoint has ", dtype_name(src.dtype()),
                   ", model has ", dtype_name(t.dtype()));
   }

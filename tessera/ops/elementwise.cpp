@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tessera/backend/cpu/loops.h"
+#include "tessera/backend/cpu/vector_math.h"
 #include "tessera/ops/detail.h"
 
 namespace tessera {
@@ -200,13 +201,17 @@ Tensor relu(const Tensor& a) {
 Tensor gelu(const Tensor& a) {
   detail::check_float(a, "gelu", "a");
   constexpr float kInvSqrt2 = 0.70710678118654752f;
-  Tensor out = map1(a, [](float x) { return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2)); });
+  // erf and exp without libm calls, so that both passes vectorise (backend/cpu/vector_math.h).
+  // (always_inline: a lambda this size is otherwise called per element, and nothing vectorises.)
+  Tensor out = map1(a, [](float x) __attribute__((always_inline)) {
+    return 0.5f * x * (1.0f + cpu::erf_vectorisable(x * kInvSqrt2));
+  });
   return record(out, "GeluBackward", {a}, [a](const Tensor& g) {
     constexpr float kInvSqrt2Pi = 0.39894228040143268f;
     return std::vector<Tensor>{map2(g, a,
-                                    [](float gv, float x) {
-                                      float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
-                                      float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
+                                    [](float gv, float x) __attribute__((always_inline)) {
+                                      float cdf = 0.5f * (1.0f + cpu::erf_vectorisable(x * kInvSqrt2));
+                                      float pdf = kInvSqrt2Pi * cpu::exp_vectorisable(-0.5f * x * x);
                                       return gv * (cdf + x * pdf);
                                     },
                                     "gelu")};

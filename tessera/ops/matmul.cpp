@@ -9,6 +9,9 @@
 #include "tessera/ops/detail.h"
 #include "tessera/util/thread_pool.h"
 
+#include <map>
+#include <vector>
+
 namespace tessera {
 
 using autograd::record;
@@ -40,28 +43,79 @@ Tensor blas_ready(const Tensor& t) {
   return cpu::blas_compatible(m) ? t : contiguous(t);
 }
 
+// The element offset of batch item i's matrix in a tensor whose leading dims are `batch`.
+int64_t batch_offset(const Tensor& t, const Shape& batch, int64_t i) {
+  int64_t offset = 0;
+  for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
+    offset += (i % batch[d]) * t.strides()[d];
+    i /= batch[d];
+  }
+  return offset;
+}
+
+Tensor batched_output(const Shape& batch, int64_t n, int64_t m) {
+  Shape out_shape = batch;
+  out_shape.push_back(n);
+  out_shape.push_back(m);
+  return Tensor::empty(out_shape);
+}
+
 // (B..., n, k) @ (B..., k, m) with identical, already broadcast batch dims; no autograd.
 Tensor batched_matmul(Tensor a, Tensor b, const Shape& batch) {
   a = blas_ready(a);
   b = blas_ready(b);
   int64_t n = a.shape()[a.dim() - 2], m = b.shape()[b.dim() - 1];
-  Shape out_shape = batch;
-  out_shape.push_back(n);
-  out_shape.push_back(m);
-  Tensor out = Tensor::empty(out_shape);
-  int64_t batch_count = shape_numel(batch);
-  Shape bstride_a(a.strides().begin(), a.strides().end() - 2), bstride_b(b.strides().begin(), b.strides().end() - 2);
-  for (int64_t i = 0; i < batch_count; ++i) {
-    int64_t rem = i, off_a = 0, off_b = 0;
-    for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
-      int64_t idx = rem % batch[d];
-      rem /= batch[d];
-      off_a += idx * bstride_a[d];
-      off_b += idx * bstride_b[d];
-    }
-    product(matrix_at(a, off_a), matrix_at(b, off_b), out.data<float>() + i * n * m, m);
-  }
+  Tensor out = batched_output(batch, n, m);
+  for (int64_t i = 0; i < shape_numel(batch); ++i)
+    product(matrix_at(a, batch_offset(a, batch, i)), matrix_at(b, batch_offset(b, batch, i)),
+            out.data<float>() + i * n * m, m);
   return out;
+}
+
+// Each batch item's matrix rounded to bf16 once (an item broadcast to several is converted once).
+std::vector<cpu::Bf16Matrix> bf16_items(const Tensor& t, const Shape& batch) {
+  std::vector<cpu::Bf16Matrix> items;
+  std::map<int64_t, size_t> converted;  // offset -> item
+  for (int64_t i = 0; i < shape_numel(batch); ++i) {
+    const int64_t offset = batch_offset(t, batch, i);
+    auto it = converted.find(offset);
+    if (it != converted.end()) {
+      items.push_back(items[it->second]);
+    } else {
+      converted.emplace(offset, items.size());
+      items.emplace_back(matrix_at(t, offset));
+    }
+  }
+  return items;
+}
+
+// matmul under bf16 autocast (attention's two products): as linear_2d_bf16, both operands are
+// rounded once and the backward keeps those copies, rounding the output gradient once for its two
+// products.
+Tensor matmul_bf16(const Tensor& a, const Tensor& b, const Shape& batch, const Shape& full_a, const Shape& full_b) {
+  std::vector<cpu::Bf16Matrix> ab, bb;
+  {
+    NoGradGuard no_grad;
+    ab = bf16_items(blas_ready(expand(a, full_a)), batch);
+    bb = bf16_items(blas_ready(expand(b, full_b)), batch);
+  }
+  const int64_t n = full_a[full_a.size() - 2], k = full_a.back(), m = full_b.back(), count = shape_numel(batch);
+  Tensor out = batched_output(batch, n, m);
+  for (int64_t i = 0; i < count; ++i) cpu::gemm_bf16(ab[i], bb[i], out.data<float>() + i * n * m, m);
+  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  const Shape shape_a = a.shape(), shape_b = b.shape();
+  return record(out, "MatmulBackward", {a, b},
+                [ab, bb, batch, full_a, full_b, shape_a, shape_b, n, k, m, count, ga, gb](const Tensor& g_in) {
+                  const Tensor g = blas_ready(contiguous(g_in));
+                  Tensor grad_a = ga ? Tensor::empty(full_a) : Tensor(), grad_b = gb ? Tensor::empty(full_b) : Tensor();
+                  for (int64_t i = 0; i < count; ++i) {
+                    const cpu::Bf16Matrix gi(matrix_at(g, i * n * m));
+                    if (ga) cpu::gemm_bf16(gi, bb[i].transposed(), grad_a.data<float>() + i * n * k, k);
+                    if (gb) cpu::gemm_bf16(ab[i].transposed(), gi, grad_b.data<float>() + i * k * m, m);
+                  }
+                  return std::vector<Tensor>{ga ? sum_to(grad_a, shape_a) : Tensor(),
+                                             gb ? sum_to(grad_b, shape_b) : Tensor()};
+                });
 }
 
 }  // namespace
@@ -81,6 +135,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Shape full_a = batch, full_b = batch;
   full_a.insert(full_a.end(), a.shape().end() - 2, a.shape().end());
   full_b.insert(full_b.end(), b.shape().end() - 2, b.shape().end());
+  if (autocast_dtype() == DType::BFloat16) return matmul_bf16(a, b, batch, full_a, full_b);
   Tensor out;
   {
     NoGradGuard no_grad;
@@ -99,22 +154,55 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 namespace {
 
+// The (N, out) output of a linear layer: the bias in every row (the product then adds to it: beta 1),
+// or uninitialised (beta 0).
+std::pair<Tensor, float> linear_output(int64_t N, int64_t out_features, const Tensor& bias) {
+  Tensor out = Tensor::empty({N, out_features});
+  if (!bias.defined()) return {out, 0.0f};
+  Tensor bc = detail::as_contiguous(bias);
+  const float* bp = bc.data<float>();
+  float* o = out.data<float>();
+  for (int64_t i = 0; i < N; ++i) std::copy(bp, bp + out_features, o + i * out_features);
+  return {out, 1.0f};
+}
+
+// linear under bf16 autocast: x and w are rounded to bf16 once, and the backward keeps those copies
+// (not the float32 tensors) and rounds the output gradient once for both of its products: 3
+// conversions where rounding per product took 6 (PyTorch's autocast likewise saves the bf16 casts).
+Tensor linear_2d_bf16(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
+  const Tensor x = blas_ready(x_in), w = blas_ready(w_in);
+  const int64_t N = x.shape()[0], in_features = x.shape()[1], out_features = w.shape()[0];
+  auto [out, beta] = linear_output(N, out_features, bias);
+  const cpu::Bf16Matrix xb(matrix_at(x, 0)), wb(matrix_at(w, 0));
+  cpu::gemm_bf16(xb, wb.transposed(), out.data<float>(), out_features, 1.0f, beta);
+  const bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gbias = bias.defined() && bias.requires_grad();
+  return record(out, "LinearBackward", {x_in, w_in, bias},
+                [xb, wb, N, in_features, out_features, gx, gw, gbias](const Tensor& g_in) {
+                  Tensor g = blas_ready(g_in);
+                  Tensor grad_x, grad_w, grad_b;
+                  const cpu::Bf16Matrix gb(matrix_at(g, 0));
+                  if (gx) {
+                    grad_x = Tensor::empty({N, in_features});
+                    cpu::gemm_bf16(gb, wb, grad_x.data<float>(), in_features);
+                  }
+                  if (gw) {
+                    grad_w = Tensor::empty({out_features, in_features});
+                    cpu::gemm_bf16(gb.transposed(), xb, grad_w.data<float>(), in_features);
+                  }
+                  if (gbias) grad_b = sum(g, {0});
+                  return std::vector<Tensor>{grad_x, grad_w, grad_b};
+                });
+}
+
 // x (N, in) · w (out, in)ᵀ + bias, one node.
 Tensor linear_2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
+  const DType precision = autocast_dtype();
+  if (precision == DType::BFloat16) return linear_2d_bf16(x_in, w_in, bias);
   Tensor x = blas_ready(x_in), w = blas_ready(w_in);
   int64_t N = x.shape()[0], out_features = w.shape()[0];
-  Tensor out = Tensor::empty({N, out_features});
-  float beta = 0.0f;
-  if (bias.defined()) {
-    Tensor bc = detail::as_contiguous(bias);
-    const float* bp = bc.data<float>();
-    float* o = out.data<float>();
-    for (int64_t i = 0; i < N; ++i) std::copy(bp, bp + out_features, o + i * out_features);
-    beta = 1.0f;
-  }
+  auto [out, beta] = linear_output(N, out_features, bias);
   product(matrix_at(x, 0), transposed(matrix_at(w, 0)), out.data<float>(), out_features, 1.0f, beta);
   bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gbias = bias.defined() && bias.requires_grad();
-  const DType precision = autocast_dtype();
   return record(out, "LinearBackward", {x_in, w_in, bias}, [x, w, gx, gw, gbias, precision](const Tensor& g_in) {
     Autocast as_forward(precision);
     Tensor g = blas_ready(g_in);

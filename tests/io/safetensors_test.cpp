@@ -82,7 +82,8 @@ nn::StateDict sample_tensors() {
           {"scalar", scalar_tensor(2.5f)},
           {"empty", zeros({0, 3})},
           {"empty_i64", zeros({2, 0}, DType::Int64)},
-          {"last", randn({2, 2})}};
+          {"last", randn({2, 2})},
+          {"fp16", randn({3}).to(DType::Float16)}};
 }
 
 TEST_F(SafetensorsTest, RoundTripAllDtypesScalarAndEmptyInOrder) {

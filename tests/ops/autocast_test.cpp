@@ -197,6 +197,26 @@ TEST(Autocast, AttentionsProductsRunInTheScopesPrecision) {
   }
 }
 
+TEST(Autocast, BatchedMatmulBackwardRunsOnRoundedOperandsAndSumsBroadcastItems) {
+  // (2, 3, 5, 4) @ (4, 6): b is broadcast over the batch, so its gradient sums six items' products.
+  Generator gen(6);
+  Tensor a = randn({2, 3, 5, 4}, gen).set_requires_grad(true), b = randn({4, 6}, gen).set_requires_grad(true);
+  Tensor y;
+  {
+    Autocast mixed(DType::BFloat16);
+    y = matmul(a, b);
+  }
+  Tensor g = randn(y.shape(), gen);
+  y.backward(g);
+  Tensor ar = rounded_through(a, HalfFormat::Bf16).set_requires_grad(true);
+  Tensor br = rounded_through(b, HalfFormat::Bf16).set_requires_grad(true);
+  Tensor want = matmul(ar, br);
+  want.backward(rounded_through(g, HalfFormat::Bf16));
+  EXPECT_LT(largest_difference(y, want), 1e-5 * largest_magnitude(want));
+  EXPECT_LT(largest_difference(a.grad(), ar.grad()), 1e-5 * largest_magnitude(ar.grad()));
+  EXPECT_LT(largest_difference(b.grad(), br.grad()), 1e-5 * largest_magnitude(br.grad()));
+}
+
 TEST(Autocast, Fp16OverflowsPast65504AndFlushesBelowItsRange) {
   // What loss scaling exists for: an operand past fp16's largest value becomes inf, one below its
   // smallest subnormal (2^-24) becomes 0; float32 and bf16 keep both.

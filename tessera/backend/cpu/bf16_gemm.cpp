@@ -22,37 +22,6 @@ dnnl::engine& engine() {
   return e;
 }
 
-// An operand in bf16, in the orientation its float32 view has in memory: row-major when its rows
-// are contiguous, column-major when its columns are (a transposed view: the backward's xᵀ and gᵀ),
-// so that converting it reads memory in order; oneDNN takes either through the strides.
-struct Bf16Operand {
-  std::vector<BFloat16> values;
-  bool column_major = false;
-};
-
-Bf16Operand to_bf16(const MatrixRef& m) {
-  Bf16Operand out;
-  out.values.resize(static_cast<size_t>(m.rows * m.cols));
-  out.column_major = m.col_stride != 1 && m.row_stride == 1;
-  // Lines: rows, or columns of a column-major view; each converted in one vectorised pass.
-  const int64_t lines = out.column_major ? m.cols : m.rows, length = out.column_major ? m.rows : m.cols;
-  const int64_t line_stride = out.column_major ? m.col_stride : m.row_stride;
-  const int64_t along = out.column_major ? m.row_stride : m.col_stride;
-  auto* dst = reinterpret_cast<uint16_t*>(out.values.data());
-  parallel_for(0, lines, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, length)), [&](int64_t lo, int64_t hi) {
-    std::vector<float> gathered(along == 1 ? 0 : static_cast<size_t>(length));
-    for (int64_t i = lo; i < hi; ++i) {
-      const float* line = m.data + i * line_stride;
-      if (along != 1) {  // neither orientation is contiguous: gather the line first
-        for (int64_t j = 0; j < length; ++j) gathered[static_cast<size_t>(j)] = line[j * along];
-        line = gathered.data();
-      }
-      encode_half(HalfFormat::Bf16, line, dst + i * length, length);
-    }
-  });
-  return out;
-}
-
 memory::dims strides_of(int64_t rows, int64_t cols, bool column_major) {
   return column_major ? memory::dims{1, rows} : memory::dims{cols, 1};
 }
@@ -93,25 +62,60 @@ std::string gemm_bf16_implementation(int64_t m, int64_t n, int64_t k) {
   return dnnl::matmul::primitive_desc(matmul_desc(m, n, k, n, false, false), engine()).impl_info_str();
 }
 
-void gemm_bf16(const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc, float alpha, float beta) {
-  TESSERA_ASSERT(a.cols == b.rows, "gemm_bf16 inner dims ", a.cols, " vs ", b.rows);
-  const int64_t M = a.rows, N = b.cols, K = a.cols;
+Bf16Matrix::Bf16Matrix(const MatrixRef& m) : rows_(m.rows), cols_(m.cols) {
+  auto values = std::make_shared<std::vector<BFloat16>>(static_cast<size_t>(m.rows * m.cols));
+  column_major_ = m.col_stride != 1 && m.row_stride == 1;
+  // Lines: rows, or columns of a column-major view; each converted in one vectorised pass.
+  const int64_t lines = column_major_ ? m.cols : m.rows, length = column_major_ ? m.rows : m.cols;
+  const int64_t line_stride = column_major_ ? m.col_stride : m.row_stride;
+  const int64_t along = column_major_ ? m.row_stride : m.col_stride;
+  auto* dst = reinterpret_cast<uint16_t*>(values->data());
+  parallel_for(0, lines, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, length)), [&](int64_t lo, int64_t hi) {
+    std::vector<float> gathered(along == 1 ? 0 : static_cast<size_t>(length));
+    for (int64_t i = lo; i < hi; ++i) {
+      const float* line = m.data + i * line_stride;
+      if (along != 1) {  // neither orientation is contiguous: gather the line first
+        for (int64_t j = 0; j < length; ++j) gathered[static_cast<size_t>(j)] = line[j * along];
+        line = gathered.data();
+      }
+      encode_half(HalfFormat::Bf16, line, dst + i * length, length);
+    }
+  });
+  values_ = std::move(values);
+}
+
+Bf16Matrix Bf16Matrix::transposed() const {
+  Bf16Matrix t;
+  t.values_ = values_;
+  t.rows_ = cols_;
+  t.cols_ = rows_;
+  t.column_major_ = !column_major_;
+  return t;
+}
+
+void gemm_bf16(const Bf16Matrix& a, const Bf16Matrix& b, float* c, int64_t ldc, float alpha, float beta) {
+  TESSERA_ASSERT(a.cols() == b.rows(), "gemm_bf16 inner dims ", a.cols(), " vs ", b.rows());
+  const int64_t M = a.rows(), N = b.cols(), K = a.cols();
   if (M == 0 || N == 0) return;
   if (K == 0) {  // as gemm: C = beta · C
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  const Bf16Operand a16 = to_bf16(a), b16 = to_bf16(b);
-  dnnl::matmul prim = primitive_for({M, N, K, ldc, a16.column_major, b16.column_major, alpha, beta});
-  memory am({{M, K}, memory::data_type::bf16, strides_of(M, K, a16.column_major)}, engine(),
-            const_cast<BFloat16*>(a16.values.data()));
-  memory bm({{K, N}, memory::data_type::bf16, strides_of(K, N, b16.column_major)}, engine(),
-            const_cast<BFloat16*>(b16.values.data()));
+  dnnl::matmul prim = primitive_for({M, N, K, ldc, a.column_major_, b.column_major_, alpha, beta});
+  memory am({{M, K}, memory::data_type::bf16, strides_of(M, K, a.column_major_)}, engine(),
+            const_cast<BFloat16*>(a.values_->data()));
+  memory bm({{K, N}, memory::data_type::bf16, strides_of(K, N, b.column_major_)}, engine(),
+            const_cast<BFloat16*>(b.values_->data()));
   memory cm({{M, N}, memory::data_type::f32, memory::dims{ldc, 1}}, engine(), c);
   dnnl::stream stream(engine());
   prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   stream.wait();
+}
+
+void gemm_bf16(const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc, float alpha, float beta) {
+  TESSERA_ASSERT(a.cols == b.rows, "gemm_bf16 inner dims ", a.cols, " vs ", b.rows);
+  gemm_bf16(Bf16Matrix(a), Bf16Matrix(b), c, ldc, alpha, beta);
 }
 
 }  // namespace tessera::cpu

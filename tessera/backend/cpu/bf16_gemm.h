@@ -5,13 +5,38 @@
 // buffers first, whatever their strides.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "tessera/backend/cpu/gemm.h"
+#include "tessera/core/dtype.h"
 
 namespace tessera::cpu {
 
 void gemm_bf16(const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
+
+// A matrix rounded to bf16 once, to be multiplied several times: linear's forward operands x and w
+// are its backward's too, and the output gradient enters both backward products, so keeping them
+// converts 3 matrices where converting per product took 6. Kept in the orientation of the view it
+// came from (row- or column-major, whichever reads memory in order).
+class Bf16Matrix {
+ public:
+  explicit Bf16Matrix(const MatrixRef& m);
+  // The same values read as the transpose: no copy.
+  Bf16Matrix transposed() const;
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+
+ private:
+  Bf16Matrix() = default;
+  friend void gemm_bf16(const Bf16Matrix& a, const Bf16Matrix& b, float* c, int64_t ldc, float alpha, float beta);
+  std::shared_ptr<const std::vector<BFloat16>> values_;
+  int64_t rows_ = 0, cols_ = 0;
+  bool column_major_ = false;
+};
+
+void gemm_bf16(const Bf16Matrix& a, const Bf16Matrix& b, float* c, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
 
 // The oneDNN implementation an (m, k) @ (k, n) product runs on here, e.g. "brg:avx512_core_amx_bf16"
 // (AMX tiles) or "brg:avx512_core_bf16" (vdpbf16ps): for the benchmark's report.
