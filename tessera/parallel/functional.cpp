@@ -5,8 +5,15 @@
 
 namespace tessera::parallel {
 
-Tensor summed_over_ranks(const Tensor& x, dist::ProcessGroup& group) {
+Tensor summed_over_ranks(const Tensor& x, dist::ProcessGroup& group, DType wire) {
   NoGradGuard no_grad;
+  if (wire == DType::BFloat16) {
+    Tensor y = x.to(DType::BFloat16);
+    group.allreduce(y, dist::ReduceOp::Sum)->wait();
+    return y.to(DType::Float32);
+  }
+  TESSERA_CHECK(wire == DType::Float32, "[summed_over_ranks] values travel as float32 or bfloat16, not ",
+                dtype_name(wire));
   Tensor y = clone(x);  // contiguous, and leaves x alone
   group.allreduce(y, dist::ReduceOp::Sum)->wait();
   return y;

@@ -26,7 +26,8 @@ Tensor all_gather_with_grad(const Tensor& x, dist::ProcessGroup& group);
 
 // Σ_ranks x as a new tensor, outside autograd (x is not modified, and may be a gradient the engine
 // also hands to other nodes): the forward and backward of the differentiable collectives here and
-// in parallel/tensor/mappings.h.
-Tensor summed_over_ranks(const Tensor& x, dist::ProcessGroup& group);
+// in parallel/tensor/mappings.h. With `wire` bfloat16 the values travel (and are summed by the
+// backend) as bf16, half the bytes; the result is float32 either way.
+Tensor summed_over_ranks(const Tensor& x, dist::ProcessGroup& group, DType wire = DType::Float32);
 
 }  // namespace tessera::parallel

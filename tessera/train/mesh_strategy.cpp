@@ -11,6 +11,7 @@
 #include "tessera/ops/ops.h"
 #include "tessera/optim/grad_scaler.h"
 #include "tessera/parallel/pipeline/partition.h"
+#include "tessera/parallel/tensor/mappings.h"
 #include "tessera/parallel/tensor/tensor_parallel_chain.h"
 #include "tessera/train/local_strategy.h"
 
@@ -130,6 +131,7 @@ Tensor MeshStrategy::loss_of(const Tensor& output, const Tensor& targets) const 
 
 double MeshStrategy::forward_backward(const data::Batch& batch) {
   stage_->set_loss_scale(loss_scale_);
+  parallel::tensor::TensorParallelWire wire(reduces_in_bf16(config_) ? DType::BFloat16 : DType::Float32);
   last_step_ = stage_->train_step(batch.inputs, batch.targets);
   return average_gradients_and_loss(last_step_.loss);
 }
@@ -208,6 +210,7 @@ int64_t MeshStrategy::max_over_job(int64_t value) { return train::max_over_job(*
 std::optional<EvalContribution> MeshStrategy::evaluate_batch(const data::Batch& batch) {
   // Only the last stage sees outputs, and its tensor-parallel ranks all compute the loss (a
   // collective with tensor parallelism): the one at tp 0 reports.
+  parallel::tensor::TensorParallelWire wire(reduces_in_bf16(config_) ? DType::BFloat16 : DType::Float32);
   Tensor out = stage_->forward(batch.inputs);
   if (!stage_->is_last()) return std::nullopt;
   Tensor loss = loss_of(out, batch.targets);

@@ -119,10 +119,11 @@ TEST(MixedPrecisionTraining, Bf16GradientsTravelInHalfTheBytes) {
   EXPECT_NEAR(zero_bytes / zero_fp32_bytes, 0.75, 0.01) << zero_bytes << " vs " << zero_fp32_bytes;
 }
 
-TEST(MixedPrecisionTraining, Bf16PipelinesSendHalfTheBytesAndMatchOneProcess) {
-  // The character transformer cut into 2 stages (and 2 data-parallel replicas of them): under bf16
-  // the activations and their gradients cross between stages as bf16, and the replicas' gradients
-  // are all-reduced as bf16.
+TEST(MixedPrecisionTraining, Bf16PipelinesAndTensorParallelismSendBf16AndMatchOneProcess) {
+  // The character transformer cut into 2 stages (and 2 data-parallel replicas of them), or split
+  // over 2 tensor-parallel ranks: under bf16 the activations and their gradients cross between
+  // stages as bf16, the replicas' gradients are all-reduced as bf16, and so are the tensor-parallel
+  // layers' partial sums.
   const std::string dir = tessera::testing::fresh_dir("mixed-precision", "pipeline");
   const std::string corpus = dir + "/corpus.txt";
   {
@@ -154,6 +155,17 @@ TEST(MixedPrecisionTraining, Bf16PipelinesSendHalfTheBytesAndMatchOneProcess) {
   // while a wrong wire (float32 bytes read as bf16) is off by far more.
   EXPECT_LT(pp_error, 1e-2);
   EXPECT_LT(dp_pp_error, 1e-2);
+  const nn::StateDict tp = run(dir + "/tp2", 2, 8, "--set parallel.tp=2 --set parallel.schedule=gpipe");
+  const nn::StateDict tp_fp32 =
+      run(dir + "/tp2-fp32", 2, 8, "--set parallel.tp=2 --set parallel.schedule=gpipe --set distributed.reduce_dtype=fp32");
+  const double tp_error = tessera::testing::worst_relative_error(tp, single);
+  std::printf("tp2: %.3g against one bf16 process, %.3g with float32 on the wire\n", tp_error,
+              tessera::testing::worst_relative_error(tp_fp32, single));
+  // Even a float32 wire moves them (4.5e-4 here): the shards' partial sums add in another order, and
+  // a last-bit change of an activation can change its bf16 rounding at the next product.
+  EXPECT_LT(tp_error, 1e-2);
+  EXPECT_LT(tessera::testing::worst_relative_error(tp_fp32, single), 1e-2);
+  EXPECT_GT(tessera::testing::max_state_difference(tp, tp_fp32), 0.0);  // the bf16 wire did round
   const double bf16_bytes = last_step(dir + "/pp2")["pipeline_bytes_sent"].get<double>();
   const double fp32_bytes = last_step(dir + "/pp2-fp32")["pipeline_bytes_sent"].get<double>();
   EXPECT_GT(fp32_bytes, 0);

@@ -56,7 +56,19 @@ Tensor last_dim_part(const Tensor& x, int64_t begin, int64_t end) {
   return clone(x.slice(x.dim() - 1, begin, end));
 }
 
+thread_local DType wire_now = DType::Float32;
+
 }  // namespace
+
+TensorParallelWire::TensorParallelWire(DType wire) : previous_(wire_now) {
+  TESSERA_CHECK(wire == DType::Float32 || wire == DType::BFloat16, "[tensor parallel] activations travel as float32 "
+                "or bfloat16, not ", dtype_name(wire));
+  wire_now = wire;
+}
+
+TensorParallelWire::~TensorParallelWire() { wire_now = previous_; }
+
+DType tensor_parallel_wire() { return wire_now; }
 
 std::pair<int64_t, int64_t> shard_range(int64_t size, int rank, int world) {
   TESSERA_CHECK(size >= 0 && world >= 1 && rank >= 0 && rank < world, "[shard_range] needs size >= 0 and 0 <= rank < "
@@ -80,14 +92,15 @@ Tensor copy_to_tensor_parallel_region(const Tensor& x, const dist::ProcessGroupP
     NoGradGuard no_grad;
     y = x.detach();  // the identity; the record below gives it its own node
   }
-  return autograd::record(y, "CopyToTensorParallelRegionBackward", {x}, [group](const Tensor& grad) {
-    return std::vector<Tensor>{summed_over_ranks(grad, *group)};
+  const DType wire = wire_now;
+  return autograd::record(y, "CopyToTensorParallelRegionBackward", {x}, [group, wire](const Tensor& grad) {
+    return std::vector<Tensor>{summed_over_ranks(grad, *group, wire)};
   }, autograd::Saves::Nothing);
 }
 
 Tensor reduce_from_tensor_parallel_region(const Tensor& x, const dist::ProcessGroupPtr& group) {
   check_input(x, group, "reduce_from_tensor_parallel_region");
-  return autograd::record(summed_over_ranks(x, *group), "ReduceFromTensorParallelRegionBackward", {x}, [](const Tensor& grad) {
+  return autograd::record(summed_over_ranks(x, *group, wire_now), "ReduceFromTensorParallelRegionBackward", {x}, [](const Tensor& grad) {
     return std::vector<Tensor>{grad};
   }, autograd::Saves::Nothing);
 }
