@@ -198,23 +198,39 @@ Tensor relu(const Tensor& a) {
   }, autograd::Saves::Nothing);
 }
 
-Tensor gelu(const Tensor& a) {
-  detail::check_float(a, "gelu", "a");
-  constexpr float kInvSqrt2 = 0.70710678118654752f;
-  // erf and exp without libm calls, so that both passes vectorise (backend/cpu/vector_math.h).
-  // (always_inline: a lambda this size is otherwise called per element, and nothing vectorises.)
-  Tensor out = map1(a, [](float x) __attribute__((always_inline)) {
-    return 0.5f * x * (1.0f + cpu::erf_vectorisable(x * kInvSqrt2));
-  });
-  return record(out, "GeluBackward", {a}, [a](const Tensor& g) {
-    constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-    return std::vector<Tensor>{map2(g, a,
-                                    [](float gv, float x) __attribute__((always_inline)) {
-                                      float cdf = 0.5f * (1.0f + cpu::erf_vectorisable(x * kInvSqrt2));
-                                      float pdf = kInvSqrt2Pi * cpu::exp_vectorisable(-0.5f * x * x);
-                                      return gv * (cdf + x * pdf);
-                                    },
-                                    "gelu")};
+// GELU's two passes over contiguous memory, with erf and exp written so that GCC vectorises them
+// (backend/cpu/vector_math.h). With libm's erff and expf they ran scalar: 18% of the GPT's step.
+namespace {
+constexpr float kInvSqrt2 = 0.70710678118654752f, kInvSqrt2Pi = 0.39894228040143268f;
+
+void gelu_forward_loop(const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * x[i] * (1.0f + cpu::erf_vectorisable(x[i] * kInvSqrt2));
+}
+
+void gelu_backward_loop(const float* g, const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float cdf = 0.5f * (1.0f + cpu::erf_vectorisable(x[i] * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * cpu::exp_vectorisable(-0.5f * x[i] * x[i]);
+    out[i] = g[i] * (cdf + x[i] * pdf);
+  }
+}
+}  // namespace
+
+Tensor gelu(const Tensor& a_in) {
+  detail::check_float(a_in, "gelu", "a");
+  const Tensor a = detail::as_contiguous(a_in);
+  Tensor out = Tensor::empty(a.shape());
+  const float* x = a.data<float>();
+  float* o = out.data<float>();
+  parallel_for(0, a.numel(), 32768, [&](int64_t lo, int64_t hi) { gelu_forward_loop(x + lo, o + lo, hi - lo); });
+  return record(out, "GeluBackward", {a_in}, [a](const Tensor& g_in) {
+    const Tensor g = detail::as_contiguous(g_in);
+    Tensor grad = Tensor::empty(a.shape());
+    const float* gp = g.data<float>();
+    const float* x = a.data<float>();
+    float* d = grad.data<float>();
+    parallel_for(0, a.numel(), 32768, [&](int64_t lo, int64_t hi) { gelu_backward_loop(gp + lo, x + lo, d + lo, hi - lo); });
+    return std::vector<Tensor>{grad};
   });
 }
 
