@@ -305,15 +305,22 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
       for (int64_t plane = b; plane < e; ++plane) {
         float* d = dp + plane * p.H * p.W;
         if (tiles) {
-          for (int64_t oh = 0; oh < p.OH; ++oh)
-            for (int64_t ow = 0; ow < p.OW; ++ow) {
-              const int64_t i = (plane * p.OH + oh) * p.OW + ow;
-              const int32_t top = static_cast<int32_t>(2 * oh * p.W + 2 * ow), bottom = static_cast<int32_t>(top + p.W);
-              d[top] = ap[i] == top ? gp[i] : 0.0f;
-              d[top + 1] = ap[i] == top + 1 ? gp[i] : 0.0f;
-              d[bottom] = ap[i] == bottom ? gp[i] : 0.0f;
-              d[bottom + 1] = ap[i] == bottom + 1 ? gp[i] : 0.0f;
+          // Row by row, each input row written in order: GCC vectorises these loops (the window by
+          // window version was 16% of the CNN's bf16 step).
+          for (int64_t oh = 0; oh < p.OH; ++oh) {
+            const int32_t* arow = ap + (plane * p.OH + oh) * p.OW;
+            const float* grow = gp + (plane * p.OH + oh) * p.OW;
+            const auto top = static_cast<int32_t>(2 * oh * p.W);
+            for (int64_t half = 0; half < 2; ++half) {  // the window's top row, then its bottom row
+              float* row = d + 2 * oh * p.W + half * p.W;
+              const auto first = top + static_cast<int32_t>(half * p.W);
+              for (int64_t ow = 0; ow < p.OW; ++ow) {
+                const int32_t at = arow[ow] - first - 2 * static_cast<int32_t>(ow);
+                row[2 * ow] = at == 0 ? grow[ow] : 0.0f;
+                row[2 * ow + 1] = at == 1 ? grow[ow] : 0.0f;
+              }
             }
+          }
           continue;
         }
         for (int64_t i = plane * p.OH * p.OW; i < (plane + 1) * p.OH * p.OW; ++i) d[ap[i]] += gp[i];
