@@ -16,6 +16,7 @@
 #include "tessera/train/whole_checkpoint.h"
 #include "testing/state_compare.h"
 #include "testing/temp_dir.h"
+#include "testing/train_alone.h"
 
 namespace tessera {
 namespace {
@@ -30,15 +31,8 @@ std::string write_config(const std::string& dir, const std::string& precision) {
   return path;
 }
 
-// Runs tessera train; returns the final checkpoint's model tensors.
 nn::StateDict train(const std::string& config, const std::string& out, int nproc, const std::string& extra = "") {
-  std::string cmd = std::string(TESSERA_BINARY) + " train " + config + " --nproc " + std::to_string(nproc) +
-                    " --set train.output_dir=" + out + " " + extra + " > " + out + ".log 2>&1";
-  int status = std::system(cmd.c_str());
-  std::ifstream log(out + ".log");
-  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(status, 0) << cmd << "\n" << text;
-  return train::load_whole_checkpoint(out + "/checkpoints").model.tensors;
+  return tessera::testing::train_with_processes(config, out, nproc, extra);
 }
 
 // The last step record of a run's metrics.
@@ -89,6 +83,7 @@ TEST(MixedPrecisionTraining, AResumedFp16RunKeepsItsLossScale) {
   train(config, dir + "/split", 2, overflowing_scale(16777216) + " --set train.max_steps=10");
   const nn::StateDict resumed = train(config, dir + "/split", 2, overflowing_scale(16777216) + " --resume");
   EXPECT_EQ(tessera::testing::max_state_difference(straight, resumed), 0.0);
+  for (const auto& [name, t] : resumed) EXPECT_EQ(t.dtype(), DType::Float32) << name;  // fp32 masters
   EXPECT_EQ(last_step(dir + "/split")["loss_scale"], last_step(dir + "/straight")["loss_scale"]);
   EXPECT_EQ(last_step(dir + "/split")["skipped_steps_total"], last_step(dir + "/straight")["skipped_steps_total"]);
 }

@@ -15,6 +15,7 @@
 #include "tessera/train/whole_checkpoint.h"
 #include "testing/state_compare.h"
 #include "testing/temp_dir.h"
+#include "testing/train_alone.h"
 
 namespace tessera {
 namespace {
@@ -28,15 +29,8 @@ std::string write_config(const std::string& dir) {
   return path;
 }
 
-// Runs tessera train; returns the final checkpoint's model tensors.
 nn::StateDict train(const std::string& config, const std::string& out, int nproc, const std::string& extra = "") {
-  std::string cmd = std::string(TESSERA_BINARY) + " train " + config + " --nproc " + std::to_string(nproc) +
-                    " --set train.output_dir=" + out + " " + extra + " > " + out + ".log 2>&1";
-  int status = std::system(cmd.c_str());
-  std::ifstream log(out + ".log");
-  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(status, 0) << cmd << "\n" << text;
-  return train::load_whole_checkpoint(out + "/checkpoints").model.tensors;
+  return tessera::testing::train_with_processes(config, out, nproc, extra);
 }
 
 std::string zero(int stage) {
