@@ -69,14 +69,7 @@ void encode_half(HalfFormat format, const float* src, uint16_t* dst, int64_t n) 
 #endif
     for (; i < n; ++i) dst[i] = fp16_from_float(src[i]);
   } else {
-    // float_to_bf16 without branches, so that the loop vectorises (bf16 autocast converts every
-    // product's operands through here): round to nearest even; NaN stays a quiet NaN.
-    for (int64_t i = 0; i < n; ++i) {
-      const uint32_t u = std::bit_cast<uint32_t>(src[i]);
-      const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-      const uint32_t nan = (u >> 16) | 0x40u;
-      dst[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-    }
+    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]).bits;  // vectorises (core/dtype.h)
   }
 }
 

@@ -13,6 +13,7 @@
 #include "tessera/backend/cpu/gemm.h"
 #include "tessera/backend/cpu/im2col.h"
 #include "tessera/backend/cpu/onednn_conv.h"
+#include "tessera/core/half_codec.h"
 #include "tessera/ops/detail.h"
 #include "tessera/util/thread_pool.h"
 #include "tessera/util/settings.h"
@@ -69,8 +70,14 @@ cpu::ConvShape onednn_shape(const ConvPlan& p, const Tensor& w, bool bf16) {
           g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dilation_h, g.dilation_w, p.groups, bf16};
 }
 
-// The operand as fp16 autocast multiplies it: a contiguous float32 copy holding fp16 values.
-Tensor rounded_to_fp16(const Tensor& t) { return t.to(DType::Float16).to(DType::Float32); }
+// The operand as fp16 autocast multiplies it: a contiguous float32 copy holding fp16 values (one
+// pass, core/half_codec.h).
+Tensor rounded_to_fp16(const Tensor& t) {
+  NoGradGuard no_grad;
+  Tensor out = clone(t);
+  round_through_half(HalfFormat::Fp16, out.data<float>(), out.data<float>(), out.numel());
+  return out;
+}
 
 // `precision`: Float32; BFloat16 (oneDNN's bf16 kernels round the operands); Float16 (the operands,
 // and the backward's output gradient, rounded to fp16 values first: autograd/autocast.h).

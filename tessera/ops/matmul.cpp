@@ -1,7 +1,7 @@
 // matmul and linear over OpenBLAS sgemm, oneDNN's bf16 matmul under Autocast(BFloat16), or fp16
-// operands under Autocast(Float16) (autograd/autocast.h). Backward products reuse the forward operands through transposed views,
-// which gemm() turns into BLAS transpose flags instead of copies, and run in the precision their
-// forward ran in.
+// operands under Autocast(Float16) (autograd/autocast.h). Backward products reuse the forward
+// operands through transposed views, which gemm() turns into BLAS transpose flags instead of
+// copies, and run in the precision their forward ran in (bf16 keeps the forward's rounded copies).
 #include "tessera/autograd/autocast.h"
 #include "tessera/backend/cpu/bf16_gemm.h"
 #include "tessera/backend/cpu/fp16_gemm.h"
@@ -18,14 +18,14 @@ using autograd::record;
 
 namespace {
 
-// C = alpha · A @ B + beta · C in the precision autocast asks for on this thread.
+// C = alpha · A @ B + beta · C in float32, or on fp16-rounded operands under Autocast(Float16).
+// (bf16 has its own paths below, matmul_bf16 and linear_2d_bf16, which round each operand once.)
 void product(const cpu::MatrixRef& a, const cpu::MatrixRef& b, float* c, int64_t ldc, float alpha = 1.0f,
              float beta = 0.0f) {
-  switch (autocast_dtype()) {
-    case DType::BFloat16: cpu::gemm_bf16(a, b, c, ldc, alpha, beta); return;
-    case DType::Float16: cpu::gemm_fp16(a, b, c, ldc, alpha, beta); return;
-    default: cpu::gemm(a, b, c, ldc, alpha, beta);
-  }
+  if (autocast_dtype() == DType::Float16)
+    cpu::gemm_fp16(a, b, c, ldc, alpha, beta);
+  else
+    cpu::gemm(a, b, c, ldc, alpha, beta);
 }
 
 // The (rows, cols) matrix at `base_offset` of a tensor whose last two dims are the matrix dims.
@@ -106,7 +106,7 @@ Tensor matmul_bf16(const Tensor& a, const Tensor& b, const Shape& batch, const S
   const Shape shape_a = a.shape(), shape_b = b.shape();
   return record(out, "MatmulBackward", {a, b},
                 [ab, bb, batch, full_a, full_b, shape_a, shape_b, n, k, m, count, ga, gb](const Tensor& g_in) {
-                  const Tensor g = blas_ready(contiguous(g_in));
+                  const Tensor g = contiguous(g_in);  // item i at offset i·n·m
                   Tensor grad_a = ga ? Tensor::empty(full_a) : Tensor(), grad_b = gb ? Tensor::empty(full_b) : Tensor();
                   for (int64_t i = 0; i < count; ++i) {
                     const cpu::Bf16Matrix gi(matrix_at(g, i * n * m));

@@ -5,15 +5,19 @@
 
 namespace tessera::parallel {
 
+void check_wire_dtype(DType wire, const char* what) {
+  TESSERA_CHECK(wire == DType::Float32 || wire == DType::BFloat16, what, " travel as float32 or bfloat16, not ",
+                dtype_name(wire));
+}
+
 Tensor summed_over_ranks(const Tensor& x, dist::ProcessGroup& group, DType wire) {
   NoGradGuard no_grad;
+  check_wire_dtype(wire, "[summed_over_ranks] values");
   if (wire == DType::BFloat16) {
     Tensor y = x.to(DType::BFloat16);
     group.allreduce(y, dist::ReduceOp::Sum)->wait();
     return y.to(DType::Float32);
   }
-  TESSERA_CHECK(wire == DType::Float32, "[summed_over_ranks] values travel as float32 or bfloat16, not ",
-                dtype_name(wire));
   Tensor y = clone(x);  // contiguous, and leaves x alone
   group.allreduce(y, dist::ReduceOp::Sum)->wait();
   return y;

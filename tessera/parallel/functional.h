@@ -24,6 +24,10 @@ Tensor all_reduce_sum(const Tensor& x, dist::ProcessGroup& group);
 // runs its backward in the same order; `group` must outlive the backward.
 Tensor all_gather_with_grad(const Tensor& x, dist::ProcessGroup& group);
 
+// Refuses a type for values on the wire other than float32 or bfloat16 (mixed precision's), naming
+// `what` travels (e.g. "[pipeline] activations").
+void check_wire_dtype(DType wire, const char* what);
+
 // Σ_ranks x as a new tensor, outside autograd (x is not modified, and may be a gradient the engine
 // also hands to other nodes): the forward and backward of the differentiable collectives here and
 // in parallel/tensor/mappings.h. With `wire` bfloat16 the values travel (and are summed by the

@@ -109,9 +109,10 @@ struct DistributedConfig {
   double timeout_s = 300;              // rendezvous and every collective
   double bucket_cap_mb = 25;           // DDP gradient buckets
   std::string comm_hook = "none";      // none | fp16 | bf16 | powersgd | topk
-  // The type gradients travel in (DDP without a comm_hook, ZeRO's reduce-scatter, the mesh's
-  // data-parallel all-reduce): "auto" is bf16 when train.precision = "bf16", else fp32. In bf16 the
-  // sums are taken in fp32 (parallel/ddp/compression_hook.h), so only the bytes on the wire halve.
+  // The type gradients and activations travel in between ranks (DDP without a comm_hook, ZeRO's
+  // reduce-scatter, the mesh's data-parallel all-reduce, its pipeline's activations and gradients,
+  // its tensor-parallel all-reduces): "auto" is bf16 when train.precision = "bf16", else fp32. The
+  // backends sum bf16 in fp32 and results arrive as fp32, so mostly the bytes on the wire change.
   std::string reduce_dtype = "auto";   // auto | fp32 | bf16
   int64_t powersgd_rank = 4;           // r of the low-rank approximation
   int64_t powersgd_start_iter = 10;    // plain all-reduce before this step
@@ -164,9 +165,12 @@ struct TrainConfig {
 
 // True when the config asks for pipeline or tensor parallelism.
 inline bool uses_model_parallelism(const TrainConfig& c) { return c.parallel.pp * c.parallel.tp > 1; }
-// Whether gradients travel in bf16 (distributed.reduce_dtype, "auto" following train.precision).
-inline bool reduces_in_bf16(const TrainConfig& c) {
-  return c.distributed.reduce_dtype == "bf16" || (c.distributed.reduce_dtype == "auto" && c.train.precision == "bf16");
+// The type gradients and activations travel in between ranks: distributed.reduce_dtype, "auto"
+// following train.precision (bfloat16 under bf16, else float32).
+inline DType wire_dtype(const TrainConfig& c) {
+  const bool bf16 =
+      c.distributed.reduce_dtype == "bf16" || (c.distributed.reduce_dtype == "auto" && c.train.precision == "bf16");
+  return bf16 ? DType::BFloat16 : DType::Float32;
 }
 // The autocast precision train.precision names (autograd/autocast.h).
 inline DType precision_dtype(const TrainConfig& c) {

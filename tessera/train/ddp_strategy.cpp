@@ -16,7 +16,7 @@ std::vector<Tensor> DdpStrategy::prepare(std::shared_ptr<nn::Module> model) {
   o.bucket_cap_bytes = static_cast<size_t>(d.bucket_cap_mb * (1 << 20));
   o.comm_hook = d.comm_hook;
   // Mixed precision's gradients travel in bf16 (a hook of the user's choosing decides for itself).
-  o.comm_hook_options.allreduce_dtype = reduces_in_bf16(config_) ? DType::BFloat16 : DType::Float32;
+  o.comm_hook_options.allreduce_dtype = wire_dtype(config_);
   o.comm_hook_options.powersgd_rank = static_cast<int>(d.powersgd_rank);
   o.comm_hook_options.powersgd_start_iter = d.powersgd_start_iter;
   o.comm_hook_options.topk_ratio = d.topk_ratio;

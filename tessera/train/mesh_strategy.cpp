@@ -10,6 +10,7 @@
 #include "tessera/nn/layers.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/grad_scaler.h"
+#include "tessera/parallel/functional.h"
 #include "tessera/parallel/pipeline/partition.h"
 #include "tessera/parallel/tensor/mappings.h"
 #include "tessera/parallel/tensor/tensor_parallel_chain.h"
@@ -100,7 +101,7 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
   stage_ = std::make_unique<parallel::pipeline::PipelineStage>(
       mine, mesh_->pp_group(),
       parallel::pipeline::PipelineOptions{parallel::pipeline::parse_schedule(p.schedule), p.microbatches,
-                                          reduces_in_bf16(config_) ? DType::BFloat16 : DType::Float32},
+                                          wire_dtype(config_)},
       [this](const Tensor& out, const Tensor& targets) { return loss_of(out, targets); });
   // A parameter is a shard when it holds fewer elements than the whole tensor of its name.
   for (const auto& [name, t] : stage_->state_dict()) {
@@ -131,7 +132,7 @@ Tensor MeshStrategy::loss_of(const Tensor& output, const Tensor& targets) const 
 
 double MeshStrategy::forward_backward(const data::Batch& batch) {
   stage_->set_loss_scale(loss_scale_);
-  parallel::tensor::TensorParallelWire wire(reduces_in_bf16(config_) ? DType::BFloat16 : DType::Float32);
+  parallel::tensor::TensorParallelWire wire(wire_dtype(config_));
   last_step_ = stage_->train_step(batch.inputs, batch.targets);
   return average_gradients_and_loss(last_step_.loss);
 }
@@ -154,14 +155,12 @@ double MeshStrategy::average_gradients_and_loss(double loss) {
     at += p.numel();
   }
   f[at] = static_cast<float>(loss);
-  if (reduces_in_bf16(config_)) {  // the gradients as bf16 (half the bytes), the loss alone in float32
-    Tensor wire = grad_flat_.slice(0, 0, total - 1).to(DType::BFloat16);
-    Tensor loss_sum = grad_flat_.slice(0, total - 1, total);
-    auto gradients = mesh_->dp_group()->allreduce(wire, dist::ReduceOp::Sum);
-    mesh_->dp_group()->allreduce(loss_sum, dist::ReduceOp::Sum)->wait();
-    gradients->wait();
-    Tensor summed = wire.to(DType::Float32);
+  if (wire_dtype(config_) != DType::Float32) {  // the gradients on the wire type, the loss alone in float32
+    const Tensor summed = parallel::summed_over_ranks(grad_flat_.slice(0, 0, total - 1), *mesh_->dp_group(),
+                                                      wire_dtype(config_));
     std::copy_n(summed.data<float>(), total - 1, f);
+    Tensor loss_sum = grad_flat_.slice(0, total - 1, total);
+    mesh_->dp_group()->allreduce(loss_sum, dist::ReduceOp::Sum)->wait();
   } else {
     mesh_->dp_group()->allreduce(grad_flat_, dist::ReduceOp::Sum)->wait();
   }
@@ -210,7 +209,7 @@ int64_t MeshStrategy::max_over_job(int64_t value) { return train::max_over_job(*
 std::optional<EvalContribution> MeshStrategy::evaluate_batch(const data::Batch& batch) {
   // Only the last stage sees outputs, and its tensor-parallel ranks all compute the loss (a
   // collective with tensor parallelism): the one at tp 0 reports.
-  parallel::tensor::TensorParallelWire wire(reduces_in_bf16(config_) ? DType::BFloat16 : DType::Float32);
+  parallel::tensor::TensorParallelWire wire(wire_dtype(config_));
   Tensor out = stage_->forward(batch.inputs);
   if (!stage_->is_last()) return std::nullopt;
   Tensor loss = loss_of(out, batch.targets);

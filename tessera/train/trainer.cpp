@@ -131,7 +131,7 @@ void Trainer::assemble(StrategyEnvironment env) {
   // The schedule spans the configured epochs; max_steps only stops the run early (as an interruption
   // would), so a run stopped by it and resumed follows the same curve as one never stopped.
   schedule_ = build_schedule(config_.schedule, *optimizer_, config_.train.epochs * loader_->batches_per_epoch());
-  if (config_.train.precision == "fp16") {
+  if (precision_dtype(config_) == DType::Float16) {
     optim::GradScalerOptions scaling;
     scaling.init_scale = config_.train.loss_scale_init;
     scaling.growth_interval = config_.train.loss_scale_growth_interval;

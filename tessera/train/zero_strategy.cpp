@@ -19,7 +19,7 @@ std::vector<Tensor> ZeroStrategy::prepare(std::shared_ptr<nn::Module> model) {
   o.bucket_cap_bytes = static_cast<size_t>(d.bucket_cap_mb * (1 << 20));
   o.wrap_policy = d.zero_wrap_policy;
   o.min_unit_bytes = static_cast<size_t>(d.zero_min_unit_mb * (1 << 20));
-  o.reduce_in_bf16 = reduces_in_bf16(config_);
+  o.reduce_dtype = wire_dtype(config_);
   zero_ = std::make_unique<parallel::zero::ZeroDataParallel>(model, group_, o);
   model_ = std::move(model);
   return zero_->parameters();

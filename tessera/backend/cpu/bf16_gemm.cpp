@@ -113,9 +113,4 @@ void gemm_bf16(const Bf16Matrix& a, const Bf16Matrix& b, float* c, int64_t ldc, 
   stream.wait();
 }
 
-void gemm_bf16(const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc, float alpha, float beta) {
-  TESSERA_ASSERT(a.cols == b.rows, "gemm_bf16 inner dims ", a.cols, " vs ", b.rows);
-  gemm_bf16(Bf16Matrix(a), Bf16Matrix(b), c, ldc, alpha, beta);
-}
-
 }  // namespace tessera::cpu

@@ -1,8 +1,8 @@
 // The bf16 matrix product of mixed precision (autograd/autocast.h): C = alpha · bf16(A) @ bf16(B) +
 // beta · C with float32 accumulation and output, on oneDNN's matmul, which on AVX-512 BF16 CPUs
-// runs `vdpbf16ps` kernels (Debian's oneDNN 2.6 picks them by CPU at run time; ONEDNN_VERBOSE=1
-// prints the implementation chosen). A and B are rounded to bf16 (nearest even) into scratch
-// buffers first, whatever their strides.
+// runs `vdpbf16ps` kernels, and AMX tiles where the CPU has them (Debian's oneDNN 2.6 picks by CPU
+// at run time; ONEDNN_VERBOSE=1 prints the implementation chosen). The operands are Bf16Matrix:
+// float32 views rounded to bf16 (nearest even) once, whatever their strides.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,8 +13,6 @@
 #include "tessera/core/dtype.h"
 
 namespace tessera::cpu {
-
-void gemm_bf16(const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc, float alpha = 1.0f, float beta = 0.0f);
 
 // A matrix rounded to bf16 once, to be multiplied several times: linear's forward operands x and w
 // are its backward's too, and the output gradient enters both backward products, so keeping them

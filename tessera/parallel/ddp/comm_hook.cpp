@@ -8,6 +8,7 @@
 #include "tessera/parallel/ddp/compression_hook.h"
 #include "tessera/parallel/ddp/powersgd_hook.h"
 #include "tessera/parallel/ddp/topk_hook.h"
+#include "tessera/parallel/functional.h"
 
 namespace tessera::parallel::ddp {
 
@@ -18,10 +19,7 @@ namespace {
 // MPI), as PyTorch's bf16_compress_hook does; the result is divided in float32).
 class AllreduceHook : public CommHook {
  public:
-  explicit AllreduceHook(DType wire) : wire_(wire) {
-    TESSERA_CHECK(wire == DType::Float32 || wire == DType::BFloat16, "[ddp] gradients all-reduce as float32 or "
-                  "bfloat16, not ", dtype_name(wire));
-  }
+  explicit AllreduceHook(DType wire) : wire_(wire) { check_wire_dtype(wire, "[ddp] gradients"); }
   std::string name() const override { return wire_ == DType::Float32 ? "none" : "none (bf16 all-reduce)"; }
   void start(dist::ProcessGroup& group, const BucketView& bucket) override {
     Pending& p = pending_[bucket.index];
@@ -43,10 +41,11 @@ class AllreduceHook : public CommHook {
     p.work->wait();
     Tensor flat = bucket.flat;
     if (p.wire.defined()) {
-      copy_(flat, p.wire.to(DType::Float32));
+      // Widened and divided in one pass (a division, as the float32 path's Avg).
+      const BFloat16* sum = p.wire.data<BFloat16>();
       float* d = flat.data<float>();
       const auto divisor = static_cast<float>(bucket.divisor);
-      for (int64_t i = 0; i < flat.numel(); ++i) d[i] /= divisor;  // a division, as the float32 path's Avg
+      for (int64_t i = 0; i < flat.numel(); ++i) d[i] = bf16_to_float(sum[i]) / divisor;
     } else if (bucket.divisor != group.size()) {
       mul_(flat, 1.0f / static_cast<float>(bucket.divisor));
     }

@@ -6,6 +6,7 @@
 #include "tessera/autograd/node.h"
 #include "tessera/observe/trace.h"
 #include "tessera/ops/ops.h"
+#include "tessera/parallel/functional.h"
 #include "tessera/parallel/pipeline/stage_header.h"
 
 namespace tessera::parallel::pipeline {
@@ -43,8 +44,7 @@ StageLink::StageLink(dist::ProcessGroupPtr group) : group_(std::move(group)) {
 }
 
 void StageLink::set_wire_dtype(DType wire) {
-  TESSERA_CHECK(wire == DType::Float32 || wire == DType::BFloat16, "[pipeline] activations travel as float32 or "
-                "bfloat16, not ", dtype_name(wire));
+  check_wire_dtype(wire, "[pipeline] activations");
   wire_ = wire;
 }
 

@@ -61,14 +61,11 @@ thread_local DType wire_now = DType::Float32;
 }  // namespace
 
 TensorParallelWire::TensorParallelWire(DType wire) : previous_(wire_now) {
-  TESSERA_CHECK(wire == DType::Float32 || wire == DType::BFloat16, "[tensor parallel] activations travel as float32 "
-                "or bfloat16, not ", dtype_name(wire));
+  check_wire_dtype(wire, "[tensor parallel] activations");
   wire_now = wire;
 }
 
 TensorParallelWire::~TensorParallelWire() { wire_now = previous_; }
-
-DType tensor_parallel_wire() { return wire_now; }
 
 std::pair<int64_t, int64_t> shard_range(int64_t size, int rank, int world) {
   TESSERA_CHECK(size >= 0 && world >= 1 && rank >= 0 && rank < world, "[shard_range] needs size >= 0 and 0 <= rank < "

@@ -42,7 +42,6 @@ class TensorParallelWire {
  private:
   DType previous_;
 };
-DType tensor_parallel_wire();
 
 Tensor copy_to_tensor_parallel_region(const Tensor& x, const dist::ProcessGroupPtr& group);
 Tensor reduce_from_tensor_parallel_region(const Tensor& x, const dist::ProcessGroupPtr& group);

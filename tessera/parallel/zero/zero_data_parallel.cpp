@@ -394,8 +394,8 @@ void ZeroDataParallel::Impl::launch_ready_units() {
   while (next_to_launch_ < launch_order_.size() && pending_[launch_order_[next_to_launch_]] == 0) {
     const size_t u = launch_order_[next_to_launch_++];
     copy_gradients_of(u);
-    const DType wire = options_.reduce_in_bf16 ? DType::BFloat16 : DType::Float32;
-    if (options_.reduce_in_bf16) grad_flat_[u] = grad_flat_[u].to(DType::BFloat16);
+    const DType wire = options_.reduce_dtype;
+    if (wire != DType::Float32) grad_flat_[u] = grad_flat_[u].to(wire);
     received_[u] = Tensor::empty({units_[u].chunk}, wire);
     reducing_[u] = group_->reduce_scatter(grad_flat_[u], received_[u], dist::ReduceOp::Sum);
     bytes_communicated_ += bytes_of(received_[u]) * (world_ - 1);

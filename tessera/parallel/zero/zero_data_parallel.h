@@ -50,10 +50,10 @@ struct ZeroOptions {
   std::string wrap_policy = "layer";
   size_t min_unit_bytes = 1u << 20;
   bool prefetch = true;  // stage 3: the next unit's all-gather runs while this one computes
-  // Gradients reduce-scattered as bfloat16 (mixed precision): half the bytes. The backends sum
-  // bf16 in float32 (the shared-memory backend rounds once, at the end; a ring rounds each hop's
-  // partial sum), and this rank's piece is added to its float32 gradient.
-  bool reduce_in_bf16 = false;
+  // The type gradients are reduce-scattered in: float32, or bfloat16 (mixed precision: half the
+  // bytes). The backends sum bf16 in float32 (the shared-memory backend rounds once, at the end; a
+  // ring rounds each hop's partial sum), and this rank's piece is added to its float32 gradient.
+  DType reduce_dtype = DType::Float32;
 };
 
 // The bytes of training state this rank holds now.

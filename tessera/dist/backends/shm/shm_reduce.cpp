@@ -49,22 +49,9 @@ void fold(void* out_v, void* copy_v, const void* const* src_v, int n, int64_t co
   }
 }
 
-inline float widen(uint16_t b) {
-  uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// float_to_bf16 (core/dtype.h) written without branches so that the loop vectorises: round to
-// nearest even, NaN stays a (quiet) NaN.
-inline uint16_t narrow(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  uint32_t nan = (u >> 16) | 0x40u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
+inline float widen(uint16_t b) { return bf16_to_float(BFloat16{b}); }
+// float_to_bf16 is branch-free, so the narrowing loop below vectorises.
+inline uint16_t narrow(float f) { return float_to_bf16(f).bits; }
 
 template <typename Op>
 void fold_bf16(void* out_v, void* copy_v, const void* const* src_v, int n, int64_t count, Op op) {
