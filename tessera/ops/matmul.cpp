@@ -3,6 +3,8 @@
 // operands through transposed views, which gemm() turns into BLAS transpose flags instead of
 // copies, and run in the precision their forward ran in (bf16 keeps the forward's rounded copies).
 #include "tessera/autograd/autocast.h"
+#include "tessera/autograd/node.h"
+#include "tessera/autograd/weight_grad_deferral.h"
 #include "tessera/backend/cpu/bf16_gemm.h"
 #include "tessera/backend/cpu/fp16_gemm.h"
 #include "tessera/backend/cpu/gemm.h"
@@ -166,6 +168,36 @@ std::pair<Tensor, float> linear_output(int64_t N, int64_t out_features, const Te
   return {out, 1.0f};
 }
 
+// Where linear's weight and bias gradients go when a zero-bubble schedule defers them
+// (autograd/weight_grad_deferral.h): their leaves' accumulators, taken at forward time.
+struct WeightSinks {
+  std::shared_ptr<autograd::Node> weight, bias;
+  bool deferrable = false;  // every gradient wanted has a sink
+};
+
+WeightSinks weight_sinks(const Tensor& w, const Tensor& bias, bool gw, bool gbias) {
+  WeightSinks s;
+  if (!gw && !gbias) return s;
+  if (gw) s.weight = autograd::deferrable_sink(w);
+  if (gbias) s.bias = autograd::deferrable_sink(bias);
+  s.deferrable = (!gw || s.weight) && (!gbias || s.bias);
+  return s;
+}
+
+// Queues the weight gradients when a deferral is active and they can go straight to their leaves;
+// false when the backward should compute them now.
+template <typename WeightGrads>
+bool defer_weight_grads(const WeightSinks& sinks, const WeightGrads& weight_grads) {
+  autograd::WeightGradQueue* queue = autograd::deferred_weight_grads();
+  if (queue == nullptr || !sinks.deferrable) return false;
+  queue->push([sinks, weight_grads] {
+    auto [grad_w, grad_b] = weight_grads();
+    if (grad_w.defined()) sinks.weight->apply(grad_w);
+    if (grad_b.defined()) sinks.bias->apply(grad_b);
+  });
+  return true;
+}
+
 // linear under bf16 autocast: x and w are rounded to bf16 once, and the backward keeps those copies
 // (not the float32 tensors) and rounds the output gradient once for both of its products: 3
 // conversions where rounding per product took 6 (PyTorch's autocast likewise saves the bf16 casts).
@@ -176,20 +208,27 @@ Tensor linear_2d_bf16(const Tensor& x_in, const Tensor& w_in, const Tensor& bias
   const cpu::Bf16Matrix xb(matrix_at(x, 0)), wb(matrix_at(w, 0));
   cpu::gemm_bf16(xb, wb.transposed(), out.data<float>(), out_features, 1.0f, beta);
   const bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gbias = bias.defined() && bias.requires_grad();
+  const WeightSinks sinks = weight_sinks(w_in, bias, gw, gbias);
   return record(out, "LinearBackward", {x_in, w_in, bias},
-                [xb, wb, N, in_features, out_features, gx, gw, gbias](const Tensor& g_in) {
+                [xb, wb, N, in_features, out_features, gx, gw, gbias, sinks](const Tensor& g_in) {
                   Tensor g = blas_ready(g_in);
-                  Tensor grad_x, grad_w, grad_b;
+                  Tensor grad_x;
                   const cpu::Bf16Matrix gb(matrix_at(g, 0));
                   if (gx) {
                     grad_x = Tensor::empty({N, in_features});
                     cpu::gemm_bf16(gb, wb, grad_x.data<float>(), in_features);
                   }
-                  if (gw) {
-                    grad_w = Tensor::empty({out_features, in_features});
-                    cpu::gemm_bf16(gb.transposed(), xb, grad_w.data<float>(), in_features);
-                  }
-                  if (gbias) grad_b = sum(g, {0});
+                  auto weight_grads = [gb, xb, g, out_features, in_features, gw, gbias] {
+                    Tensor grad_w, grad_b;
+                    if (gw) {
+                      grad_w = Tensor::empty({out_features, in_features});
+                      cpu::gemm_bf16(gb.transposed(), xb, grad_w.data<float>(), in_features);
+                    }
+                    if (gbias) grad_b = sum(g, {0});
+                    return std::pair{grad_w, grad_b};
+                  };
+                  if (defer_weight_grads(sinks, weight_grads)) return std::vector<Tensor>{grad_x, Tensor(), Tensor()};
+                  auto [grad_w, grad_b] = weight_grads();
                   return std::vector<Tensor>{grad_x, grad_w, grad_b};
                 });
 }
@@ -203,20 +242,28 @@ Tensor linear_2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   auto [out, beta] = linear_output(N, out_features, bias);
   product(matrix_at(x, 0), transposed(matrix_at(w, 0)), out.data<float>(), out_features, 1.0f, beta);
   bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gbias = bias.defined() && bias.requires_grad();
-  return record(out, "LinearBackward", {x_in, w_in, bias}, [x, w, gx, gw, gbias, precision](const Tensor& g_in) {
+  const WeightSinks sinks = weight_sinks(w_in, bias, gw, gbias);
+  return record(out, "LinearBackward", {x_in, w_in, bias}, [x, w, gx, gw, gbias, precision, sinks](const Tensor& g_in) {
     Autocast as_forward(precision);
     Tensor g = blas_ready(g_in);
-    Tensor grad_x, grad_w, grad_b;
+    Tensor grad_x;
     int64_t N = x.shape()[0], in_features = x.shape()[1], out_features = w.shape()[0];
     if (gx) {
       grad_x = Tensor::empty({N, in_features});
       product(matrix_at(g, 0), matrix_at(w, 0), grad_x.data<float>(), in_features);
     }
-    if (gw) {
-      grad_w = Tensor::empty({out_features, in_features});
-      product(transposed(matrix_at(g, 0)), matrix_at(x, 0), grad_w.data<float>(), in_features);
-    }
-    if (gbias) grad_b = sum(g, {0});
+    auto weight_grads = [x, g, out_features, in_features, gw, gbias, precision] {
+      Autocast as_forward(precision);
+      Tensor grad_w, grad_b;
+      if (gw) {
+        grad_w = Tensor::empty({out_features, in_features});
+        product(transposed(matrix_at(g, 0)), matrix_at(x, 0), grad_w.data<float>(), in_features);
+      }
+      if (gbias) grad_b = sum(g, {0});
+      return std::pair{grad_w, grad_b};
+    };
+    if (defer_weight_grads(sinks, weight_grads)) return std::vector<Tensor>{grad_x, Tensor(), Tensor()};
+    auto [grad_w, grad_b] = weight_grads();
     return std::vector<Tensor>{grad_x, grad_w, grad_b};
   });
 }

@@ -77,34 +77,51 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.topk_ratio", &c.distributed.topk_ratio},
       {"parallel.dp", &c.parallel.dp}, {"parallel.pp", &c.parallel.pp}, {"parallel.tp", &c.parallel.tp},
       {"parallel.schedule", &c.parallel.schedule}, {"parallel.microbatches", &c.parallel.microbatches},
+      {"parallel.virtual_stages", &c.parallel.virtual_stages},
       {"parallel.balance", &c.parallel.balance},
       {"observability.tensorboard", &c.observability.tensorboard}, {"observability.trace", &c.observability.trace},
   };
 }
 
-size_t edit_distance(const std::string& a, const std::string& b) {
+// Levenshtein distance of a and b, or `limit` when it is at least `limit`: rows stop once their
+// smallest entry reaches it, so comparing a key with ~150 names costs little past the first close one.
+size_t edit_distance(const std::string& a, const std::string& b, size_t limit) {
+  const size_t length_gap = a.size() > b.size() ? a.size() - b.size() : b.size() - a.size();
+  if (length_gap >= limit) return limit;
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     size_t diag = row[0];
     row[0] = i;
+    size_t row_min = row[0];
     for (size_t j = 1; j <= b.size(); ++j) {
       size_t up = row[j];
       row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      row_min = std::min(row_min, row[j]);
       diag = up;
     }
+    if (row_min >= limit) return limit;
   }
-  return row[b.size()];
+  return std::min(row[b.size()], limit);
 }
 
 [[noreturn]] void unknown_key(const std::string& key, const std::string& source) {
+  // A key longer than any real one gets no suggestion, and the message shows only its start: the
+  // edit distance costs |key| x |name| per known key, and a hostile file's 64 KiB key made each parse
+  // take milliseconds (found by profiling fuzz_config, 41% of its time in edit_distance).
+  constexpr size_t kLongestSuggestible = 64;
+  if (key.size() > kLongestSuggestible)
+    throw ValueError("[config] unknown key '" + key.substr(0, kLongestSuggestible) + "...' (" +
+                     std::to_string(key.size()) + " characters) in " + source);
   TrainConfig dummy;
   std::string best;
   size_t best_d = SIZE_MAX;
+  const std::string key_leaf = key.substr(key.find('.') + 1);
   for (auto& k : keys_of(dummy)) {
     // Compare whole keys and also the last component alone (a key put in the wrong section).
-    std::string leaf = k.name.substr(k.name.find('.') + 1), key_leaf = key.substr(key.find('.') + 1);
-    size_t d = std::min(edit_distance(key, k.name), edit_distance(key_leaf, leaf) + 1);
+    const std::string leaf = k.name.substr(k.name.find('.') + 1);
+    size_t d = edit_distance(key, k.name, best_d);
+    if (best_d > 1) d = std::min(d, edit_distance(key_leaf, leaf, best_d - 1) + 1);
     if (d < best_d) {
       best_d = d;
       best = k.name;
@@ -351,7 +368,20 @@ void validate(const TrainConfig& c) {
   positive("parallel.pp", static_cast<double>(c.parallel.pp));
   positive("parallel.tp", static_cast<double>(c.parallel.tp));
   positive("parallel.microbatches", static_cast<double>(c.parallel.microbatches));
-  one_of("parallel.schedule", c.parallel.schedule, {"gpipe", "1f1b"});
+  one_of("parallel.schedule", c.parallel.schedule, {"gpipe", "1f1b", "interleaved", "zb-h1"});
+  positive("parallel.virtual_stages", static_cast<double>(c.parallel.virtual_stages));
+  if (c.parallel.schedule == "interleaved") {
+    TESSERA_CHECK(c.parallel.pp >= 2 && c.parallel.virtual_stages >= 2, "[config] parallel.schedule = 'interleaved' "
+                  "needs parallel.pp >= 2 and parallel.virtual_stages >= 2 (model chunks per stage), got pp ",
+                  c.parallel.pp, " and virtual_stages ", c.parallel.virtual_stages);
+    TESSERA_CHECK(c.parallel.microbatches % c.parallel.pp == 0, "[config] parallel.schedule = 'interleaved' runs "
+                  "micro-batches in groups of parallel.pp, so parallel.microbatches ", c.parallel.microbatches,
+                  " must be a multiple of parallel.pp ", c.parallel.pp);
+  } else {
+    TESSERA_CHECK(c.parallel.virtual_stages == 1, "[config] parallel.virtual_stages ", c.parallel.virtual_stages,
+                  " needs parallel.schedule = 'interleaved' (the '", c.parallel.schedule,
+                  "' schedule runs one model chunk per stage)");
+  }
   one_of("parallel.balance", c.parallel.balance, {"parameters", "time"});
   if (uses_model_parallelism(c) || c.distributed.strategy == "mesh") {
     TESSERA_CHECK(c.distributed.strategy != "ps", "[config] parallel.pp / parallel.tp need distributed.strategy = "

@@ -95,11 +95,17 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
     world_->allreduce(t, dist::ReduceOp::Sum)->wait();
     for (size_t i = 0; i < costs.size(); ++i) costs[i] = t.data<float>()[i] / world_->size();
   }
-  bounds_ = parallel::pipeline::balance_stages(costs, static_cast<int>(p.pp));
+  // Interleaved, the chain is cut into pp · v chunks and stage s holds chunks s, pp + s, 2pp + s, ...
+  const int v = static_cast<int>(p.virtual_stages);
+  bounds_ = parallel::pipeline::balance_stages(costs, static_cast<int>(p.pp) * v);
   const int s = mesh_->coordinates().pp;
-  nn::LayerChain mine(chain.begin() + bounds_[s], chain.begin() + bounds_[s + 1]);
+  std::vector<nn::LayerChain> mine;
+  for (int c = 0; c < v; ++c) {
+    const int64_t chunk = static_cast<int64_t>(c) * p.pp + s;
+    mine.emplace_back(chain.begin() + bounds_[chunk], chain.begin() + bounds_[chunk + 1]);
+  }
   stage_ = std::make_unique<parallel::pipeline::PipelineStage>(
-      mine, mesh_->pp_group(),
+      std::move(mine), mesh_->pp_group(),
       parallel::pipeline::PipelineOptions{parallel::pipeline::parse_schedule(p.schedule), p.microbatches,
                                           wire_dtype(config_)},
       [this](const Tensor& out, const Tensor& targets) { return loss_of(out, targets); });
@@ -368,7 +374,10 @@ void MeshStrategy::add_step_metrics(nlohmann::json& record) const {
 std::string MeshStrategy::describe() const {
   return "[model parallel] dp " + std::to_string(mesh_->shape().dp) + " × pp " + std::to_string(mesh_->shape().pp) +
          " × tp " + std::to_string(mesh_->shape().tp) + ", " + config_.parallel.schedule + " schedule, " +
-         std::to_string(config_.parallel.microbatches) + " micro-batches; stages: " +
+         std::to_string(config_.parallel.microbatches) + " micro-batches; " +
+         (config_.parallel.virtual_stages > 1
+              ? std::to_string(config_.parallel.virtual_stages) + " chunks per stage, chunk c on stage c mod pp: "
+              : "stages: ") +
          parallel::pipeline::describe_stages(bounds_);
 }
 

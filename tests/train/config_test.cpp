@@ -41,6 +41,19 @@ TEST(Config, UnknownKeyNamesItAndSuggestsTheNearest) {
   expect_error<ValueError>([] { parse_config("[modle]\nname = \"mlp\"\n", "a.toml"); }, {"unknown key 'modle.name'", "'model.name'"});
 }
 
+TEST(Config, AHugeUnknownKeyIsRefusedWithItsStartAndLengthNotASuggestion) {
+  const std::string key(70000, 'k');
+  try {
+    parse_config("[train]\n" + key + " = 1\n", "a.toml");
+    FAIL() << "a 70000-character unknown key was accepted";
+  } catch (const ValueError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("(70006 characters) in a.toml"), std::string::npos) << message;
+    EXPECT_EQ(message.find("did you mean"), std::string::npos) << message;
+    EXPECT_LT(message.size(), 200u) << "the message echoes the whole key";
+  }
+}
+
 TEST(Config, TypeAndSyntaxErrorsNameTheKeyOrLine) {
   expect_error<ValueError>([] { parse_config("[train]\nepochs = \"five\"\n", "a.toml"); },
                            {"train.epochs", "an integer"});

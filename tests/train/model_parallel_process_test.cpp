@@ -57,6 +57,11 @@ TEST(ModelParallelProcesses, PipelineAndTensorParallelJobsEqualOneProcess) {
   EXPECT_LT(tessera::testing::worst_relative_error(dp_pp, single), 1e-4);
   nn::StateDict tp = train(config, dir + "/tp2", 2, 8, "--set parallel.tp=2 --set parallel.schedule=gpipe");
   EXPECT_LT(tessera::testing::worst_relative_error(tp, single), 1e-4);
+  nn::StateDict interleaved = train(config, dir + "/pp2v2", 2, 8,
+                                    "--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2");
+  EXPECT_LT(tessera::testing::worst_relative_error(interleaved, single), 1e-4);
+  nn::StateDict zero_bubble = train(config, dir + "/pp2zb", 2, 8, "--set parallel.pp=2 --set parallel.schedule=zb-h1");
+  EXPECT_LT(tessera::testing::worst_relative_error(zero_bubble, single), 1e-4);
   std::string text = run(std::string(TESSERA_BINARY) + " generate " + dir + "/dp2pp2 --tokens 20 --prompt to",
                          dir + "/generate.log");
   EXPECT_EQ(text.rfind("to", 0), 0u) << text;

@@ -78,6 +78,7 @@ struct Layout {
   int dp, pp, tp;
   const char* schedule;
   int64_t microbatches;
+  int64_t virtual_stages = 1;
 };
 
 class ModelParallelLayouts : public ::testing::TestWithParam<std::tuple<Layout, std::string>> {};
@@ -99,6 +100,7 @@ TEST_P(ModelParallelLayouts, TenStepsEqualOneProcess) {
   mp.parallel.tp = layout.tp;
   mp.parallel.schedule = layout.schedule;
   mp.parallel.microbatches = layout.microbatches;
+  mp.parallel.virtual_stages = layout.virtual_stages;
   mp.train.batch_size = single_config.train.batch_size / layout.dp;  // per replica, as DDP
   const int world = layout.dp * layout.pp * layout.tp;
   nn::StateDict parallel;
@@ -127,7 +129,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(Layout{"PP2GPipe", 1, 2, 1, "gpipe", 4}, Layout{"PP2OneFOneB", 1, 2, 1, "1f1b", 4},
                                          Layout{"TP2", 1, 1, 2, "1f1b", 1}, Layout{"DP2PP2", 2, 2, 1, "1f1b", 2},
                                          Layout{"DP2TP2", 2, 1, 2, "1f1b", 1}, Layout{"PP2TP2", 1, 2, 2, "gpipe", 2},
-                                         Layout{"DP2PP2TP2", 2, 2, 2, "1f1b", 2}),
+                                         Layout{"DP2PP2TP2", 2, 2, 2, "1f1b", 2},
+                                         Layout{"PP2InterleavedV2", 1, 2, 1, "interleaved", 4, 2},
+                                         Layout{"PP2ZeroBubbleH1", 1, 2, 1, "zb-h1", 4},
+                                         Layout{"DP2PP2TP2ZeroBubbleH1", 2, 2, 2, "zb-h1", 2}),
                        ::testing::Values(std::string("sgd"), std::string("adamw"))),
     [](const auto& info) { return std::string(std::get<0>(info.param).name) + std::get<1>(info.param); });
 
@@ -215,6 +220,22 @@ TEST(ModelParallelTrainer, BadLayoutsAreRejectedClearly) {
   c.train.batch_size = 6;
   c.parallel.microbatches = 4;
   testing::expect_error<ValueError>([&] { validate(c); }, {"train.batch_size 6", "parallel.microbatches 4"});
+  c.train.batch_size = 8;
+  c.parallel.schedule = "interleaved";
+  testing::expect_error<ValueError>([&] { validate(c); }, {"virtual_stages >= 2", "got pp 2 and virtual_stages 1"});
+  c.parallel.virtual_stages = 2;
+  c.parallel.microbatches = 3;
+  c.train.batch_size = 9;
+  testing::expect_error<ValueError>([&] { validate(c); }, {"parallel.microbatches 3", "multiple of parallel.pp 2"});
+  c.parallel.schedule = "1f1b";
+  testing::expect_error<ValueError>([&] { validate(c); }, {"parallel.virtual_stages 2", "'1f1b' schedule"});
+  c.parallel.schedule = "interleaved";
+  c.parallel.microbatches = 4;
+  c.train.batch_size = 8;
+  c.parallel.virtual_stages = 3;  // 2 stages x 3 chunks = 6 chunks of a 4-layer chain
+  testing::run_on_threads(2, testing::threaded(2), [&](dist::ProcessGroup& group) {
+    testing::expect_error<ValueError>([&] { Trainer t(c, testing::borrow(group)); }, {"cannot cut 4 layers into 6"});
+  });
 }
 
 }  // namespace

@@ -9,48 +9,79 @@
 namespace tessera::parallel::pipeline {
 
 PipelineStage::PipelineStage(nn::LayerChain layers, dist::ProcessGroupPtr group, PipelineOptions options, LossFn loss)
-    : layers_(std::move(layers)), group_(std::move(group)), options_(options), loss_(std::move(loss)), link_(group_) {
-  TESSERA_CHECK(!layers_.empty(), "[pipeline] stage ", group_->rank(), " has no layers");
+    : PipelineStage(std::vector<nn::LayerChain>{std::move(layers)}, std::move(group), options, std::move(loss)) {}
+
+PipelineStage::PipelineStage(std::vector<nn::LayerChain> chunk_layers, dist::ProcessGroupPtr group,
+                             PipelineOptions options, LossFn loss)
+    : chunks_(std::move(chunk_layers)), group_(std::move(group)), options_(options), loss_(std::move(loss)), link_(group_) {
+  TESSERA_CHECK(!chunks_.empty(), "[pipeline] stage ", group_->rank(), " has no model chunks");
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    TESSERA_CHECK(!chunks_[c].empty(), "[pipeline] stage ", group_->rank(), " chunk ", c, " has no layers");
+    layers_.insert(layers_.end(), chunks_[c].begin(), chunks_[c].end());
+  }
   TESSERA_CHECK(loss_, "[pipeline] needs a loss function");
-  actions_ = make_schedule(options_.schedule, stage(), stages(), options_.microbatches);
+  actions_ = make_schedule(options_.schedule, stage(), stages(), options_.microbatches, chunks());
   link_.set_wire_dtype(options_.wire);
 }
 
-Tensor PipelineStage::run_layers(const Tensor& x) {
+Tensor PipelineStage::run_chunk(int chunk, const Tensor& x) {
   Tensor h = x;
-  for (auto& layer : layers_) h = layer.module->forward(h);
+  for (auto& layer : chunks_[static_cast<size_t>(chunk)]) h = layer.module->forward(h);
   return h;
 }
 
-void PipelineStage::run_forward(int64_t m, const Tensor& inputs, const Tensor& targets, int64_t rows) {
+void PipelineStage::run_forward(int chunk, int64_t m, const Tensor& inputs, const Tensor& targets, int64_t rows) {
   const int64_t M = options_.microbatches;
+  const int P = stages();
   // The timeline's compute spans; the waits inside (for the previous stage) are StageLink's "bubble" spans.
-  observe::TraceSpan span(observe::tracing_enabled() ? "forward micro-batch " + std::to_string(m) : std::string(),
+  observe::TraceSpan span(observe::tracing_enabled() ? "forward micro-batch " + std::to_string(m) +
+                                                           (chunks() > 1 ? " chunk " + std::to_string(chunk) : "")
+                                                     : std::string(),
                           "pipeline");
-  Tensor x = is_first() ? slice(inputs, 0, m * rows, (m + 1) * rows) : link_.recv_activation(stage() - 1, m, true);
-  received_[m] = x;
-  Tensor y = run_layers(x);
-  if (is_last()) {
+  const size_t at = slot(chunk, m);
+  Tensor x = is_first_virtual(chunk) ? slice(inputs, 0, m * rows, (m + 1) * rows)
+                                     : link_.recv_activation((stage() + P - 1) % P, static_cast<int64_t>(at), true);
+  received_[at] = x;
+  Tensor y = run_chunk(chunk, x);
+  if (is_last_virtual(chunk)) {
     Tensor loss = loss_(y, slice(targets, 0, m * rows, (m + 1) * rows));
     loss_sum_ += loss.item<float>();
     // Each micro-batch's mean loss weighs 1/M: the sum is the whole batch's mean loss.
-    backward_roots_[m] = mul(loss, static_cast<float>(loss_scale_ / static_cast<double>(M)));
+    backward_roots_[at] = mul(loss, static_cast<float>(loss_scale_ / static_cast<double>(M)));
   } else {
-    sent_shapes_[m] = y.shape();
-    backward_roots_[m] = link_.send_activation(y, stage() + 1, m);
+    sent_shapes_[at] = y.shape();
+    const int next_chunk = (virtual_stage(chunk) + 1) / P;  // the chunk that receives it on the next stage
+    backward_roots_[at] = link_.send_activation(y, (stage() + 1) % P, static_cast<int64_t>(slot(next_chunk, m)));
   }
 }
 
-void PipelineStage::run_backward(int64_t m) {
-  observe::TraceSpan span(observe::tracing_enabled() ? "backward micro-batch " + std::to_string(m) : std::string(),
+void PipelineStage::run_backward(int chunk, int64_t m) {
+  observe::TraceSpan span(observe::tracing_enabled() ? "backward micro-batch " + std::to_string(m) +
+                                                           (chunks() > 1 ? " chunk " + std::to_string(chunk) : "")
+                                                     : std::string(),
                           "pipeline");
-  Tensor root = std::move(backward_roots_[m]);
-  backward_roots_[m] = Tensor();  // frees the micro-batch's activations once backward has run
-  if (root.defined())
-    root.backward();
-  else if (!is_last())  // a first stage whose output needs no gradient: drain what stage 1 sends back
-    link_.recv_gradient(stage() + 1, m, sent_shapes_[m]);
-  received_[m] = Tensor();
+  const size_t at = slot(chunk, m);
+  Tensor root = std::move(backward_roots_[at]);
+  backward_roots_[at] = Tensor();  // frees the micro-batch's activations once backward has run
+  if (root.defined()) {
+    if (options_.schedule == ScheduleKind::ZeroBubbleH1) {
+      autograd::DeferWeightGrads defer(weight_grads_[at]);  // B: input gradients now, W later
+      root.backward();
+    } else {
+      root.backward();
+    }
+  } else if (!is_last_virtual(chunk)) {  // a first stage whose output needs no gradient: drain what comes back
+    const int next_chunk = (virtual_stage(chunk) + 1) / stages();
+    link_.recv_gradient((stage() + 1) % stages(), static_cast<int64_t>(slot(next_chunk, m)), sent_shapes_[at]);
+  }
+  received_[at] = Tensor();
+}
+
+void PipelineStage::run_weight(int chunk, int64_t m) {
+  observe::TraceSpan span(observe::tracing_enabled() ? "weight gradients of micro-batch " + std::to_string(m)
+                                                     : std::string(),
+                          "pipeline");
+  weight_grads_[slot(chunk, m)].run();
 }
 
 StepStats PipelineStage::train_step(const Tensor& inputs, const Tensor& targets) {
@@ -73,19 +104,23 @@ StepStats PipelineStage::train_step(const Tensor& inputs, const Tensor& targets)
   const auto t0 = Clock::now();
   const double wait0 = link_.wait_seconds();
   const int64_t sent0 = link_.bytes_sent(), received0 = link_.bytes_received();
-  backward_roots_.assign(static_cast<size_t>(M), Tensor());
-  sent_shapes_.assign(static_cast<size_t>(M), Shape());
-  received_.assign(static_cast<size_t>(M), Tensor());
+  const size_t slots = static_cast<size_t>(M) * chunks_.size();
+  backward_roots_.assign(slots, Tensor());
+  sent_shapes_.assign(slots, Shape());
+  received_.assign(slots, Tensor());
+  weight_grads_.assign(slots, autograd::WeightGradQueue());
   loss_sum_ = 0.0;
   StepStats stats;
   int64_t held = 0;
   for (const Action& a : actions_) {
     if (a.kind == Action::Kind::Forward) {
-      run_forward(a.microbatch, inputs, targets, rows);
+      run_forward(a.chunk, a.microbatch, inputs, targets, rows);
       stats.peak_activations = std::max(stats.peak_activations, ++held);
-    } else {
-      run_backward(a.microbatch);
+    } else if (a.kind == Action::Kind::Backward) {
+      run_backward(a.chunk, a.microbatch);
       --held;
+    } else {
+      run_weight(a.chunk, a.microbatch);
     }
   }
   link_.wait_sends();
@@ -103,10 +138,17 @@ StepStats PipelineStage::train_step(const Tensor& inputs, const Tensor& targets)
 
 Tensor PipelineStage::forward(const Tensor& inputs) {
   NoGradGuard no_grad;
-  Tensor x = is_first() ? inputs : link_.recv_activation(stage() - 1, 0, false);
-  Tensor y = run_layers(x);
-  if (is_last()) return y;
-  link_.send_activation(y, stage() + 1, 0);
+  const int P = stages();
+  Tensor x = inputs;
+  for (int c = 0; c < chunks(); ++c) {  // with one micro-batch, a chunk's messages are keyed by the chunk
+    if (!is_first_virtual(c)) x = link_.recv_activation((stage() + P - 1) % P, c, false);
+    Tensor y = run_chunk(c, x);
+    if (is_last_virtual(c)) {
+      link_.wait_sends();
+      return y;
+    }
+    link_.send_activation(y, (stage() + 1) % P, (virtual_stage(c) + 1) / P);
+  }
   link_.wait_sends();
   return Tensor();
 }

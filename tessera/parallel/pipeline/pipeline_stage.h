@@ -1,5 +1,5 @@
-// PipelineStage: one stage of a synchronous pipeline (GPipe or 1F1B, schedule.h), the unit a rank of
-// a pipeline-parallel job runs.
+// PipelineStage: one stage of a synchronous pipeline (GPipe, 1F1B, interleaved 1F1B or ZB-H1,
+// schedule.h), the unit a rank of a pipeline-parallel job runs.
 //
 // A training step splits the batch into M equal micro-batches along dim 0 and runs the schedule's
 // actions. Forward of micro-batch m: stage 0 takes it from the batch, a later stage receives its
@@ -9,6 +9,11 @@
 // stage's gradient. Gradients therefore accumulate over the micro-batches into exactly the
 // gradient of the whole batch's mean loss, and the caller steps each stage's own optimizer.
 //
+// Interleaved, stage s holds v chunks of the model, virtual stages s, P+s, 2P+s, ...: a micro-batch
+// goes from stage P-1's chunk c to stage 0's chunk c+1, and messages are keyed by the receiving
+// chunk and the micro-batch. Under ZB-H1 a backward (B) defers the linear layers' weight gradients
+// into the micro-batch's queue (autograd/weight_grad_deferral.h), which its W action runs.
+//
 // Only the first stage reads `inputs` and only the last reads `targets`; the others may pass
 // undefined tensors (every rank of a data-parallel replica reading the same batch is simplest).
 #pragma once
@@ -17,6 +22,7 @@
 #include <optional>
 #include <vector>
 
+#include "tessera/autograd/weight_grad_deferral.h"
 #include "tessera/dist/process_group.h"
 #include "tessera/nn/module.h"
 #include "tessera/parallel/pipeline/p2p.h"
@@ -50,6 +56,8 @@ class PipelineStage {
  public:
   // `layers`: this stage's run of the model's chain; `group`: the pipeline, stage s = rank s.
   PipelineStage(nn::LayerChain layers, dist::ProcessGroupPtr group, PipelineOptions options, LossFn loss);
+  // Interleaved: `chunks[c]` is virtual stage c·P + s of the model cut into P·v runs (v = chunks.size()).
+  PipelineStage(std::vector<nn::LayerChain> chunks, dist::ProcessGroupPtr group, PipelineOptions options, LossFn loss);
 
   StepStats train_step(const Tensor& inputs, const Tensor& targets);
   // fp16 loss scaling (optim/grad_scaler.h): the last stage back-propagates loss × scale; the
@@ -63,7 +71,10 @@ class PipelineStage {
   int stages() const { return group_->size(); }
   bool is_first() const { return stage() == 0; }
   bool is_last() const { return stage() == stages() - 1; }
+  int chunks() const { return static_cast<int>(chunks_.size()); }
+  // Every layer this stage holds, chunk after chunk.
   const nn::LayerChain& layers() const { return layers_; }
+  const std::vector<Action>& actions() const { return actions_; }
   const PipelineOptions& options() const { return options_; }
   StageLink& link() { return link_; }
 
@@ -73,10 +84,17 @@ class PipelineStage {
   void train(bool on = true);
 
  private:
-  Tensor run_layers(const Tensor& x);
-  void run_forward(int64_t m, const Tensor& inputs, const Tensor& targets, int64_t rows);
-  void run_backward(int64_t m);
+  Tensor run_chunk(int chunk, const Tensor& x);
+  int virtual_stage(int chunk) const { return chunk * stages() + stage(); }
+  bool is_first_virtual(int chunk) const { return virtual_stage(chunk) == 0; }
+  bool is_last_virtual(int chunk) const { return virtual_stage(chunk) == stages() * chunks() - 1; }
+  // Per (chunk, micro-batch) state lives at chunk·M + m; messages into a chunk use the same key.
+  size_t slot(int chunk, int64_t m) const { return static_cast<size_t>(chunk * options_.microbatches + m); }
+  void run_forward(int chunk, int64_t m, const Tensor& inputs, const Tensor& targets, int64_t rows);
+  void run_backward(int chunk, int64_t m);
+  void run_weight(int chunk, int64_t m);
 
+  std::vector<nn::LayerChain> chunks_;
   nn::LayerChain layers_;
   dist::ProcessGroupPtr group_;
   PipelineOptions options_;
@@ -84,12 +102,14 @@ class PipelineStage {
   double loss_scale_ = 1.0;
   StageLink link_;
   std::vector<Action> actions_;
-  // Per micro-batch in flight: what its backward starts from, and the shape it sent.
+  // Per (chunk, micro-batch) in flight: what its backward starts from, and the shape it sent.
   std::vector<Tensor> backward_roots_;
   // The received activations: autograd holds leaves weakly, and their gradients must reach the hook
   // that sends them back.
   std::vector<Tensor> received_;
   std::vector<Shape> sent_shapes_;
+  // ZB-H1: the weight gradients each B deferred, run by its W.
+  std::vector<autograd::WeightGradQueue> weight_grads_;
   double loss_sum_ = 0.0;
 };
 

@@ -1,12 +1,25 @@
-// Pipeline schedules: the order in which one stage runs the forward (F) and backward (B) passes of
-// the step's M micro-batches.
+// Pipeline schedules: the order in which one stage runs the forward (F) and backward passes of the
+// step's M micro-batches. P stages; in the bubble formulas every pass of a micro-batch through a
+// whole stage takes the same time.
 //
 //   GPipe (Huang et al. 2019): all M forwards, then all M backwards. Simple, but a stage holds the
-//   activations of all M micro-batches at once.
+//   activations of all M micro-batches at once. Idle fraction of the step (P-1)/(M+P-1).
 //   1F1B (PipeDream-Flush, Narayanan et al. 2021): stage s of P runs min(P-s-1, M) warm-up forwards,
 //   then alternates one forward and one backward, then drains the remaining backwards. The same
-//   bubble as GPipe, (P-1)/(M+P-1) of the step, but at most P-s micro-batches' activations are held.
-// Both end with every gradient accumulated (a synchronous flush), so the optimizer step after them
+//   bubble as GPipe, but at most P-s micro-batches' activations are held.
+//   Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): the model is cut into P·v chunks and
+//   stage s holds v of them, chunks s, P+s, 2P+s, ...; a micro-batch travels round the ring of
+//   stages v times. Filling and draining the pipeline then takes chunk-sized passes, so the bubble
+//   shrinks v-fold: (P-1)/(v·M+P-1) of the step (its idle time is (P-1)/(v·M) of the compute), for
+//   v times the messages. Megatron's order: M must be a multiple of P.
+//   ZB-H1 (zero bubble, Qi et al. 2023): each backward is split into B, the input gradient the
+//   previous stage waits for, and W, the weight gradients nobody waits for
+//   (autograd/weight_grad_deferral.h). W passes fill the time 1F1B spends waiting, so with equal
+//   F, B and W the idle time falls from (P-1)·3 to (P-1)·1 pass: (P-1)/(3M+P-1) of the step
+//   ((P-1)/(3M) of the compute). Whole activations held stay 1F1B's P-s; besides them up to P-1
+//   more micro-batches may wait for W, holding only their linear layers' inputs and output
+//   gradients (2P-s-1 micro-batches with something held in all).
+// All end with every gradient accumulated (a synchronous flush), so the optimizer step after them
 // equals one step on the whole batch.
 #pragma once
 #include <cstdint>
@@ -15,25 +28,30 @@
 
 namespace tessera::parallel::pipeline {
 
-enum class ScheduleKind { GPipe, OneForwardOneBackward };
+enum class ScheduleKind { GPipe, OneForwardOneBackward, Interleaved, ZeroBubbleH1 };
 
-ScheduleKind parse_schedule(const std::string& name);  // "gpipe" | "1f1b"
+ScheduleKind parse_schedule(const std::string& name);  // "gpipe" | "1f1b" | "interleaved" | "zb-h1"
 const char* schedule_name(ScheduleKind kind);
 
 struct Action {
-  enum class Kind { Forward, Backward } kind;
+  // Backward: the whole backward, except under ZB-H1, where it is B (input gradients) and Weight is W.
+  enum class Kind { Forward, Backward, Weight } kind;
   int64_t microbatch;
+  int chunk = 0;  // which of the stage's model chunks (interleaved: virtual stage chunk·P + stage)
   bool operator==(const Action&) const = default;
 };
 
-// The actions of `stage` (0-based) of `stages` for `microbatches` micro-batches.
-std::vector<Action> make_schedule(ScheduleKind kind, int stage, int stages, int64_t microbatches);
+// The actions of `stage` (0-based) of `stages` for `microbatches` micro-batches; `chunks` is v for
+// the interleaved schedule (at least 2) and 1 for the others.
+std::vector<Action> make_schedule(ScheduleKind kind, int stage, int stages, int64_t microbatches, int chunks = 1);
 
-// The most micro-batches whose forward has run and whose backward has not, at any point of `actions`
-// (the activations the stage holds at its peak).
+// The most (chunk, micro-batch) pairs whose forward has run and whose backward (B) has not, at any
+// point of `actions`: the activations the stage holds at its peak.
 int64_t peak_in_flight(const std::vector<Action>& actions);
 
-// The idle fraction of a synchronous pipeline with equal stages: (P-1)/(M+P-1).
-double theoretical_bubble(int stages, int64_t microbatches);
+// The idle fraction of a synchronous pipeline with equal stages: (P-1)/(M+P-1) for GPipe and 1F1B,
+// (P-1)/(v·M+P-1) interleaved, (P-1)/(3M+P-1) for ZB-H1.
+double theoretical_bubble(ScheduleKind kind, int stages, int64_t microbatches, int chunks = 1);
+double theoretical_bubble(int stages, int64_t microbatches);  // GPipe and 1F1B
 
 }  // namespace tessera::parallel::pipeline

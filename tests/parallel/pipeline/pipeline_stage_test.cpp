@@ -1,5 +1,6 @@
 // A pipeline of P stages (ranks as threads) accumulates exactly the gradients of one process running
-// the whole model on the whole batch, for GPipe and 1F1B and any number of micro-batches.
+// the whole model on the whole batch, for GPipe, 1F1B, interleaved 1F1B (v chunks per stage) and
+// ZB-H1 (weight gradients deferred to W passes), and any number of micro-batches.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -50,12 +51,14 @@ struct Case {
   int stages;
   int64_t microbatches;
   ScheduleKind schedule;
+  int chunks = 1;
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
+  const char* names[] = {"GPipe", "OneFOneB", "Interleaved", "ZeroBubbleH1"};
   return std::string(c.gpt ? "Gpt" : "Mlp") + "P" + std::to_string(c.stages) + "M" + std::to_string(c.microbatches) +
-         (c.schedule == ScheduleKind::GPipe ? "GPipe" : "OneFOneB");
+         names[static_cast<int>(c.schedule)] + (c.chunks > 1 ? "V" + std::to_string(c.chunks) : "");
 }
 
 class PipelineEquivalence : public ::testing::TestWithParam<Case> {};
@@ -63,7 +66,7 @@ class PipelineEquivalence : public ::testing::TestWithParam<Case> {};
 TEST_P(PipelineEquivalence, GradientsAndLossEqualOneProcess) {
   const Case c = GetParam();
   Generator gen(7);
-  const int64_t batch = 8;
+  const int64_t batch = 24;  // divides by every micro-batch count below
   Tensor inputs = c.gpt ? randint(0, 11, {batch, 6}, gen) : randn({batch, 6}, gen);
   Tensor targets = c.gpt ? randint(0, 11, {batch, 6}, gen) : randint(0, 3, {batch}, gen);
   manual_seed(3);
@@ -84,8 +87,10 @@ TEST_P(PipelineEquivalence, GradientsAndLossEqualOneProcess) {
   testing::run_on_threads(c.stages, threaded(c.stages), [&](dist::ProcessGroup& group) {
     const int r = group.rank();
     nn::LayerChain chain = chain_of(*copies[r]);
-    auto bounds = balance_stages(parameter_costs(chain), c.stages);
-    nn::LayerChain mine(chain.begin() + bounds[r], chain.begin() + bounds[r + 1]);
+    auto bounds = balance_stages(parameter_costs(chain), c.stages * c.chunks);
+    std::vector<nn::LayerChain> mine;  // chunks r, P + r, ...
+    for (int k = 0; k < c.chunks; ++k)
+      mine.emplace_back(chain.begin() + bounds[k * c.stages + r], chain.begin() + bounds[k * c.stages + r + 1]);
     PipelineStage stage(mine, borrow(group), {c.schedule, c.microbatches}, mean_cross_entropy);
     stats[r] = stage.train_step(r == 0 ? inputs : Tensor(), r == c.stages - 1 ? targets : Tensor());
     std::lock_guard lock(mu);
@@ -99,8 +104,10 @@ TEST_P(PipelineEquivalence, GradientsAndLossEqualOneProcess) {
   }
   for (int r = 0; r < c.stages; ++r) {
     EXPECT_NEAR(stats[r].loss, ref_loss.item<float>(), 1e-5) << "stage " << r;
-    const int64_t want_peak = c.schedule == ScheduleKind::GPipe ? c.microbatches
-                                                                 : std::min<int64_t>(c.stages - r, c.microbatches);
+    const int64_t want_peak = peak_in_flight(make_schedule(c.schedule, r, c.stages, c.microbatches, c.chunks));
+    if (c.schedule == ScheduleKind::GPipe) EXPECT_EQ(want_peak, c.microbatches);
+    if (c.schedule != ScheduleKind::GPipe && c.chunks == 1)
+      EXPECT_EQ(want_peak, std::min<int64_t>(c.stages - r, c.microbatches));
     EXPECT_EQ(stats[r].peak_activations, want_peak) << "stage " << r;
     EXPECT_GE(stats[r].compute_seconds, 0.0);
     EXPECT_LE(stats[r].compute_seconds, stats[r].wall_seconds);
@@ -113,7 +120,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{false, 2, 4, ScheduleKind::GPipe}, Case{false, 2, 4, ScheduleKind::OneForwardOneBackward},
                       Case{false, 3, 8, ScheduleKind::OneForwardOneBackward}, Case{false, 4, 2, ScheduleKind::GPipe},
                       Case{true, 2, 2, ScheduleKind::GPipe}, Case{true, 2, 4, ScheduleKind::OneForwardOneBackward},
-                      Case{true, 3, 4, ScheduleKind::OneForwardOneBackward}),
+                      Case{true, 3, 4, ScheduleKind::OneForwardOneBackward},
+                      Case{false, 2, 4, ScheduleKind::Interleaved, 2}, Case{false, 3, 6, ScheduleKind::Interleaved, 2},
+                      Case{false, 2, 8, ScheduleKind::Interleaved, 3}, Case{true, 2, 4, ScheduleKind::Interleaved, 2},
+                      Case{false, 1, 4, ScheduleKind::ZeroBubbleH1}, Case{false, 2, 4, ScheduleKind::ZeroBubbleH1},
+                      Case{false, 3, 8, ScheduleKind::ZeroBubbleH1}, Case{false, 4, 2, ScheduleKind::ZeroBubbleH1},
+                      Case{true, 2, 4, ScheduleKind::ZeroBubbleH1}, Case{true, 3, 4, ScheduleKind::ZeroBubbleH1}),
     case_name);
 
 TEST(PipelineStageErrors, AMissingActivationTimesOutNamingStageAndMicrobatch) {
@@ -161,6 +173,33 @@ TEST(PipelineStageForward, EvaluationPassesThroughEveryStage) {
                         {ScheduleKind::GPipe, 1}, mean_cross_entropy);
     Tensor out = stage.forward(r == 0 ? x : Tensor());
     if (r == 2) got = out;
+    else EXPECT_FALSE(out.defined());
+  });
+  testing::expect_near(got, want.to_vector<float>(), 1e-6f);
+}
+
+TEST(PipelineStageForward, EvaluationGoesRoundTheRingThroughEveryChunk) {
+  manual_seed(6);
+  auto reference = make_mlp();
+  Generator gen(3);
+  Tensor x = randn({5, 6}, gen);
+  Tensor want = reference->forward(x);
+  std::vector<std::shared_ptr<nn::Sequential>> copies;
+  for (int r = 0; r < 2; ++r) {
+    copies.push_back(make_mlp());
+    copies.back()->load_state_dict(reference->state_dict());
+  }
+  Tensor got;
+  testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
+    const int r = group.rank();
+    auto chain = copies[r]->layer_chain();
+    auto bounds = balance_stages(parameter_costs(chain), 6);
+    std::vector<nn::LayerChain> mine;
+    for (int k = 0; k < 3; ++k) mine.emplace_back(chain.begin() + bounds[2 * k + r], chain.begin() + bounds[2 * k + r + 1]);
+    PipelineStage stage(mine, borrow(group), {ScheduleKind::Interleaved, 2}, mean_cross_entropy);
+    EXPECT_EQ(stage.chunks(), 3);
+    Tensor out = stage.forward(r == 0 ? x : Tensor());
+    if (r == 1) got = out;
     else EXPECT_FALSE(out.defined());
   });
   testing::expect_near(got, want.to_vector<float>(), 1e-6f);

@@ -1,6 +1,11 @@
-// The GPipe and 1F1B schedules: every micro-batch runs forward then backward once, in order, and 1F1B
-// holds at most P - s micro-batches' activations on stage s.
+// The pipeline schedules: every micro-batch runs forward then backward once (and W once, under
+// ZB-H1), 1F1B and ZB-H1 hold at most P - s micro-batches' activations on stage s, and every
+// schedule, run by all stages with sends that never block and receives that wait, finishes (no
+// deadlock) with exactly its theoretical bubble when passes take equal time.
 #include <gtest/gtest.h>
+
+#include <map>
+#include <tuple>
 
 #include "tessera/parallel/pipeline/schedule.h"
 #include "testing/expect.h"
@@ -37,6 +42,125 @@ INSTANTIATE_TEST_SUITE_P(Sweep, PipelineSchedules,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Values(1, 2, 4, 8),
                                             ::testing::Values(ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward)));
 
+// Runs every stage's actions in order as the ranks would: a forward of virtual stage g waits for
+// g-1's forward of the micro-batch, a backward for g+1's backward (the last virtual stage for its
+// own forward), a W for its B; sends never block. Returns the step's length in time units, or -1
+// when some stage waits forever (a deadlock). `split`: B and W take 1 each (ZB-H1), else a backward
+// takes 2; a forward takes 1.
+double simulate(ScheduleKind kind, int stages, int64_t m, int chunks) {
+  std::vector<std::vector<Action>> plan;
+  for (int s = 0; s < stages; ++s) plan.push_back(make_schedule(kind, s, stages, m, chunks));
+  const bool split = kind == ScheduleKind::ZeroBubbleH1;
+  const int last = stages * chunks - 1;
+  std::map<std::tuple<int, int, int64_t>, double> done;  // (kind, virtual stage, micro-batch) -> end
+  std::vector<size_t> next(stages, 0);
+  std::vector<double> free_at(stages, 0.0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < stages; ++s) {
+      while (next[s] < plan[s].size()) {
+        const Action& a = plan[s][next[s]];
+        const int g = a.chunk * stages + s;
+        std::tuple<int, int, int64_t> needs{-1, 0, 0};
+        if (a.kind == K::Forward && g > 0) needs = {static_cast<int>(K::Forward), g - 1, a.microbatch};
+        if (a.kind == K::Backward)
+          needs = g == last ? std::tuple{static_cast<int>(K::Forward), g, a.microbatch}
+                            : std::tuple{static_cast<int>(K::Backward), g + 1, a.microbatch};
+        if (a.kind == K::Weight) needs = {static_cast<int>(K::Backward), g, a.microbatch};
+        double ready = 0.0;
+        if (std::get<0>(needs) >= 0) {
+          auto it = done.find(needs);
+          if (it == done.end()) break;  // waits for another stage
+          ready = it->second;
+        }
+        const double cost = a.kind == K::Forward ? 1.0 : (split ? 1.0 : 2.0);
+        free_at[s] = std::max(free_at[s], ready) + cost;
+        done[{static_cast<int>(a.kind), g, a.microbatch}] = free_at[s];
+        ++next[s];
+        progress = true;
+      }
+    }
+  }
+  for (int s = 0; s < stages; ++s)
+    if (next[s] < plan[s].size()) return -1.0;
+  return *std::max_element(free_at.begin(), free_at.end());
+}
+
+TEST(PipelineSchedule, EveryScheduleFinishesWithItsTheoreticalBubble) {
+  struct Layout {
+    ScheduleKind kind;
+    int stages;
+    int64_t m;
+    int chunks;
+  };
+  const std::vector<Layout> layouts{
+      {ScheduleKind::GPipe, 4, 8, 1},       {ScheduleKind::OneForwardOneBackward, 4, 16, 1},
+      {ScheduleKind::Interleaved, 2, 4, 2}, {ScheduleKind::Interleaved, 4, 16, 2},
+      {ScheduleKind::Interleaved, 4, 16, 4}, {ScheduleKind::Interleaved, 3, 6, 3},
+      {ScheduleKind::ZeroBubbleH1, 2, 4, 1}, {ScheduleKind::ZeroBubbleH1, 4, 16, 1},
+      {ScheduleKind::ZeroBubbleH1, 3, 16, 1}, {ScheduleKind::ZeroBubbleH1, 4, 4, 1},
+      {ScheduleKind::ZeroBubbleH1, 8, 32, 1}};
+  for (const Layout& l : layouts) {
+    const double step = simulate(l.kind, l.stages, l.m, l.chunks);
+    ASSERT_GT(step, 0.0) << schedule_name(l.kind) << " P=" << l.stages << " M=" << l.m << " deadlocks";
+    const double busy = 3.0 * static_cast<double>(l.m) * l.chunks;  // F + B (+ W) of every micro-batch and chunk
+    EXPECT_NEAR(1.0 - busy / step, theoretical_bubble(l.kind, l.stages, l.m, l.chunks), 1e-12)
+        << schedule_name(l.kind) << " P=" << l.stages << " M=" << l.m << " v=" << l.chunks;
+  }
+}
+
+TEST(PipelineSchedule, InterleavedRunsEveryChunkOfEveryMicrobatchOnceAndFollowsMegatron) {
+  for (int stages : {2, 3, 4})
+    for (int chunks : {2, 3})
+      for (int64_t m : {static_cast<int64_t>(stages), static_cast<int64_t>(2 * stages), static_cast<int64_t>(4 * stages)})
+        for (int s = 0; s < stages; ++s) {
+          auto actions = make_schedule(ScheduleKind::Interleaved, s, stages, m, chunks);
+          ASSERT_EQ(actions.size(), static_cast<size_t>(2 * m * chunks));
+          std::map<std::pair<int, int64_t>, int> forward_at, backward_at;
+          for (size_t i = 0; i < actions.size(); ++i) {
+            auto& at = actions[i].kind == K::Forward ? forward_at : backward_at;
+            EXPECT_TRUE(at.emplace(std::pair{actions[i].chunk, actions[i].microbatch}, static_cast<int>(i)).second);
+          }
+          ASSERT_EQ(forward_at.size(), static_cast<size_t>(m * chunks));
+          for (auto& [key, i] : forward_at) EXPECT_LT(i, backward_at.at(key));
+          // Megatron's warm-up: 2(P-s-1) + (v-1)P forwards before the first backward, at most all of them.
+          const int64_t warmup = std::min<int64_t>(2 * (stages - s - 1) + (chunks - 1) * stages, m * chunks);
+          int64_t leading = 0;
+          while (leading < static_cast<int64_t>(actions.size()) && actions[leading].kind == K::Forward) ++leading;
+          EXPECT_EQ(leading, std::min<int64_t>(warmup + 1, m * chunks)) << "P=" << stages << " s=" << s;
+        }
+  // The first group of P micro-batches goes through chunk 0, then the same group through chunk 1.
+  auto a = make_schedule(ScheduleKind::Interleaved, 1, 2, 4, 2);
+  EXPECT_EQ(a[0], (Action{K::Forward, 0, 0}));
+  EXPECT_EQ(a[1], (Action{K::Forward, 1, 0}));
+  EXPECT_EQ(a[2], (Action{K::Forward, 0, 1}));
+}
+
+TEST(PipelineSchedule, ZeroBubbleRunsBThenWOnceAndHoldsOneFOneBsActivationsPlusBoundedWs) {
+  for (int stages : {1, 2, 3, 4, 6})
+    for (int64_t m : {1, 2, 4, 8, 16})
+      for (int s = 0; s < stages; ++s) {
+        auto actions = make_schedule(ScheduleKind::ZeroBubbleH1, s, stages, m);
+        ASSERT_EQ(actions.size(), static_cast<size_t>(3 * m));
+        std::vector<int> forward_at(m, -1), backward_at(m, -1), weight_at(m, -1);
+        int64_t holding = 0, most_holding = 0;  // micro-batches whose forward ran and whose W has not
+        for (size_t i = 0; i < actions.size(); ++i) {
+          const auto& a = actions[i];
+          auto& at = a.kind == K::Forward ? forward_at : a.kind == K::Backward ? backward_at : weight_at;
+          EXPECT_EQ(at[a.microbatch], -1);
+          at[a.microbatch] = static_cast<int>(i);
+          holding += a.kind == K::Forward ? 1 : a.kind == K::Weight ? -1 : 0;
+          most_holding = std::max(most_holding, holding);
+        }
+        for (int64_t j = 0; j < m; ++j) {
+          EXPECT_LT(forward_at[j], backward_at[j]);
+          EXPECT_LT(backward_at[j], weight_at[j]);
+        }
+        EXPECT_EQ(peak_in_flight(actions), std::min<int64_t>(stages - s, m)) << "P=" << stages << " s=" << s;
+        EXPECT_LE(most_holding, 2 * stages - s - 1) << "P=" << stages << " s=" << s << " M=" << m;
+      }
+}
+
 TEST(PipelineSchedule, OneFOneBOnTwoStagesInterleaves) {
   // Stage 0 of 2 with 4 micro-batches: one warm-up forward, then F B pairs, then the last backward.
   auto a = make_schedule(ScheduleKind::OneForwardOneBackward, 0, 2, 4);
@@ -50,12 +174,22 @@ TEST(PipelineSchedule, TheoreticalBubble) {
   EXPECT_DOUBLE_EQ(theoretical_bubble(2, 4), 0.2);
   EXPECT_DOUBLE_EQ(theoretical_bubble(4, 16), 3.0 / 19.0);
   EXPECT_DOUBLE_EQ(theoretical_bubble(1, 8), 0.0);
+  EXPECT_DOUBLE_EQ(theoretical_bubble(ScheduleKind::Interleaved, 4, 16, 2), 3.0 / 35.0);
+  EXPECT_DOUBLE_EQ(theoretical_bubble(ScheduleKind::ZeroBubbleH1, 4, 16), 3.0 / 51.0);
 }
 
 TEST(PipelineSchedule, BadArgumentsAreRejected) {
   testing::expect_error<ValueError>([] { make_schedule(ScheduleKind::GPipe, 2, 2, 4); }, {"stage 2 of 2"});
   testing::expect_error<ValueError>([] { make_schedule(ScheduleKind::GPipe, 0, 2, 0); }, {"micro-batch"});
-  testing::expect_error<ValueError>([] { parse_schedule("zigzag"); }, {"zigzag", "gpipe", "1f1b"});
+  testing::expect_error<ValueError>([] { parse_schedule("zigzag"); }, {"zigzag", "gpipe", "1f1b", "interleaved", "zb-h1"});
+  testing::expect_error<ValueError>([] { make_schedule(ScheduleKind::Interleaved, 0, 2, 3, 2); },
+                                    {"multiple of 2", "parallel.microbatches (3)"});
+  testing::expect_error<ValueError>([] { make_schedule(ScheduleKind::Interleaved, 0, 2, 4, 1); }, {"at least 2 model chunks"});
+  testing::expect_error<ValueError>([] { make_schedule(ScheduleKind::OneForwardOneBackward, 0, 2, 4, 2); },
+                                    {"one model chunk", "interleaved"});
+  for (auto kind : {ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward, ScheduleKind::Interleaved,
+                    ScheduleKind::ZeroBubbleH1})
+    EXPECT_EQ(parse_schedule(schedule_name(kind)), kind);
 }
 
 }  // namespace
