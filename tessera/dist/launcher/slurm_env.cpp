@@ -12,6 +12,9 @@ namespace {
 
 constexpr const char* kOp = "[slurm_env]";
 constexpr size_t kMaxHosts = 65536;
+// DNS names are at most 253 characters; with the host bound this caps an expanded list at 16 MiB.
+// (Without it a 672-byte list of zero-padded ranges grew to 1.6 GB under fuzz_slurm_env.)
+constexpr size_t kMaxHostNameLength = 255;
 constexpr const char* kSlurmHint = " (srun sets it in every task; see tessera/dist/launcher/slurm_env.h)";
 
 // Slurm's steps of its own (since 20.11: batch script 0xfffffffb, extern 0xfffffffc, interactive
@@ -108,6 +111,15 @@ std::vector<std::string> expand_ranges(std::string_view ranges, std::string_view
 
 }  // namespace
 
+namespace {
+
+void check_host_name_length(size_t length, std::string_view list, std::string_view variable) {
+  TESSERA_CHECK(length <= kMaxHostNameLength, kOp, " ", variable, "='", list.substr(0, 200),
+                list.size() > 200 ? "...'" : "'", ": a host name of more than ", kMaxHostNameLength, " characters");
+}
+
+}  // namespace
+
 std::vector<std::string> expand_host_list(std::string_view list, std::string_view variable) {
   std::vector<std::string> hosts;
   for (std::string_view item : split_top_level(list, variable)) {
@@ -125,13 +137,19 @@ std::vector<std::string> expand_host_list(std::string_view list, std::string_vie
         std::vector<std::string> parts = expand_ranges(ranges, list, variable, budget);
         std::vector<std::string> product;
         for (const std::string& name : names)
-          for (const std::string& part : parts) product.push_back(name + part);
+          for (const std::string& part : parts) {
+            check_host_name_length(name.size() + part.size(), list, variable);
+            product.push_back(name + part);
+          }
         names = std::move(product);
         i = close + 1;
       } else {
         const size_t next = item.find('[', i);
         std::string_view text = item.substr(i, next == std::string_view::npos ? std::string_view::npos : next - i);
-        for (std::string& name : names) name += text;
+        for (std::string& name : names) {
+          check_host_name_length(name.size() + text.size(), list, variable);
+          name += text;
+        }
         i += text.size();
       }
     }

@@ -57,6 +57,10 @@ TEST(SlurmHostList, MalformedListsAreRefusedNamingTheVariableAndTheText) {
       {"node[1,,2]", "is not a number"},
       {"node[0-99999999]", "more than 65536 hosts"},
       {"a[0-999]-b[0-999]", "more than 65536 hosts"},
+      {std::string(256, 'n'), "more than 255 characters"},
+      // Zero-padded ranges: few hosts, but each name long; fuzz_slurm_env's 672-byte list of these grew to 1.6 GB.
+      {"n[" + std::string(260, '0') + "1-" + std::string(260, '0') + "9]x", "more than 255 characters"},
+      {"a[" + std::string(130, '0') + "1-2]b[" + std::string(130, '0') + "1-2]", "more than 255 characters"},
   };
   for (const auto& [list, why] : cases)
     expect_error<ValueError>([&] { expand_host_list(list, "SLURM_STEP_NODELIST"); },
