@@ -108,12 +108,17 @@ struct ModelParallelBenchOptions {
   int steps = 5;
   int warmup = 2;
   std::string bubble_microbatches = "1,4,8,16";
+  int bubble_stages = 2;
+  std::string schedules = "gpipe,1f1b,interleaved,zb-h1";
+  int64_t virtual_stages = 2;  // of the interleaved schedule
+  bool no_layouts = false;
   bool worker = false;  // internal: one rank of a measured job
   int dp = 1, pp = 1, tp = 1;
   std::string schedule = "1f1b";
   int64_t microbatches = 1;
 };
-// Pipeline bubble against (P-1)/(M+P-1), peak memory per rank and tokens/s per layout (DP, PP, TP).
+// Pipeline bubble of each schedule against its theory (schedule.h) with the cost of one p2p message,
+// peak memory per rank and tokens/s per layout (DP, PP, TP).
 int model_parallel(const ModelParallelBenchOptions& options);
 
 struct ServeBenchOptions {

@@ -7,7 +7,11 @@
 // `steps` timed ones, through Trainer::train_step (the code path of `tessera train`).
 //   bubble: per stage, 1 - compute/wall of each step, where compute is the step's wall time minus
 //     the time blocked receiving from or sending to a neighbour (pipeline_stage.h); the mean over
-//     stages and timed steps, against (P-1)/(M+P-1).
+//     stages and timed steps, against the schedule's theory (schedule.h: (P-1)/(M+P-1) for GPipe
+//     and 1F1B, (P-1)/(vM+P-1) interleaved, (P-1)/(3M+P-1) for ZB-H1).
+//   p2p message: after the timed steps, stages 0 and 1 bounce one micro-batch's activation
+//     (header and payload, as the pipeline sends it) 20 times; half the mean round trip is the
+//     one-way cost every forward and backward message pays.
 //   peak memory: the most bytes live tensors held at once on each rank during training (the
 //     allocator's counter, reset after the model is built and cut, so it covers parameters,
 //     gradients, AdamW state and activations), and the process's peak RSS.
@@ -59,6 +63,7 @@ train::TrainConfig config_of(const ModelParallelBenchOptions& o) {
   c.parallel.tp = o.tp;
   c.parallel.schedule = o.schedule;
   c.parallel.microbatches = o.microbatches;
+  c.parallel.virtual_stages = o.schedule == "interleaved" ? o.virtual_stages : 1;
   return c;
 }
 
@@ -89,6 +94,31 @@ int run_worker(const ModelParallelBenchOptions& o) {
     bubble += mesh.last_step().bubble_fraction();
     peak_activations = std::max(peak_activations, mesh.last_step().peak_activations);
   }
+  // The one-way cost of one micro-batch's activation between stages 0 and 1.
+  double p2p_one_way_us = 0;
+  int64_t p2p_bytes = 0;
+  if (o.pp > 1 && mesh.mesh().pp_group()->rank() < 2) {
+    const auto& group = mesh.mesh().pp_group();
+    const int s = group->rank();
+    parallel::pipeline::StageLink link(group);
+    Tensor x = zeros({o.batch / o.microbatches, o.context, o.embed});
+    p2p_bytes = x.numel() * static_cast<int64_t>(sizeof(float));
+    constexpr int kWarmup = 3, kRounds = 20;
+    Clock::time_point t0;
+    for (int i = 0; i < kWarmup + kRounds; ++i) {
+      if (i == kWarmup) t0 = Clock::now();
+      if (s == 0) {
+        link.send_tensor(x, 1, 2 * i);
+        link.wait_sends();
+        link.recv_tensor(1, 2 * i + 1, "the p2p probe's reply");
+      } else {
+        Tensor y = link.recv_tensor(0, 2 * i, "the p2p probe");
+        link.send_tensor(y, 0, 2 * i + 1);
+        link.wait_sends();
+      }
+    }
+    p2p_one_way_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / kRounds / 2;
+  }
   // Every rank posts its figures; rank 0 prints the job's line.
   auto store = dist::store_from_env(kModelParallelBenchTimeout);
   const int rank = world->rank(), size = world->size();
@@ -98,7 +128,9 @@ int run_worker(const ModelParallelBenchOptions& o) {
                       {"seconds", seconds},
                       {"peak_tensor_bytes", cpu_allocator::peak_allocated_bytes()},
                       {"peak_rss_bytes", peak_rss_bytes()},
-                      {"peak_activations", peak_activations}};
+                      {"peak_activations", peak_activations},
+                      {"p2p_one_way_us", p2p_one_way_us},
+                      {"p2p_bytes", p2p_bytes}};
   store->set("bench/mp/" + std::to_string(rank), mine.dump());
   if (rank == 0) {
     nlohmann::json ranks = nlohmann::json::array();
@@ -122,6 +154,7 @@ int run_worker(const ModelParallelBenchOptions& o) {
 }
 
 nlohmann::json run_job(ModelParallelBenchOptions o, int dp, int pp, int tp, const std::string& schedule, int64_t m) {
+  std::fflush(stdout);  // the table so far, before the job's processes write
   char path[] = "/tmp/tessera_bench_mp_XXXXXX";
   int fd = mkstemp(path);
   if (fd < 0) return nullptr;
@@ -135,7 +168,8 @@ nlohmann::json run_job(ModelParallelBenchOptions o, int dp, int pp, int tp, cons
                     "--schedule", schedule, "--microbatches", std::to_string(m), "--batch", std::to_string(o.batch),
                     "--embed", std::to_string(o.embed), "--layers", std::to_string(o.layers),
                     "--heads", std::to_string(o.heads), "--context", std::to_string(o.context),
-                    "--steps", std::to_string(o.steps), "--warmup", std::to_string(o.warmup)};
+                    "--steps", std::to_string(o.steps), "--warmup", std::to_string(o.warmup),
+                    "--virtual-stages", std::to_string(o.virtual_stages)};
   auto result = dist::launcher::launch(launch);
   ::close(fd);
   std::string out = read_all(path);
@@ -163,21 +197,60 @@ int model_parallel(const ModelParallelBenchOptions& o) {
               static_cast<long long>(o.embed), static_cast<long long>(o.layers), static_cast<long long>(o.heads),
               static_cast<long long>(o.context), static_cast<long long>(o.batch), o.steps, o.warmup);
   int failures = 0;
-  // 1. The bubble of a 2-stage pipeline against theory.
-  std::printf("Pipeline bubble, PP=2 (mean idle fraction of the stages' steps)\n");
-  std::printf("| M | theory (P-1)/(M+P-1) | GPipe | 1F1B | peak micro-batches held, GPipe / 1F1B (stage 0) |\n|---|---|---|---|---|\n");
+  // 1. The bubble of each schedule against its theory.
+  const int P = o.bubble_stages;
+  std::vector<std::string> schedules;
+  {
+    std::stringstream ss(o.schedules);
+    for (std::string item; std::getline(ss, item, ',');) {
+      parallel::pipeline::parse_schedule(item);  // refuses an unknown name before any job runs
+      schedules.push_back(item);
+    }
+  }
+  std::printf("Pipeline bubble, PP=%d (mean idle fraction of the stages' steps; in brackets the schedule's theory; "
+              "interleaved with v=%lld chunks per stage)\n",
+              P, static_cast<long long>(o.virtual_stages));
+  std::printf("| M |");
+  for (const auto& name : schedules) std::printf(" %s |", name.c_str());
+  std::printf(" measured / theory | peak micro-batches held on stage 0 | p2p message: bytes, one-way µs |\n|---|");
+  for (size_t i = 0; i < schedules.size(); ++i) std::printf("---|");
+  std::printf("---|---|---|\n");
   std::stringstream ms(o.bubble_microbatches);
   for (std::string item; std::getline(ms, item, ',');) {
     const int64_t m = std::stoll(item);
-    nlohmann::json g = run_job(o, 1, 2, 1, "gpipe", m), f = run_job(o, 1, 2, 1, "1f1b", m);
-    if (g.is_null() || f.is_null()) {
-      ++failures;
-      continue;
+    std::string cells, ratios, peaks, p2p;
+    for (const auto& name : schedules) {
+      const auto kind = parallel::pipeline::parse_schedule(name);
+      const int v = kind == parallel::pipeline::ScheduleKind::Interleaved ? static_cast<int>(o.virtual_stages) : 1;
+      if (kind == parallel::pipeline::ScheduleKind::Interleaved && m % P != 0) {
+        cells += " — |";  // Megatron's order needs M a multiple of P
+        continue;
+      }
+      nlohmann::json j = run_job(o, 1, P, 1, name, m);
+      if (j.is_null()) {
+        ++failures;
+        cells += " failed |";
+        continue;
+      }
+      const double theory = parallel::pipeline::theoretical_bubble(kind, P, m, v), got = j["bubble"].get<double>();
+      char cell[96];
+      std::snprintf(cell, sizeof cell, " %.3f (%.3f) |", got, theory);
+      cells += cell;
+      std::snprintf(cell, sizeof cell, "%s%s %.2f×", ratios.empty() ? "" : ", ", name.c_str(),
+                    theory > 0 ? got / theory : 0.0);
+      ratios += cell;
+      std::snprintf(cell, sizeof cell, "%s%lld", peaks.empty() ? "" : " / ", j["ranks"][0]["peak_activations"].get<long long>());
+      peaks += cell;
+      if (p2p.empty()) {
+        std::snprintf(cell, sizeof cell, "%lld B, %.1f µs", j["ranks"][0]["p2p_bytes"].get<long long>(),
+                      j["ranks"][0]["p2p_one_way_us"].get<double>());
+        p2p = cell;
+      }
     }
-    std::printf("| %lld | %.3f | %.3f | %.3f | %lld / %lld |\n", static_cast<long long>(m),
-                parallel::pipeline::theoretical_bubble(2, m), g["bubble"].get<double>(), f["bubble"].get<double>(),
-                g["ranks"][0]["peak_activations"].get<long long>(), f["ranks"][0]["peak_activations"].get<long long>());
+    std::printf("| %lld |%s %s | %s | %s |\n", static_cast<long long>(m), cells.c_str(), ratios.c_str(), peaks.c_str(),
+                p2p.c_str());
   }
+  if (o.no_layouts) return failures ? 1 : 0;
   // 2. Memory and 3. throughput per layout.
   struct Layout {
     const char* name;

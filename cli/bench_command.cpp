@@ -123,6 +123,13 @@ Command add_bench_command(CLI::App& app) {
   mpb->add_option("--warmup", mo->warmup, "Untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
   mpb->add_option("--bubble-microbatches", mo->bubble_microbatches, "Micro-batch counts of the bubble sweep")
       ->capture_default_str();
+  mpb->add_option("--bubble-stages", mo->bubble_stages, "Pipeline stages of the bubble sweep")
+      ->capture_default_str()->check(CLI::Range(2, 64));
+  mpb->add_option("--schedules", mo->schedules, "Schedules of the bubble sweep (gpipe, 1f1b, interleaved, zb-h1)")
+      ->capture_default_str();
+  mpb->add_option("--virtual-stages", mo->virtual_stages, "Model chunks per stage of the interleaved schedule")
+      ->capture_default_str()->check(CLI::Range(2, 64));
+  mpb->add_flag("--no-layouts", mo->no_layouts, "Only the bubble sweep, not the table of layouts");
   mpb->add_flag("--worker", mo->worker, "Internal: one rank of a measured job")->group("");
   mpb->add_option("--dp", mo->dp, "Internal")->group("");
   mpb->add_option("--pp", mo->pp, "Internal")->group("");

@@ -46,6 +46,12 @@ constexpr std::array kSettings{
             "address (or host name) the other ranks connect to for this rank's gloo connections", kUser},
     Setting{"TESSERA_SHM_SPIN", "4000 when ranks <= cores, else 64",
             "pauses a shared-memory rank spins before it sleeps on a futex (0: sleep at once)", kUser},
+    Setting{"TESSERA_SHM_P2P", "1",
+            "0 sends point-to-point (pipeline messages) of backend auto on one machine over gloo instead of shared "
+            "memory",
+            kUser},
+    Setting{"TESSERA_SHM_RING_BYTES", "32 MiB / (ranks x (ranks - 1)), between 256 KiB and 4 MiB",
+            "bytes of each shared-memory point-to-point ring (one per ordered pair of ranks)", kUser},
     Setting{"TESSERA_TCP_SPIN_US", "100",
             "microseconds a tcp collective of at most 64 KiB retries its sockets (yielding the core) before it "
             "sleeps in poll (0: sleep at once)",

@@ -1,8 +1,10 @@
 // auto: the fastest backend this job can use, per operation.
-//   - every rank on one machine (the launcher's LOCAL_WORLD_SIZE == WORLD_SIZE): collectives go to
-//     shm, point-to-point to gloo (shm has none). Measured (bench/compare_comm.py, see
-//     docs/benchmarks.md): shm's all-reduce busbw is above gloo's over loopback at every size from
-//     4 KiB to 256 MiB with 2 and 4 processes, so there is no size threshold.
+//   - every rank on one machine (the launcher's LOCAL_WORLD_SIZE == WORLD_SIZE): shm, collectives
+//     and point-to-point. Measured (bench/compare_comm.py, see docs/benchmarks.md): shm's all-reduce
+//     busbw is above gloo's over loopback at every size from 4 KiB to 256 MiB with 2 and 4
+//     processes, so there is no size threshold; a pipeline's 64 KiB activation takes tens of us one
+//     way over shm against 207 us over gloo (`tessera bench model-parallel`). TESSERA_SHM_P2P=0
+//     sends point-to-point over gloo instead, as before shm had it.
 //   - ranks on several machines: our tcp collectives (tcp/tcp_communicator.h), hierarchical when a
 //     host has several ranks (shared memory inside it, hierarchical_communicator.cpp); point-to-point
 //     on gloo. Measured between two test hosts (docs/benchmarks.md): tcp's 4 KiB all-reduce 26 us
@@ -13,6 +15,9 @@
 
 #include "tessera/dist/backends/tcp/tcp_mesh.h"
 #include "tessera/dist/store/prefix_store.h"
+#include "tessera/util/settings.h"
+
+#include <string>
 
 namespace tessera::dist {
 
@@ -23,7 +28,7 @@ class AutoCommunicator : public Communicator {
   AutoCommunicator(std::unique_ptr<Communicator> collectives, std::unique_ptr<Communicator> point_to_point)
       : collectives_(std::move(collectives)), point_to_point_(std::move(point_to_point)) {}
 
-  const char* backend_name() const override { return "auto: shm + gloo"; }
+  const char* backend_name() const override { return "auto: shm + gloo p2p"; }
   int rank() const override { return collectives_->rank(); }
   int size() const override { return collectives_->size(); }
 
@@ -69,6 +74,8 @@ std::unique_ptr<Communicator> make_auto_communicator(const BackendContext& conte
     return make_hierarchical_communicator(context, detail::tcp_bind_host(context.local_size, context.size));
   BackendContext shm = context, gloo = context;
   shm.store = std::make_shared<PrefixStore>("collectives", context.store);
+  const char* shm_p2p = env_setting("TESSERA_SHM_P2P");
+  if (shm_p2p == nullptr || std::string(shm_p2p) != "0") return make_shm_communicator(shm);
   gloo.store = std::make_shared<PrefixStore>("p2p", context.store);
   return std::make_unique<AutoCommunicator>(make_shm_communicator(shm), make_gloo_communicator(gloo));
 }

@@ -1,7 +1,8 @@
 // The shm backend: threads as ranks over one real shared segment per group (tier 2), every
-// collective against the serial reference at world sizes 1-8, with the default chunk and with a
-// one-page chunk (hundreds of double-buffered rounds per call); subgroups; the failure contract
-// (a rank that never arrives, a peer process that exits, ranks on different machines).
+// collective and send/recv against the serial reference at world sizes 1-8, with the default chunk
+// and with a one-page chunk (hundreds of double-buffered rounds per call); point-to-point's
+// matching, streaming and errors; subgroups; the failure contract (a rank that never arrives, a
+// peer process that exits, ranks on different machines).
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include "tessera/dist/backends/shm/shm_reduce.h"
 #include "tessera/dist/store/tcp_store.h"
 #include "tessera/dist/store/tcp_store_server.h"
+#include "testing/expect.h"
 
 namespace tessera {
 namespace {
@@ -37,10 +39,9 @@ dist::ProcessGroupOptions long_timeout() {
   return o;
 }
 
-testing::SuiteOptions no_p2p(std::vector<int64_t> sizes = {0, 1, 7, 1027, 786433}) {
+testing::SuiteOptions sized(std::vector<int64_t> sizes = {0, 1, 7, 1027, 786433}) {
   testing::SuiteOptions o;
   o.sizes = std::move(sizes);
-  o.point_to_point = false;
   return o;
 }
 
@@ -55,7 +56,7 @@ class ShmCollectives : public ::testing::TestWithParam<int> {};
 
 TEST_P(ShmCollectives, EveryCollectiveMatchesTheSerialReference) {
   // 786433 float32 (3 MiB + 4 bytes) is several 1 MiB rounds with a ragged last one.
-  auto failures = testing::run_suite_on_threads(GetParam(), dist::make_shm_communicator, no_p2p(), long_timeout());
+  auto failures = testing::run_suite_on_threads(GetParam(), dist::make_shm_communicator, sized(), long_timeout());
   EXPECT_TRUE(failures.empty()) << joined(failures);
 }
 
@@ -64,7 +65,7 @@ TEST_P(ShmCollectives, OnePageChunksStreamManyRounds) {
   // 4096 / world bytes, so both slot buffers are reused many times within one call.
   ChunkBytes chunk("4096");
   auto failures =
-      testing::run_suite_on_threads(GetParam(), dist::make_shm_communicator, no_p2p({3, 1000, 16411}), long_timeout());
+      testing::run_suite_on_threads(GetParam(), dist::make_shm_communicator, sized({3, 1000, 16411}), long_timeout());
   EXPECT_TRUE(failures.empty()) << joined(failures);
 }
 
@@ -133,7 +134,7 @@ TEST(ShmSubgroups, SplitGroupsRunTheSuiteOnTheirOwnSegments) {
         auto odd = group.new_group({3, 1});
         auto first_three = group.new_group({0, 1, 2});
         std::vector<std::string> mine;
-        auto small = no_p2p({0, 5, 1025, 300001});
+        auto small = sized({0, 5, 1025, 300001});
         if (odd) {
           EXPECT_EQ(odd->size(), 2);
           EXPECT_EQ(odd->rank(), group.rank() == 1 ? 0 : 1);
@@ -160,7 +161,7 @@ TEST(ShmSetup, UnknownLocalSizeIsCheckedThroughTheStore) {
     copy.local_size = 0;
     return dist::make_shm_communicator(copy);
   };
-  auto failures = testing::run_suite_on_threads(2, local_unknown, no_p2p({0, 9}), long_timeout());
+  auto failures = testing::run_suite_on_threads(2, local_unknown, sized({0, 9}), long_timeout());
   EXPECT_TRUE(failures.empty()) << joined(failures);
 }
 
@@ -179,13 +180,135 @@ TEST(ShmSetup, RanksOnSeveralMachinesAreAValueError) {
   }
 }
 
-TEST(ShmSetup, PointToPointIsNotSupported) {
+TEST(ShmSetup, AGroupOfOneHasNoPeerToSendTo) {
   dist::BackendContext c;
   c.store = std::make_shared<dist::HashStore>();
   auto comm = dist::make_shm_communicator(c);
   float x = 0;
-  EXPECT_THROW(comm->post_send(dist::Buffer{&x, 1, DType::Float32}, 0, 0), NotSupportedError);
-  EXPECT_THROW(comm->post_recv(dist::Buffer{&x, 1, DType::Float32}, 0, 0), NotSupportedError);
+  EXPECT_THROW(comm->post_send(dist::Buffer{&x, 1, DType::Float32}, 0, 0), ValueError);
+  EXPECT_THROW(comm->post_recv(dist::Buffer{&x, 1, DType::Float32}, 0, 0), ValueError);
+}
+
+// Rank r's message with tag t: n floats, each naming r, t and its index.
+Tensor message(int r, int t, int64_t n) {
+  Tensor x = Tensor::empty({n});
+  for (int64_t i = 0; i < n; ++i) x.data<float>()[i] = static_cast<float>(r * 1000000 + t * 1000 + i % 1000);
+  return x;
+}
+
+void expect_message(const Tensor& got, int r, int t) {
+  const auto want = message(r, t, got.numel()).to_vector<float>();
+  EXPECT_EQ(got.to_vector<float>(), want) << "message from rank " << r << " tag " << t;
+}
+
+// Small rings (one page) make every message below stream through them in pieces.
+class RingBytes {
+ public:
+  explicit RingBytes(const char* value) { ::setenv("TESSERA_SHM_RING_BYTES", value, 1); }
+  ~RingBytes() { ::unsetenv("TESSERA_SHM_RING_BYTES"); }
+};
+
+TEST(ShmPointToPoint, TagsMatchOutOfOrderAndMessagesStreamThroughSmallRings) {
+  for (const char* ring : {"4096", "4194304"}) {
+    RingBytes bytes(ring);
+    testing::run_on_threads(
+        2, dist::make_shm_communicator,
+        [](ProcessGroup& group) {
+          const int64_t sizes[] = {0, 1, 1000, 300001, 7};
+          if (group.rank() == 0) {
+            std::vector<dist::WorkPtr> sends;
+            for (int t = 0; t < 5; ++t) sends.push_back(group.send(message(0, t, sizes[t]), 1, t));
+            for (auto& s : sends) s->wait();
+          } else {
+            // Receive in reverse: every earlier message waits aside (drained from the ring) until its recv comes.
+            for (int t = 4; t >= 0; --t) {
+              Tensor in = zeros({sizes[t]});
+              group.recv(in, 0, t)->wait();
+              expect_message(in, 0, t);
+            }
+          }
+        },
+        long_timeout());
+  }
+}
+
+TEST(ShmPointToPoint, SameTagMessagesArriveInOrderAndBothWaysAtOnceNeverDeadlock) {
+  RingBytes bytes("8192");
+  testing::run_on_threads(
+      3, dist::make_shm_communicator,
+      [](ProcessGroup& group) {
+        const int me = group.rank();
+        // Every rank sends 3 messages of 1 MiB with one tag to each other rank before receiving any:
+        // a blocking send would deadlock here, with rings of 8 KiB.
+        std::vector<dist::WorkPtr> sends;
+        for (int peer = 0; peer < 3; ++peer)
+          if (peer != me)
+            for (int k = 0; k < 3; ++k) sends.push_back(group.send(message(me, k, 262144), peer, 9));
+        for (int peer = 0; peer < 3; ++peer)
+          if (peer != me)
+            for (int k = 0; k < 3; ++k) {
+              Tensor in = zeros({262144});
+              group.recv(in, peer, 9)->wait();
+              expect_message(in, peer, k);  // k-th of that tag, in the order sent
+            }
+        for (auto& s : sends) s->wait();
+      },
+      long_timeout());
+}
+
+TEST(ShmPointToPoint, ASendPostedBeforeACollectiveCompletesWhileItWaits) {
+  // Rank 0 posts a message far larger than its ring, then enters an allreduce; rank 1 receives it
+  // first and joins the allreduce after. Only the collective's waiting moves the rest of it.
+  RingBytes bytes("4096");
+  testing::run_on_threads(
+      2, dist::make_shm_communicator,
+      [](ProcessGroup& group) {
+        Tensor sum = ones({10});
+        if (group.rank() == 0) {
+          dist::WorkPtr s = group.send(message(0, 1, 100000), 1, 1);
+          group.allreduce(sum)->wait();
+          s->wait();
+        } else {
+          Tensor in = zeros({100000});
+          group.recv(in, 0, 1)->wait();
+          expect_message(in, 0, 1);
+          group.allreduce(sum)->wait();
+        }
+        EXPECT_EQ(sum.to_vector<float>()[0], 2.0f);
+      },
+      long_timeout());
+}
+
+TEST(ShmPointToPoint, AMessageOfAnotherSizeIsAValueErrorNamingBoth) {
+  testing::run_on_threads(
+      2, dist::make_shm_communicator,
+      [](ProcessGroup& group) {
+        if (group.rank() == 0) {
+          group.send(message(0, 3, 10), 1, 3)->wait();
+        } else {
+          Tensor in = zeros({12});
+          testing::expect_error<ValueError>([&] { group.recv(in, 0, 3)->wait(); },
+                                            {"rank 1 from rank 0 (tag 3)", "40 bytes", "48"});
+        }
+      },
+      long_timeout());
+}
+
+TEST(ShmPointToPoint, ARecvNobodySendsTimesOutNamingThePeerAndTag) {
+  dist::ProcessGroupOptions short_timeout;
+  short_timeout.timeout = 300ms;
+  testing::run_on_threads(
+      2, dist::make_shm_communicator,
+      [](ProcessGroup& group) {
+        if (group.rank() == 1) {
+          Tensor in = zeros({4});
+          const auto start = std::chrono::steady_clock::now();
+          testing::expect_error<TimeoutError>([&] { group.recv(in, 0, 42)->wait(); },
+                                              {"[shm recv] rank 1 from rank 0 (tag 42)", "timed out"});
+          EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
+        }
+      },
+      short_timeout);
 }
 
 TEST(ShmFailure, ARankThatNeverArrivesIsNamedWithinTheTimeout) {

@@ -1,5 +1,5 @@
-// ShmCommunicator's setup (rendezvous, segment layout), split, and the parts of the interface it
-// does not implement. The collectives are in shm_collectives.cpp.
+// ShmCommunicator's setup (rendezvous, segment layout), split, and point-to-point (handed to
+// shm_point_to_point.h). The collectives are in shm_collectives.cpp.
 #include "tessera/dist/backends/shm/shm_communicator.h"
 
 #include <unistd.h>
@@ -33,14 +33,18 @@ struct ShmHeader {
   uint64_t magic;
   uint64_t size;
   uint64_t chunk_bytes;
+  uint64_t ring_bytes;
 };
 
 size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
 size_t counters_offset() { return kPage; }
 size_t slots_offset(int size) { return counters_offset() + round_up(sizeof(detail::ShmCounter) * size, kPage); }
-size_t segment_bytes(int size, size_t chunk_bytes, size_t buffers) {
-  return slots_offset(size) + buffers * size * chunk_bytes;
+size_t point_to_point_offset(int size, size_t chunk_bytes, size_t buffers) {
+  return round_up(slots_offset(size) + buffers * size * chunk_bytes, kPage);
+}
+size_t segment_bytes(int size, size_t chunk_bytes, size_t buffers, size_t ring_bytes) {
+  return point_to_point_offset(size, chunk_bytes, buffers) + detail::shm_point_to_point_bytes(size, ring_bytes);
 }
 
 size_t choose_chunk_bytes(int size) {
@@ -104,22 +108,26 @@ ShmCommunicator::ShmCommunicator(const BackendContext& context) : rank_(context.
   if (context.local_size == 0) check_one_machine(store, rank_, size_, timeout);
 
   std::string name;
+  size_t ring_bytes = 0;
   if (rank_ == 0) {
     chunk_bytes_ = choose_chunk_bytes(size_);
-    segment_ = detail::ShmSegment::create(segment_bytes(size_, chunk_bytes_, kBuffers));
+    ring_bytes = detail::choose_ring_bytes(size_);
+    segment_ = detail::ShmSegment::create(segment_bytes(size_, chunk_bytes_, kBuffers, ring_bytes));
     name = segment_.name();
-    new (segment_.data()) ShmHeader{kMagic, static_cast<uint64_t>(size_), chunk_bytes_};
+    new (segment_.data()) ShmHeader{kMagic, static_cast<uint64_t>(size_), chunk_bytes_, ring_bytes};
     for (int r = 0; r < size_; ++r) new (segment_.data() + counters_offset() + r * sizeof(detail::ShmCounter)) detail::ShmCounter();
-    store.set("shm/segment", concat(chunk_bytes_, " ", name));
+    detail::ShmPointToPoint::initialise(segment_.data() + point_to_point_offset(size_, chunk_bytes_, kBuffers),
+                                        ring_bytes, size_);
+    store.set("shm/segment", concat(chunk_bytes_, " ", ring_bytes, " ", name));
   } else {
     store.wait({"shm/segment"}, timeout);
     std::istringstream in(store.get_string("shm/segment"));
-    in >> chunk_bytes_ >> name;
-    TESSERA_ASSERT(chunk_bytes_ > 0 && !name.empty(), "bad shm/segment value in the store");
-    segment_ = detail::ShmSegment::open(name, segment_bytes(size_, chunk_bytes_, kBuffers));
+    in >> chunk_bytes_ >> ring_bytes >> name;
+    TESSERA_ASSERT(chunk_bytes_ > 0 && ring_bytes > 0 && !name.empty(), "bad shm/segment value in the store");
+    segment_ = detail::ShmSegment::open(name, segment_bytes(size_, chunk_bytes_, kBuffers, ring_bytes));
     const auto* header = reinterpret_cast<const ShmHeader*>(segment_.data());
     TESSERA_ASSERT(header->magic == kMagic && header->size == static_cast<uint64_t>(size_) &&
-                       header->chunk_bytes == chunk_bytes_,
+                       header->chunk_bytes == chunk_bytes_ && header->ring_bytes == ring_bytes,
                    "shm segment ", name, " does not match its description in the store");
   }
 
@@ -139,7 +147,10 @@ ShmCommunicator::ShmCommunicator(const BackendContext& context) : rank_(context.
   if (rank_ == 0) detail::ShmSegment::unlink(name);
 
   auto* counters = reinterpret_cast<detail::ShmCounter*>(segment_.data() + counters_offset());
+  point_to_point_ = std::make_shared<detail::ShmPointToPoint>(
+      segment_.data() + point_to_point_offset(size_, chunk_bytes_, kBuffers), ring_bytes, rank_, size_, pids);
   sync_ = std::make_unique<detail::ShmSync>(counters, rank_, size_, std::move(pids));
+  sync_->set_idle_hook([p2p = point_to_point_.get()] { p2p->progress_if_idle(); });
   slots_ = segment_.data() + slots_offset(size_);
 }
 
@@ -160,14 +171,14 @@ void ShmCommunicator::arrive_and_wait(uint64_t k, const char* op, Deadline deadl
   sync_->wait(static_cast<uint32_t>(k + 1), op, deadline, only_peer);
 }
 
-std::unique_ptr<PendingTransfer> ShmCommunicator::post_send(Buffer, int peer, int) {
-  throw NotSupportedError(concat("[shm send] rank ", rank_, " to rank ", peer,
-                                 ": backend shm does not support point-to-point; use gloo or auto"));
+std::unique_ptr<PendingTransfer> ShmCommunicator::post_send(Buffer data, int peer, int tag) {
+  TESSERA_CHECK(point_to_point_, "[shm send] rank ", rank_, " to rank ", peer, ": a group of one has no peer");
+  return point_to_point_->post_send(data, peer, tag);
 }
 
-std::unique_ptr<PendingTransfer> ShmCommunicator::post_recv(Buffer, int peer, int) {
-  throw NotSupportedError(concat("[shm recv] rank ", rank_, " from rank ", peer,
-                                 ": backend shm does not support point-to-point; use gloo or auto"));
+std::unique_ptr<PendingTransfer> ShmCommunicator::post_recv(Buffer data, int peer, int tag) {
+  TESSERA_CHECK(point_to_point_, "[shm recv] rank ", rank_, " from rank ", peer, ": a group of one has no peer");
+  return point_to_point_->post_recv(data, peer, tag);
 }
 
 std::unique_ptr<Communicator> ShmCommunicator::split(std::span<const int> ranks, std::shared_ptr<Store> store,

@@ -35,7 +35,9 @@ constexpr auto kSlice = std::chrono::milliseconds(20);
 // it can notice when the peers run alongside again.
 constexpr int kMinSpin = 32;
 
-void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
+}  // namespace
+
+void shm_futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
   timespec ts{};
   ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
   ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
@@ -43,13 +45,13 @@ void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nan
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 
-void futex_wake_all(std::atomic<uint32_t>* word) {
+void shm_futex_wake_all(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 // kill(pid, 0) still succeeds for a zombie (exited, not yet reaped by its parent), which is what a
 // crashed rank is until the launcher reaps it; /proc tells the two apart.
-bool process_alive(pid_t pid) {
+bool shm_process_alive(pid_t pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;
   std::string path = concat("/proc/", pid, "/stat");
   FILE* f = std::fopen(path.c_str(), "r");
@@ -65,8 +67,6 @@ bool process_alive(pid_t pid) {
   char state = text[close + 2];
   return state != 'Z' && state != 'X';
 }
-
-}  // namespace
 
 ShmSync::ShmSync(ShmCounter* counters, int rank, int size, std::vector<pid_t> pids)
     : counters_(counters), rank_(rank), size_(size), pids_(std::move(pids)) {
@@ -91,7 +91,7 @@ void ShmSync::publish(uint32_t value) {
   // seq_cst on both sides (this store and the waiter's sleepers increment) makes the pair a
   // Dekker handshake: either we see the sleeper and wake it, or its futex_wait sees the new value.
   c.value.store(value, std::memory_order_seq_cst);
-  if (c.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&c.value);
+  if (c.sleepers.load(std::memory_order_seq_cst) != 0) shm_futex_wake_all(&c.value);
 }
 
 void ShmSync::wait(uint32_t value, const char* op, Deadline deadline, int only_peer) {
@@ -121,8 +121,12 @@ void ShmSync::wait_one(int peer, uint32_t value, const char* op, Deadline deadli
     auto now = Clock::now();
     if (now >= deadline) throw_timeout(value, op, only_peer);
     auto slice = std::min<std::chrono::nanoseconds>(deadline - now, kSlice);
+    if (idle_hook_) {
+      idle_hook_();
+      if (reached(c.value.load(std::memory_order_acquire), value)) return;
+    }
     c.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    futex_wait(&c.value, seen, slice);
+    shm_futex_wait(&c.value, seen, slice);
     c.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (reached(c.value.load(std::memory_order_acquire), value)) return;
     // Only after a slice without progress: a syscall and a /proc read per wakeup would cost more
@@ -133,7 +137,7 @@ void ShmSync::wait_one(int peer, uint32_t value, const char* op, Deadline deadli
 
 void ShmSync::check_alive(int peer, const char* op) {
   pid_t pid = pids_[static_cast<size_t>(peer)];
-  if (pid == getpid() || process_alive(pid)) return;
+  if (pid == getpid() || shm_process_alive(pid)) return;
   throw PeerFailureError(concat("[shm ", op, "] rank ", rank_, " of ", size_, ": peer rank ", peer, " (pid ", pid,
                                 ") has exited"));
 }

@@ -8,6 +8,8 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <cstdint>
 #include <vector>
 
@@ -22,6 +24,13 @@ struct alignas(128) ShmCounter {
   std::atomic<uint32_t> sleepers{0};  // waiters in futex_wait on `value`; publish wakes only if > 0
 };
 
+// The futex and liveness primitives ShmSync waits with, shared with point-to-point
+// (shm_point_to_point.h): a shared futex (no FUTEX_PRIVATE_FLAG: the peers are other processes).
+void shm_futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout);
+void shm_futex_wake_all(std::atomic<uint32_t>* word);
+// Whether `pid` runs (a zombie, exited but not reaped, does not).
+bool shm_process_alive(pid_t pid);
+
 class ShmSync {
  public:
   // `counters` points at `size` counters in the segment; `pids[r]` is rank r's process.
@@ -32,6 +41,9 @@ class ShmSync {
   // Returns once rank p's counter has reached `value` (wrap-around safe) for every peer p, or only
   // for `only_peer` when it is >= 0. `op` names the collective in errors ("allreduce").
   void wait(uint32_t value, const char* op, Deadline deadline, int only_peer = -1);
+  // Called while a wait spins or between its sleeps (point-to-point progress, so that a send
+  // posted before a collective still completes while the collective waits).
+  void set_idle_hook(std::function<void()> hook) { idle_hook_ = std::move(hook); }
 
  private:
   void wait_one(int peer, uint32_t value, const char* op, Deadline deadline, int only_peer);
@@ -44,6 +56,7 @@ class ShmSync {
   std::vector<pid_t> pids_;
   int max_spin_;  // pauses before sleeping, at most; see the constructor for the measurement
   int spin_;      // the current budget, adapted after every wait
+  std::function<void()> idle_hook_;
 };
 
 }  // namespace tessera::dist::detail
