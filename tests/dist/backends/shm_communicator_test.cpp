@@ -421,6 +421,19 @@ TEST(ShmFailure, AProcessThatExitsIsAPeerFailureWellBeforeTheTimeout) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_NE(error.find("peer rank 1 (pid " + std::to_string(child) + ") has exited"), std::string::npos) << error;
   EXPECT_LT(took, 10s);
+  // A receive from the dead peer fails the same way, naming the tag, well before its deadline.
+  start = std::chrono::steady_clock::now();
+  error.clear();
+  try {
+    comm->post_recv(dist::Buffer{data.data(), 100, DType::Float32}, 1, 5)->wait(start + 20s);
+  } catch (const PeerFailureError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("[shm recv] rank 0 from rank 1 (tag 5): peer rank 1 (pid " + std::to_string(child) +
+                       ") has exited"),
+            std::string::npos)
+      << error;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
 }
 
 }  // namespace
