@@ -50,7 +50,7 @@ constexpr std::array kSettings{
             "0 sends point-to-point (pipeline messages) of backend auto on one machine over gloo instead of shared "
             "memory",
             kUser},
-    Setting{"TESSERA_SHM_RING_BYTES", "32 MiB / (ranks x (ranks - 1)), between 256 KiB and 4 MiB",
+    Setting{"TESSERA_SHM_RING_BYTES", "8 MiB / (ranks x (ranks - 1)), between 64 KiB and 1 MiB",
             "bytes of each shared-memory point-to-point ring (one per ordered pair of ranks)", kUser},
     Setting{"TESSERA_TCP_SPIN_US", "100",
             "microseconds a tcp collective of at most 64 KiB retries its sockets (yielding the core) before it "

@@ -86,9 +86,12 @@ size_t choose_ring_bytes(int size) {
                   kRingPage, " bytes, got '", env, "'");
     return round_up_to(static_cast<size_t>(v), kRingPage);
   }
+  // The segment's pages are reserved up front in /dev/shm (often 64 MiB in a container), and a mesh
+  // job makes a group per line of each axis, so the rings share 8 MiB. A message larger than its
+  // ring streams through it.
   const size_t pairs = static_cast<size_t>(std::max(1, size * (size - 1)));
-  const size_t share = (size_t(32) << 20) / pairs;
-  return std::clamp(share / kRingPage * kRingPage, size_t(256) << 10, size_t(4) << 20);
+  const size_t share = (size_t(8) << 20) / pairs;
+  return std::clamp(share / kRingPage * kRingPage, size_t(64) << 10, size_t(1) << 20);
 }
 
 void ShmPointToPoint::initialise(char* area, size_t ring_bytes, int size) {
@@ -342,11 +345,13 @@ void ShmPointToPoint::wait_until(const Done& done, const char* op, int peer, int
     }
     // Nothing to do until a peer moves bytes: spin a little, then sleep on the doorbell.
     bool changed = false;
-    for (int i = 0; i < spin_ && !changed; ++i) {
+    const int budget = spin_.load(std::memory_order_relaxed);
+    for (int i = 0; i < budget && !changed; ++i) {
       _mm_pause();
       changed = bell.value.load(std::memory_order_acquire) != rung;
     }
-    spin_ = changed ? std::min(kMaxP2pSpin, 2 * spin_) : std::max(32, spin_ / 2);
+    // Adapted as ShmSync's: doubled when spinning sufficed, halved when the wait had to sleep.
+    spin_.store(changed ? std::min(kMaxP2pSpin, 2 * budget) : std::max(32, budget / 2), std::memory_order_relaxed);
     if (changed) continue;
     const auto now = Clock::now();
     if (now >= deadline)

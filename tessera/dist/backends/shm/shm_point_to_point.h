@@ -51,7 +51,7 @@ struct ShmRingPositions {
 
 // Bytes of the point-to-point area for `size` ranks and rings of `ring_bytes`.
 size_t shm_point_to_point_bytes(int size, size_t ring_bytes);
-// Ring bytes per ordered pair: 32 MiB shared by the size·(size-1) rings, between 256 KiB and 4 MiB,
+// Ring bytes per ordered pair: 8 MiB shared by the size·(size-1) rings, between 64 KiB and 1 MiB,
 // whole pages. TESSERA_SHM_RING_BYTES overrides it.
 size_t choose_ring_bytes(int size);
 
@@ -117,7 +117,7 @@ class ShmPointToPoint : public std::enable_shared_from_this<ShmPointToPoint> {
     Incoming incoming;
   };
   std::vector<Peer> peers_;
-  int spin_ = 256;
+  std::atomic<int> spin_{256};  // pauses before sleeping; waits on several threads share it
 };
 
 }  // namespace tessera::dist::detail
