@@ -262,7 +262,9 @@ int model_parallel(const ModelParallelBenchOptions& o) {
   // time, as gradient accumulation) from what splitting the model saves.
   const Layout layouts[] = {{"1 process", 1, 1, 1, "1f1b", 1},   {"1 process, M=8", 1, 1, 1, "1f1b", 8},
                             {"PP=2 GPipe", 1, 2, 1, "gpipe", 8},
-                            {"PP=2 1F1B", 1, 2, 1, "1f1b", 8},   {"TP=2", 1, 1, 2, "1f1b", 1},
+                            {"PP=2 1F1B", 1, 2, 1, "1f1b", 8},
+                            {"PP=2 interleaved (v=2)", 1, 2, 1, "interleaved", 8},
+                            {"PP=2 ZB-H1", 1, 2, 1, "zb-h1", 8}, {"TP=2", 1, 1, 2, "1f1b", 1},
                             {"DP=2", 2, 1, 1, "1f1b", 1},        {"DP=2 x PP=2", 2, 2, 1, "1f1b", 8},
                             {"DP=2 x TP=2", 2, 1, 2, "1f1b", 1}};
   std::printf("\nPer layout (M = micro-batches; peak tensor MiB and peak RSS MiB per rank)\n");
