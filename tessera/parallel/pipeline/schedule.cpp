@@ -60,17 +60,24 @@ std::vector<Action> interleaved(int stage, int stages, int64_t microbatches, int
 // micro-batches not yet through W (so at most P-1 more waiting for W); else its oldest waiting W. W passes thus fill the units 1F1B leaves idle.
 // B passes and W passes run in micro-batch order, so counters describe each stage. Every stage
 // computes the same simulation and keeps its own row, so the stages' orders agree.
-std::vector<Action> zero_bubble_h1(int stage, int stages, int64_t microbatches) {
+struct ZeroBubblePlan {
+  std::vector<Action> actions;  // of the stage asked for
+  int64_t step_units = 0;       // the step's length in passes
+};
+
+ZeroBubblePlan zero_bubble_h1(int stage, int stages, int64_t microbatches) {
   const int P = stages;
   const int64_t M = microbatches;
   constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
   std::vector<std::vector<int64_t>> forward_end(P, std::vector<int64_t>(M, kNever));
   std::vector<std::vector<int64_t>> backward_end(P, std::vector<int64_t>(M, kNever));
   std::vector<int64_t> forwards(P, 0), backwards(P, 0), weights(P, 0);
-  std::vector<Action> mine;
+  ZeroBubblePlan plan;
+  std::vector<Action>& mine = plan.actions;
   const int64_t limit = 3 * M * P + 4 * static_cast<int64_t>(P) + 16;  // far past any valid order's end
   auto unfinished = [&] { return std::any_of(weights.begin(), weights.end(), [&](int64_t w) { return w < M; }); };
-  for (int64_t t = 0; unfinished(); ++t) {
+  int64_t t = 0;
+  for (; unfinished(); ++t) {
     TESSERA_ASSERT(t < limit, "ZB-H1 list scheduling made no progress (P=", P, ", M=", M, ")");
     struct Choice {
       K kind;
@@ -97,7 +104,8 @@ std::vector<Action> zero_bubble_h1(int stage, int stages, int64_t microbatches) 
       if (s == stage) mine.push_back({kind, m});
     }
   }
-  return mine;
+  plan.step_units = t;
+  return plan;
 }
 
 }  // namespace
@@ -136,7 +144,7 @@ std::vector<Action> make_schedule(ScheduleKind kind, int stage, int stages, int6
   switch (kind) {
     case ScheduleKind::GPipe: return gpipe(microbatches);
     case ScheduleKind::OneForwardOneBackward: return one_forward_one_backward(stage, stages, microbatches);
-    case ScheduleKind::ZeroBubbleH1: return zero_bubble_h1(stage, stages, microbatches);
+    case ScheduleKind::ZeroBubbleH1: return zero_bubble_h1(stage, stages, microbatches).actions;
     case ScheduleKind::Interleaved: break;
   }
   TESSERA_ASSERT(false, "unhandled schedule");
@@ -158,7 +166,12 @@ double theoretical_bubble(ScheduleKind kind, int stages, int64_t microbatches, i
   const double m = static_cast<double>(microbatches);
   switch (kind) {
     case ScheduleKind::Interleaved: return idle / (chunks * m + idle);
-    case ScheduleKind::ZeroBubbleH1: return idle / (3.0 * m + idle);
+    case ScheduleKind::ZeroBubbleH1: {
+      // (P-1)/(3M+P-1) once M >= P; with fewer micro-batches than stages the W passes cannot fill
+      // the warm-up, so the list-scheduled step itself is the theory.
+      if (microbatches >= stages) return idle / (3.0 * m + idle);
+      return 1.0 - 3.0 * m / static_cast<double>(zero_bubble_h1(0, stages, microbatches).step_units);
+    }
     default: return idle / (m + idle);
   }
 }

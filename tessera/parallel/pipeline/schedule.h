@@ -50,7 +50,8 @@ std::vector<Action> make_schedule(ScheduleKind kind, int stage, int stages, int6
 int64_t peak_in_flight(const std::vector<Action>& actions);
 
 // The idle fraction of a synchronous pipeline with equal stages: (P-1)/(M+P-1) for GPipe and 1F1B,
-// (P-1)/(v·M+P-1) interleaved, (P-1)/(3M+P-1) for ZB-H1.
+// (P-1)/(v·M+P-1) interleaved, (P-1)/(3M+P-1) for ZB-H1 (when M >= P; below, that of its
+// list-scheduled order).
 double theoretical_bubble(ScheduleKind kind, int stages, int64_t microbatches, int chunks = 1);
 double theoretical_bubble(int stages, int64_t microbatches);  // GPipe and 1F1B
 

@@ -99,6 +99,7 @@ TEST(PipelineSchedule, EveryScheduleFinishesWithItsTheoreticalBubble) {
       {ScheduleKind::Interleaved, 4, 16, 4}, {ScheduleKind::Interleaved, 3, 6, 3},
       {ScheduleKind::ZeroBubbleH1, 2, 4, 1}, {ScheduleKind::ZeroBubbleH1, 4, 16, 1},
       {ScheduleKind::ZeroBubbleH1, 3, 16, 1}, {ScheduleKind::ZeroBubbleH1, 4, 4, 1},
+      {ScheduleKind::ZeroBubbleH1, 2, 1, 1}, {ScheduleKind::ZeroBubbleH1, 4, 2, 1},
       {ScheduleKind::ZeroBubbleH1, 8, 32, 1}};
   for (const Layout& l : layouts) {
     const double step = simulate(l.kind, l.stages, l.m, l.chunks);
@@ -176,6 +177,7 @@ TEST(PipelineSchedule, TheoreticalBubble) {
   EXPECT_DOUBLE_EQ(theoretical_bubble(1, 8), 0.0);
   EXPECT_DOUBLE_EQ(theoretical_bubble(ScheduleKind::Interleaved, 4, 16, 2), 3.0 / 35.0);
   EXPECT_DOUBLE_EQ(theoretical_bubble(ScheduleKind::ZeroBubbleH1, 4, 16), 3.0 / 51.0);
+  EXPECT_DOUBLE_EQ(theoretical_bubble(ScheduleKind::ZeroBubbleH1, 2, 1), 0.4);  // F F B B+W W: 5 passes, 3 busy
 }
 
 TEST(PipelineSchedule, BadArgumentsAreRejected) {
