@@ -199,19 +199,16 @@ int model_parallel(const ModelParallelBenchOptions& o) {
   int failures = 0;
   // 1. The bubble of each schedule against its theory.
   const int P = o.bubble_stages;
-  std::vector<std::string> schedules;
+  std::vector<std::pair<std::string, parallel::pipeline::ScheduleKind>> schedules;  // parsed before any job runs
   {
     std::stringstream ss(o.schedules);
-    for (std::string item; std::getline(ss, item, ',');) {
-      parallel::pipeline::parse_schedule(item);  // refuses an unknown name before any job runs
-      schedules.push_back(item);
-    }
+    for (std::string item; std::getline(ss, item, ',');) schedules.emplace_back(item, parallel::pipeline::parse_schedule(item));
   }
   std::printf("Pipeline bubble, PP=%d (mean idle fraction of the stages' steps; in brackets the schedule's theory; "
               "interleaved with v=%lld chunks per stage)\n",
               P, static_cast<long long>(o.virtual_stages));
   std::printf("| M |");
-  for (const auto& name : schedules) std::printf(" %s |", name.c_str());
+  for (const auto& [name, kind] : schedules) std::printf(" %s |", name.c_str());
   std::printf(" measured / theory | peak micro-batches held on stage 0 | p2p message: bytes, one-way µs |\n|---|");
   for (size_t i = 0; i < schedules.size(); ++i) std::printf("---|");
   std::printf("---|---|---|\n");
@@ -219,8 +216,7 @@ int model_parallel(const ModelParallelBenchOptions& o) {
   for (std::string item; std::getline(ms, item, ',');) {
     const int64_t m = std::stoll(item);
     std::string cells, ratios, peaks, p2p;
-    for (const auto& name : schedules) {
-      const auto kind = parallel::pipeline::parse_schedule(name);
+    for (const auto& [name, kind] : schedules) {
       const int v = kind == parallel::pipeline::ScheduleKind::Interleaved ? static_cast<int>(o.virtual_stages) : 1;
       if (kind == parallel::pipeline::ScheduleKind::Interleaved && m % P != 0) {
         cells += " — |";  // Megatron's order needs M a multiple of P

@@ -168,32 +168,21 @@ std::pair<Tensor, float> linear_output(int64_t N, int64_t out_features, const Te
   return {out, 1.0f};
 }
 
-// Where linear's weight and bias gradients go when a zero-bubble schedule defers them
-// (autograd/weight_grad_deferral.h): their leaves' accumulators, taken at forward time.
-struct WeightSinks {
-  std::shared_ptr<autograd::Node> weight, bias;
-  bool deferrable = false;  // every gradient wanted has a sink
-};
-
-WeightSinks weight_sinks(const Tensor& w, const Tensor& bias, bool gw, bool gbias) {
-  WeightSinks s;
-  if (!gw && !gbias) return s;
-  if (gw) s.weight = autograd::deferrable_sink(w);
-  if (gbias) s.bias = autograd::deferrable_sink(bias);
-  s.deferrable = (!gw || s.weight) && (!gbias || s.bias);
-  return s;
-}
-
-// Queues the weight gradients when a deferral is active and they can go straight to their leaves;
-// false when the backward should compute them now.
+// Under a zero-bubble schedule's deferral (autograd/weight_grad_deferral.h), queues linear's weight
+// and bias gradients to be added to their leaves later, and returns true; false when no deferral is
+// installed or a wanted gradient has no leaf to go to, and the backward computes them now. The
+// leaves' accumulators are looked up here, at backward time, so ordinary steps pay nothing.
 template <typename WeightGrads>
-bool defer_weight_grads(const WeightSinks& sinks, const WeightGrads& weight_grads) {
+bool defer_weight_grads(const Tensor& w, const Tensor& bias, bool gw, bool gbias, const WeightGrads& weight_grads) {
   autograd::WeightGradQueue* queue = autograd::deferred_weight_grads();
-  if (queue == nullptr || !sinks.deferrable) return false;
-  queue->push([sinks, weight_grads] {
+  if (queue == nullptr || (!gw && !gbias)) return false;
+  std::shared_ptr<autograd::Node> to_weight = gw ? autograd::deferrable_sink(w) : nullptr;
+  std::shared_ptr<autograd::Node> to_bias = gbias ? autograd::deferrable_sink(bias) : nullptr;
+  if ((gw && !to_weight) || (gbias && !to_bias)) return false;
+  queue->push([to_weight, to_bias, weight_grads] {
     auto [grad_w, grad_b] = weight_grads();
-    if (grad_w.defined()) sinks.weight->apply(grad_w);
-    if (grad_b.defined()) sinks.bias->apply(grad_b);
+    if (grad_w.defined()) to_weight->apply(grad_w);
+    if (grad_b.defined()) to_bias->apply(grad_b);
   });
   return true;
 }
@@ -208,9 +197,8 @@ Tensor linear_2d_bf16(const Tensor& x_in, const Tensor& w_in, const Tensor& bias
   const cpu::Bf16Matrix xb(matrix_at(x, 0)), wb(matrix_at(w, 0));
   cpu::gemm_bf16(xb, wb.transposed(), out.data<float>(), out_features, 1.0f, beta);
   const bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gbias = bias.defined() && bias.requires_grad();
-  const WeightSinks sinks = weight_sinks(w_in, bias, gw, gbias);
   return record(out, "LinearBackward", {x_in, w_in, bias},
-                [xb, wb, N, in_features, out_features, gx, gw, gbias, sinks](const Tensor& g_in) {
+                [xb, wb, w_in, bias, N, in_features, out_features, gx, gw, gbias](const Tensor& g_in) {
                   Tensor g = blas_ready(g_in);
                   Tensor grad_x;
                   const cpu::Bf16Matrix gb(matrix_at(g, 0));
@@ -227,7 +215,8 @@ Tensor linear_2d_bf16(const Tensor& x_in, const Tensor& w_in, const Tensor& bias
                     if (gbias) grad_b = sum(g, {0});
                     return std::pair{grad_w, grad_b};
                   };
-                  if (defer_weight_grads(sinks, weight_grads)) return std::vector<Tensor>{grad_x, Tensor(), Tensor()};
+                  if (defer_weight_grads(w_in, bias, gw, gbias, weight_grads))
+                    return std::vector<Tensor>{grad_x, Tensor(), Tensor()};
                   auto [grad_w, grad_b] = weight_grads();
                   return std::vector<Tensor>{grad_x, grad_w, grad_b};
                 });
@@ -242,8 +231,8 @@ Tensor linear_2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   auto [out, beta] = linear_output(N, out_features, bias);
   product(matrix_at(x, 0), transposed(matrix_at(w, 0)), out.data<float>(), out_features, 1.0f, beta);
   bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gbias = bias.defined() && bias.requires_grad();
-  const WeightSinks sinks = weight_sinks(w_in, bias, gw, gbias);
-  return record(out, "LinearBackward", {x_in, w_in, bias}, [x, w, gx, gw, gbias, precision, sinks](const Tensor& g_in) {
+  return record(out, "LinearBackward", {x_in, w_in, bias},
+                [x, w, w_in, bias, gx, gw, gbias, precision](const Tensor& g_in) {
     Autocast as_forward(precision);
     Tensor g = blas_ready(g_in);
     Tensor grad_x;
@@ -262,7 +251,7 @@ Tensor linear_2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
       if (gbias) grad_b = sum(g, {0});
       return std::pair{grad_w, grad_b};
     };
-    if (defer_weight_grads(sinks, weight_grads)) return std::vector<Tensor>{grad_x, Tensor(), Tensor()};
+    if (defer_weight_grads(w_in, bias, gw, gbias, weight_grads)) return std::vector<Tensor>{grad_x, Tensor(), Tensor()};
     auto [grad_w, grad_b] = weight_grads();
     return std::vector<Tensor>{grad_x, grad_w, grad_b};
   });

@@ -98,14 +98,9 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
   // Interleaved, the chain is cut into pp · v chunks and stage s holds chunks s, pp + s, 2pp + s, ...
   const int v = static_cast<int>(p.virtual_stages);
   bounds_ = parallel::pipeline::balance_stages(costs, static_cast<int>(p.pp) * v);
-  const int s = mesh_->coordinates().pp;
-  std::vector<nn::LayerChain> mine;
-  for (int c = 0; c < v; ++c) {
-    const int64_t chunk = static_cast<int64_t>(c) * p.pp + s;
-    mine.emplace_back(chain.begin() + bounds_[chunk], chain.begin() + bounds_[chunk + 1]);
-  }
   stage_ = std::make_unique<parallel::pipeline::PipelineStage>(
-      std::move(mine), mesh_->pp_group(),
+      parallel::pipeline::stage_chunks(chain, bounds_, mesh_->coordinates().pp, static_cast<int>(p.pp)),
+      mesh_->pp_group(),
       parallel::pipeline::PipelineOptions{parallel::pipeline::parse_schedule(p.schedule), p.microbatches,
                                           wire_dtype(config_)},
       [this](const Tensor& out, const Tensor& targets) { return loss_of(out, targets); });

@@ -2,9 +2,9 @@
 //   - every rank on one machine (the launcher's LOCAL_WORLD_SIZE == WORLD_SIZE): shm, collectives
 //     and point-to-point. Measured (bench/compare_comm.py, see docs/benchmarks.md): shm's all-reduce
 //     busbw is above gloo's over loopback at every size from 4 KiB to 256 MiB with 2 and 4
-//     processes, so there is no size threshold; a pipeline's 64 KiB activation takes tens of us one
-//     way over shm against 207 us over gloo (`tessera bench model-parallel`). TESSERA_SHM_P2P=0
-//     sends point-to-point over gloo instead, as before shm had it.
+//     processes, so there is no size threshold; a pipeline's 64 KiB activation takes 31 us one way
+//     over shm against 285 us over gloo (`tessera bench model-parallel`, one session).
+//     TESSERA_SHM_P2P=0 sends point-to-point over gloo instead, as before shm had it.
 //   - ranks on several machines: our tcp collectives (tcp/tcp_communicator.h), hierarchical when a
 //     host has several ranks (shared memory inside it, hierarchical_communicator.cpp); point-to-point
 //     on gloo. Measured between two test hosts (docs/benchmarks.md): tcp's 4 KiB all-reduce 26 us
@@ -13,11 +13,11 @@
 // The communicators are built eagerly at every rank, since each rendezvous needs all ranks.
 #include "tessera/dist/backends/backend.h"
 
+#include <string>
+
 #include "tessera/dist/backends/tcp/tcp_mesh.h"
 #include "tessera/dist/store/prefix_store.h"
 #include "tessera/util/settings.h"
-
-#include <string>
 
 namespace tessera::dist {
 

@@ -109,10 +109,6 @@ std::vector<std::string> expand_ranges(std::string_view ranges, std::string_view
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 void check_host_name_length(size_t length, std::string_view list, std::string_view variable) {
   TESSERA_CHECK(length <= kMaxHostNameLength, kOp, " ", variable, "='", list.substr(0, 200),
                 list.size() > 200 ? "...'" : "'", ": a host name of more than ", kMaxHostNameLength, " characters");

@@ -36,6 +36,17 @@ std::vector<int64_t> balance_stages(const std::vector<double>& costs, int stages
   return bounds;
 }
 
+std::vector<nn::LayerChain> stage_chunks(const nn::LayerChain& chain, const std::vector<int64_t>& bounds, int stage,
+                                         int stages) {
+  const int64_t runs = static_cast<int64_t>(bounds.size()) - 1;
+  TESSERA_CHECK(stages >= 1 && stage >= 0 && stage < stages && runs >= stages && runs % stages == 0,
+                "[pipeline] ", runs, " runs of layers do not split evenly over ", stages, " stages (stage ", stage, ")");
+  std::vector<nn::LayerChain> chunks;
+  for (int64_t run = stage; run < runs; run += stages)
+    chunks.emplace_back(chain.begin() + bounds[static_cast<size_t>(run)], chain.begin() + bounds[static_cast<size_t>(run + 1)]);
+  return chunks;
+}
+
 std::vector<double> parameter_costs(const nn::LayerChain& chain) {
   std::vector<double> costs;
   for (const auto& layer : chain) costs.push_back(static_cast<double>(std::max<int64_t>(1, layer.module->num_parameters())));

@@ -17,6 +17,12 @@ namespace tessera::parallel::pipeline {
 // Stage boundaries: stage s owns layers [bounds[s], bounds[s+1]); bounds.size() == stages + 1.
 std::vector<int64_t> balance_stages(const std::vector<double>& layer_costs, int stages);
 
+// The chunks stage `stage` of `stages` holds when `bounds` cut the chain into stages·v runs: runs
+// stage, stages + stage, 2·stages + stage, ... (one run when v = 1; the interleaved schedule's
+// virtual stages otherwise).
+std::vector<nn::LayerChain> stage_chunks(const nn::LayerChain& chain, const std::vector<int64_t>& bounds, int stage,
+                                         int stages);
+
 // Parameter count of each layer (at least 1, so that parameterless layers still cost something).
 std::vector<double> parameter_costs(const nn::LayerChain& chain);
 

@@ -1,6 +1,7 @@
 #include "tessera/parallel/pipeline/pipeline_stage.h"
 
 #include <chrono>
+#include <optional>
 
 #include "tessera/autograd/node.h"
 #include "tessera/observe/trace.h"
@@ -30,17 +31,18 @@ Tensor PipelineStage::run_chunk(int chunk, const Tensor& x) {
   return h;
 }
 
+std::string PipelineStage::span_name(const char* pass, int chunk, int64_t m) const {
+  if (!observe::tracing_enabled()) return std::string();
+  return std::string(pass) + " micro-batch " + std::to_string(m) + (chunks() > 1 ? " chunk " + std::to_string(chunk) : "");
+}
+
 void PipelineStage::run_forward(int chunk, int64_t m, const Tensor& inputs, const Tensor& targets, int64_t rows) {
   const int64_t M = options_.microbatches;
-  const int P = stages();
   // The timeline's compute spans; the waits inside (for the previous stage) are StageLink's "bubble" spans.
-  observe::TraceSpan span(observe::tracing_enabled() ? "forward micro-batch " + std::to_string(m) +
-                                                           (chunks() > 1 ? " chunk " + std::to_string(chunk) : "")
-                                                     : std::string(),
-                          "pipeline");
+  observe::TraceSpan span(span_name("forward", chunk, m), "pipeline");
   const size_t at = slot(chunk, m);
   Tensor x = is_first_virtual(chunk) ? slice(inputs, 0, m * rows, (m + 1) * rows)
-                                     : link_.recv_activation((stage() + P - 1) % P, static_cast<int64_t>(at), true);
+                                     : link_.recv_activation(previous_stage(), static_cast<int64_t>(at), true);
   received_[at] = x;
   Tensor y = run_chunk(chunk, x);
   if (is_last_virtual(chunk)) {
@@ -50,37 +52,27 @@ void PipelineStage::run_forward(int chunk, int64_t m, const Tensor& inputs, cons
     backward_roots_[at] = mul(loss, static_cast<float>(loss_scale_ / static_cast<double>(M)));
   } else {
     sent_shapes_[at] = y.shape();
-    const int next_chunk = (virtual_stage(chunk) + 1) / P;  // the chunk that receives it on the next stage
-    backward_roots_[at] = link_.send_activation(y, (stage() + 1) % P, static_cast<int64_t>(slot(next_chunk, m)));
+    backward_roots_[at] = link_.send_activation(y, next_stage(), static_cast<int64_t>(slot(receiving_chunk(chunk), m)));
   }
 }
 
 void PipelineStage::run_backward(int chunk, int64_t m) {
-  observe::TraceSpan span(observe::tracing_enabled() ? "backward micro-batch " + std::to_string(m) +
-                                                           (chunks() > 1 ? " chunk " + std::to_string(chunk) : "")
-                                                     : std::string(),
-                          "pipeline");
+  observe::TraceSpan span(span_name("backward", chunk, m), "pipeline");
   const size_t at = slot(chunk, m);
   Tensor root = std::move(backward_roots_[at]);
   backward_roots_[at] = Tensor();  // frees the micro-batch's activations once backward has run
   if (root.defined()) {
-    if (options_.schedule == ScheduleKind::ZeroBubbleH1) {
-      autograd::DeferWeightGrads defer(weight_grads_[at]);  // B: input gradients now, W later
-      root.backward();
-    } else {
-      root.backward();
-    }
+    std::optional<autograd::DeferWeightGrads> defer;  // ZB-H1's B: input gradients now, W later
+    if (options_.schedule == ScheduleKind::ZeroBubbleH1) defer.emplace(weight_grads_[at]);
+    root.backward();
   } else if (!is_last_virtual(chunk)) {  // a first stage whose output needs no gradient: drain what comes back
-    const int next_chunk = (virtual_stage(chunk) + 1) / stages();
-    link_.recv_gradient((stage() + 1) % stages(), static_cast<int64_t>(slot(next_chunk, m)), sent_shapes_[at]);
+    link_.recv_gradient(next_stage(), static_cast<int64_t>(slot(receiving_chunk(chunk), m)), sent_shapes_[at]);
   }
   received_[at] = Tensor();
 }
 
 void PipelineStage::run_weight(int chunk, int64_t m) {
-  observe::TraceSpan span(observe::tracing_enabled() ? "weight gradients of micro-batch " + std::to_string(m)
-                                                     : std::string(),
-                          "pipeline");
+  observe::TraceSpan span(span_name("weight gradients of", chunk, m), "pipeline");
   weight_grads_[slot(chunk, m)].run();
 }
 
@@ -138,16 +130,15 @@ StepStats PipelineStage::train_step(const Tensor& inputs, const Tensor& targets)
 
 Tensor PipelineStage::forward(const Tensor& inputs) {
   NoGradGuard no_grad;
-  const int P = stages();
   Tensor x = inputs;
   for (int c = 0; c < chunks(); ++c) {  // with one micro-batch, a chunk's messages are keyed by the chunk
-    if (!is_first_virtual(c)) x = link_.recv_activation((stage() + P - 1) % P, c, false);
+    if (!is_first_virtual(c)) x = link_.recv_activation(previous_stage(), c, false);
     Tensor y = run_chunk(c, x);
     if (is_last_virtual(c)) {
       link_.wait_sends();
       return y;
     }
-    link_.send_activation(y, (stage() + 1) % P, (virtual_stage(c) + 1) / P);
+    link_.send_activation(y, next_stage(), receiving_chunk(c));
   }
   link_.wait_sends();
   return Tensor();

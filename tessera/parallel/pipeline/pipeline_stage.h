@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "tessera/autograd/weight_grad_deferral.h"
@@ -74,7 +75,6 @@ class PipelineStage {
   int chunks() const { return static_cast<int>(chunks_.size()); }
   // Every layer this stage holds, chunk after chunk.
   const nn::LayerChain& layers() const { return layers_; }
-  const std::vector<Action>& actions() const { return actions_; }
   const PipelineOptions& options() const { return options_; }
   StageLink& link() { return link_; }
 
@@ -88,6 +88,13 @@ class PipelineStage {
   int virtual_stage(int chunk) const { return chunk * stages() + stage(); }
   bool is_first_virtual(int chunk) const { return virtual_stage(chunk) == 0; }
   bool is_last_virtual(int chunk) const { return virtual_stage(chunk) == stages() * chunks() - 1; }
+  // The ring of stages: activations go to the next, gradients come back from it; P-1's next is 0.
+  int next_stage() const { return (stage() + 1) % stages(); }
+  int previous_stage() const { return (stage() + stages() - 1) % stages(); }
+  // The chunk of the next stage that takes this chunk's output (chunk + 1 after wrapping round).
+  int receiving_chunk(int chunk) const { return (virtual_stage(chunk) + 1) / stages(); }
+  // The timeline's name of a pass ("forward micro-batch 3 chunk 1"); empty when not tracing.
+  std::string span_name(const char* pass, int chunk, int64_t m) const;
   // Per (chunk, micro-batch) state lives at chunk·M + m; messages into a chunk use the same key.
   size_t slot(int chunk, int64_t m) const { return static_cast<size_t>(chunk * options_.microbatches + m); }
   void run_forward(int chunk, int64_t m, const Tensor& inputs, const Tensor& targets, int64_t rows);

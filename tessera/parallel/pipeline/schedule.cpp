@@ -57,9 +57,10 @@ std::vector<Action> interleaved(int stage, int stages, int64_t microbatches, int
 // ZB-H1 by list scheduling over every stage at once, with F, B and W of one time unit each: at each
 // unit a free stage runs a B whose gradient has arrived; else a forward whose input has arrived, if
 // it holds fewer than P-s micro-batches' activations (1F1B's bound) and fewer than 2P-s-1
-// micro-batches not yet through W (so at most P-1 more waiting for W); else its oldest waiting W. W passes thus fill the units 1F1B leaves idle.
-// B passes and W passes run in micro-batch order, so counters describe each stage. Every stage
-// computes the same simulation and keeps its own row, so the stages' orders agree.
+// micro-batches not yet through W (so at most P-1 more waiting for W); else its oldest waiting W.
+// W passes thus fill the units 1F1B leaves idle. B passes and W passes run in micro-batch order,
+// so counters describe each stage. Every stage computes the same simulation and keeps its own row,
+// so the stages' orders agree.
 struct ZeroBubblePlan {
   std::vector<Action> actions;  // of the stage asked for
   int64_t step_units = 0;       // the step's length in passes

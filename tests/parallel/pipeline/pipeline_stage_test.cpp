@@ -88,10 +88,8 @@ TEST_P(PipelineEquivalence, GradientsAndLossEqualOneProcess) {
     const int r = group.rank();
     nn::LayerChain chain = chain_of(*copies[r]);
     auto bounds = balance_stages(parameter_costs(chain), c.stages * c.chunks);
-    std::vector<nn::LayerChain> mine;  // chunks r, P + r, ...
-    for (int k = 0; k < c.chunks; ++k)
-      mine.emplace_back(chain.begin() + bounds[k * c.stages + r], chain.begin() + bounds[k * c.stages + r + 1]);
-    PipelineStage stage(mine, borrow(group), {c.schedule, c.microbatches}, mean_cross_entropy);
+    PipelineStage stage(stage_chunks(chain, bounds, r, c.stages), borrow(group), {c.schedule, c.microbatches},
+                        mean_cross_entropy);
     stats[r] = stage.train_step(r == 0 ? inputs : Tensor(), r == c.stages - 1 ? targets : Tensor());
     std::lock_guard lock(mu);
     for (auto& [name, t] : stage.state_dict())
@@ -153,56 +151,40 @@ TEST(PipelineStageErrors, AnIndivisibleBatchIsRejected) {
   });
 }
 
-TEST(PipelineStageForward, EvaluationPassesThroughEveryStage) {
-  manual_seed(5);
+// The no-grad pass through `stages` stages of `chunks` chunks each equals the whole model's forward,
+// and only the last stage returns it.
+void expect_evaluation_equals_the_model(int stages, int chunks, ScheduleKind schedule, uint64_t seed) {
+  manual_seed(seed);
   auto reference = make_mlp();
-  Generator gen(2);
+  Generator gen(seed - 3);
   Tensor x = randn({5, 6}, gen);
   Tensor want = reference->forward(x);
   std::vector<std::shared_ptr<nn::Sequential>> copies;
-  for (int r = 0; r < 3; ++r) {
+  for (int r = 0; r < stages; ++r) {
     copies.push_back(make_mlp());
     copies.back()->load_state_dict(reference->state_dict());
   }
   Tensor got;
-  testing::run_on_threads(3, threaded(3), [&](dist::ProcessGroup& group) {
+  testing::run_on_threads(stages, threaded(stages), [&](dist::ProcessGroup& group) {
     const int r = group.rank();
     auto chain = copies[r]->layer_chain();
-    auto bounds = balance_stages(parameter_costs(chain), 3);
-    PipelineStage stage(nn::LayerChain(chain.begin() + bounds[r], chain.begin() + bounds[r + 1]), borrow(group),
-                        {ScheduleKind::GPipe, 1}, mean_cross_entropy);
+    auto bounds = balance_stages(parameter_costs(chain), stages * chunks);
+    // M = P: the interleaved order needs a multiple of the stages (forward itself runs one micro-batch).
+    PipelineStage stage(stage_chunks(chain, bounds, r, stages), borrow(group), {schedule, stages}, mean_cross_entropy);
+    EXPECT_EQ(stage.chunks(), chunks);
     Tensor out = stage.forward(r == 0 ? x : Tensor());
-    if (r == 2) got = out;
+    if (r == stages - 1) got = out;
     else EXPECT_FALSE(out.defined());
   });
   testing::expect_near(got, want.to_vector<float>(), 1e-6f);
 }
 
+TEST(PipelineStageForward, EvaluationPassesThroughEveryStage) {
+  expect_evaluation_equals_the_model(3, 1, ScheduleKind::GPipe, 5);
+}
+
 TEST(PipelineStageForward, EvaluationGoesRoundTheRingThroughEveryChunk) {
-  manual_seed(6);
-  auto reference = make_mlp();
-  Generator gen(3);
-  Tensor x = randn({5, 6}, gen);
-  Tensor want = reference->forward(x);
-  std::vector<std::shared_ptr<nn::Sequential>> copies;
-  for (int r = 0; r < 2; ++r) {
-    copies.push_back(make_mlp());
-    copies.back()->load_state_dict(reference->state_dict());
-  }
-  Tensor got;
-  testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
-    const int r = group.rank();
-    auto chain = copies[r]->layer_chain();
-    auto bounds = balance_stages(parameter_costs(chain), 6);
-    std::vector<nn::LayerChain> mine;
-    for (int k = 0; k < 3; ++k) mine.emplace_back(chain.begin() + bounds[2 * k + r], chain.begin() + bounds[2 * k + r + 1]);
-    PipelineStage stage(mine, borrow(group), {ScheduleKind::Interleaved, 2}, mean_cross_entropy);
-    EXPECT_EQ(stage.chunks(), 3);
-    Tensor out = stage.forward(r == 0 ? x : Tensor());
-    if (r == 1) got = out;
-    else EXPECT_FALSE(out.defined());
-  });
-  testing::expect_near(got, want.to_vector<float>(), 1e-6f);
+  expect_evaluation_equals_the_model(2, 3, ScheduleKind::Interleaved, 6);
 }
 
 }  // namespace

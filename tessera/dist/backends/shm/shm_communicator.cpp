@@ -116,8 +116,7 @@ ShmCommunicator::ShmCommunicator(const BackendContext& context) : rank_(context.
     name = segment_.name();
     new (segment_.data()) ShmHeader{kMagic, static_cast<uint64_t>(size_), chunk_bytes_, ring_bytes};
     for (int r = 0; r < size_; ++r) new (segment_.data() + counters_offset() + r * sizeof(detail::ShmCounter)) detail::ShmCounter();
-    detail::ShmPointToPoint::initialise(segment_.data() + point_to_point_offset(size_, chunk_bytes_, kBuffers),
-                                        ring_bytes, size_);
+    detail::ShmPointToPoint::initialise(segment_.data() + point_to_point_offset(size_, chunk_bytes_, kBuffers), size_);
     store.set("shm/segment", concat(chunk_bytes_, " ", ring_bytes, " ", name));
   } else {
     store.wait({"shm/segment"}, timeout);

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-#include <thread>
 
 #include "tessera/core/error.h"
 #include "tessera/util/settings.h"
@@ -25,10 +24,14 @@ constexpr int kMaxP2pSpin = 4000;
 
 size_t round_up_to(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
-size_t doorbells_bytes(int size) { return round_up_to(sizeof(ShmCounter) * static_cast<size_t>(size), kRingPage); }
-size_t positions_bytes(int size) {
-  return round_up_to(sizeof(ShmRingPositions) * static_cast<size_t>(size) * static_cast<size_t>(size), kRingPage);
+// One ring per ordered pair of different ranks: size·(size-1) of them, none from a rank to itself.
+size_t ring_count(int size) { return static_cast<size_t>(size) * static_cast<size_t>(size - 1); }
+size_t pair_index(int src, int dst, int size) {
+  return static_cast<size_t>(src) * static_cast<size_t>(size - 1) + static_cast<size_t>(dst < src ? dst : dst - 1);
 }
+
+size_t doorbells_bytes(int size) { return round_up_to(sizeof(ShmCounter) * static_cast<size_t>(size), kRingPage); }
+size_t positions_bytes(int size) { return round_up_to(sizeof(ShmRingPositions) * ring_count(size), kRingPage); }
 
 // Copies between a ring and flat memory, `position` counting bytes ever written (it wraps).
 void copy_into_ring(char* ring, size_t ring_bytes, uint64_t position, const char* from, size_t n) {
@@ -74,8 +77,7 @@ struct ShmPointToPoint::RecvState {
 };
 
 size_t shm_point_to_point_bytes(int size, size_t ring_bytes) {
-  return doorbells_bytes(size) + positions_bytes(size) +
-         static_cast<size_t>(size) * static_cast<size_t>(size) * ring_bytes;
+  return doorbells_bytes(size) + positions_bytes(size) + ring_count(size) * ring_bytes;
 }
 
 size_t choose_ring_bytes(int size) {
@@ -94,11 +96,10 @@ size_t choose_ring_bytes(int size) {
   return std::clamp(share / kRingPage * kRingPage, size_t(64) << 10, size_t(1) << 20);
 }
 
-void ShmPointToPoint::initialise(char* area, size_t ring_bytes, int size) {
-  (void)ring_bytes;
+void ShmPointToPoint::initialise(char* area, int size) {
   for (int r = 0; r < size; ++r) new (area + sizeof(ShmCounter) * static_cast<size_t>(r)) ShmCounter();
   char* positions = area + doorbells_bytes(size);
-  for (int i = 0; i < size * size; ++i) new (positions + sizeof(ShmRingPositions) * static_cast<size_t>(i)) ShmRingPositions();
+  for (size_t i = 0; i < ring_count(size); ++i) new (positions + sizeof(ShmRingPositions) * i) ShmRingPositions();
 }
 
 ShmPointToPoint::ShmPointToPoint(char* area, size_t ring_bytes, int rank, int size, std::vector<pid_t> pids)
@@ -109,12 +110,11 @@ ShmPointToPoint::~ShmPointToPoint() = default;
 
 ShmRingPositions& ShmPointToPoint::positions(int src, int dst) const {
   auto* all = reinterpret_cast<ShmRingPositions*>(area_ + doorbells_bytes(size_));
-  return all[static_cast<size_t>(src) * static_cast<size_t>(size_) + static_cast<size_t>(dst)];
+  return all[pair_index(src, dst, size_)];
 }
 
 char* ShmPointToPoint::ring(int src, int dst) const {
-  return area_ + doorbells_bytes(size_) + positions_bytes(size_) +
-         (static_cast<size_t>(src) * static_cast<size_t>(size_) + static_cast<size_t>(dst)) * ring_bytes_;
+  return area_ + doorbells_bytes(size_) + positions_bytes(size_) + pair_index(src, dst, size_) * ring_bytes_;
 }
 
 ShmCounter& ShmPointToPoint::doorbell(int rank) const {
@@ -130,9 +130,9 @@ void ShmPointToPoint::ring_doorbell(int rank) {
 
 // ---- progress, with mu_ held --------------------------------------------------------------------
 
-bool ShmPointToPoint::push_sends(int peer) {
+void ShmPointToPoint::push_sends(int peer) {
   Peer& p = peers_[static_cast<size_t>(peer)];
-  if (p.sends.empty()) return false;
+  if (p.sends.empty()) return;
   ShmRingPositions& pos = positions(rank_, peer);
   char* r = ring(rank_, peer);
   uint64_t head = pos.head.load(std::memory_order_relaxed);  // ours alone
@@ -163,13 +163,12 @@ bool ShmPointToPoint::push_sends(int peer) {
     s.complete = true;
     p.sends.pop_front();
   }
-  if (head == start) return false;
+  if (head == start) return;
   pos.head.store(head, std::memory_order_release);
-  ring_doorbell(peer);
-  return true;
+  ring_doorbell(peer);  // data for the receiver
 }
 
-bool ShmPointToPoint::pull_messages(int peer) {
+void ShmPointToPoint::pull_messages(int peer) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   ShmRingPositions& pos = positions(peer, rank_);
   const char* r = ring(peer, rank_);
@@ -199,9 +198,7 @@ bool ShmPointToPoint::pull_messages(int peer) {
         if ((*it)->tag != tag) continue;
         in.recv = *it;
         p.recvs.erase(it);
-        if (in.recv->bytes != bytes)
-          in.recv->error = concat("[shm recv] rank ", rank_, " from rank ", peer, " (tag ", tag, "): the message holds ",
-                                  bytes, " bytes but the receive buffer ", in.recv->bytes);
+        if (in.recv->bytes != bytes) in.recv->error = size_mismatch(peer, tag, bytes, in.recv->bytes);
         break;
       }
       if (!in.recv) {
@@ -224,10 +221,18 @@ bool ShmPointToPoint::pull_messages(int peer) {
     else in.recv->complete = true;
     in = Incoming{};
   }
-  if (tail == start) return false;
+  if (tail == start) return;
   pos.tail.store(tail, std::memory_order_release);
   ring_doorbell(peer);  // space for the sender
-  return true;
+}
+
+std::string ShmPointToPoint::describe(const char* op, int peer, int tag) const {
+  return concat("[shm ", op, "] rank ", rank_, op[0] == 's' ? " to rank " : " from rank ", peer, " (tag ", tag, ")");
+}
+
+std::string ShmPointToPoint::size_mismatch(int peer, int tag, uint64_t message_bytes, uint64_t buffer_bytes) const {
+  return concat(describe("recv", peer, tag), ": the message holds ", message_bytes, " bytes but the receive buffer ",
+                buffer_bytes);
 }
 
 void ShmPointToPoint::complete_bound_recvs(int peer) {
@@ -239,8 +244,7 @@ void ShmPointToPoint::complete_bound_recvs(int peer) {
       continue;
     }
     if (recv.from->data.size() != recv.bytes)
-      recv.error = concat("[shm recv] rank ", rank_, " from rank ", peer, " (tag ", recv.tag, "): the message holds ",
-                          recv.from->data.size(), " bytes but the receive buffer ", recv.bytes);
+      recv.error = size_mismatch(peer, recv.tag, recv.from->data.size(), recv.bytes);
     else if (!recv.abandoned && recv.bytes > 0)
       std::memcpy(recv.data, recv.from->data.data(), static_cast<size_t>(recv.bytes));
     recv.from.reset();
@@ -355,9 +359,8 @@ void ShmPointToPoint::wait_until(const Done& done, const char* op, int peer, int
     if (changed) continue;
     const auto now = Clock::now();
     if (now >= deadline)
-      throw TimeoutError(concat("[shm ", op, "] rank ", rank_, (op[0] == 's' ? " to rank " : " from rank "), peer,
-                                " (tag ", tag, ") timed out: the peer did not ", (op[0] == 's' ? "drain" : "send"),
-                                " it in time"));
+      throw TimeoutError(concat(describe(op, peer, tag), " timed out: the peer did not ",
+                                op[0] == 's' ? "drain" : "send", " it in time"));
     const auto slice = std::min<std::chrono::nanoseconds>(deadline - now, kP2pWaitSlice);
     bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
     shm_futex_wait(&bell.value, rung, slice);
@@ -365,8 +368,7 @@ void ShmPointToPoint::wait_until(const Done& done, const char* op, int peer, int
     if (bell.value.load(std::memory_order_acquire) == rung && Clock::now() - now >= kP2pWaitSlice) {
       const pid_t pid = pids_[static_cast<size_t>(peer)];
       if (pid != getpid() && !shm_process_alive(pid))
-        throw PeerFailureError(concat("[shm ", op, "] rank ", rank_, (op[0] == 's' ? " to rank " : " from rank "), peer,
-                                      " (tag ", tag, "): peer rank ", peer, " (pid ", pid, ") has exited"));
+        throw PeerFailureError(concat(describe(op, peer, tag), ": peer rank ", peer, " (pid ", pid, ") has exited"));
     }
   }
 }

@@ -1,10 +1,10 @@
 // Point-to-point over shared memory: tagged, asynchronous send and recv between the ranks of an shm
 // group, so pipelines on one machine need no sockets (before this, backend auto sent them over
-// gloo's TCP on loopback: 207 us one way for a 64 KiB activation on an idle machine, and above
-// 1 ms while other processes ran).
+// gloo's TCP on loopback: 285 us one way for a 64 KiB activation against 31 us here, measured in
+// one `tessera bench model-parallel` session, docs/benchmarks.md).
 //
 // Layout (in the group's segment, shm_communicator.cpp): per rank a doorbell (ShmCounter), then
-// per ordered pair src -> dst a ring of ring_bytes with two 64-bit positions, head (bytes the
+// per ordered pair src -> dst of different ranks a ring of ring_bytes with two 64-bit positions, head (bytes the
 // sender has written, ever) and tail (bytes the receiver has consumed). One writer and one reader
 // per ring: the sender stores head with release after writing, the receiver stores tail with
 // release after reading, each reads the other's with acquire.
@@ -34,6 +34,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "tessera/dist/backends/backend.h"
@@ -61,7 +62,7 @@ class ShmPointToPoint : public std::enable_shared_from_this<ShmPointToPoint> {
   // (initialise) before any rank uses it. Made with make_shared (transfers hold it weakly).
   ShmPointToPoint(char* area, size_t ring_bytes, int rank, int size, std::vector<pid_t> pids);
   ~ShmPointToPoint();
-  static void initialise(char* area, size_t ring_bytes, int size);
+  static void initialise(char* area, int size);
 
   std::unique_ptr<PendingTransfer> post_send(Buffer data, int peer, int tag);
   std::unique_ptr<PendingTransfer> post_recv(Buffer data, int peer, int tag);
@@ -70,13 +71,12 @@ class ShmPointToPoint : public std::enable_shared_from_this<ShmPointToPoint> {
   // thread is already progressing.
   void progress_if_idle();
 
+
+ private:
   struct SendState;
   struct RecvState;
   struct Unexpected;
-
- private:
   class Transfer;
-  friend class Transfer;
 
   ShmRingPositions& positions(int src, int dst) const;
   char* ring(int src, int dst) const;
@@ -85,9 +85,12 @@ class ShmPointToPoint : public std::enable_shared_from_this<ShmPointToPoint> {
 
   // With mu_ held: every ring of this rank, both ways.
   void progress();
-  bool push_sends(int peer);
-  bool pull_messages(int peer);
+  void push_sends(int peer);
+  void pull_messages(int peer);
   void complete_bound_recvs(int peer);
+  // "[shm recv] rank 1 from rank 0 (tag 3)", the front of every error.
+  std::string describe(const char* op, int peer, int tag) const;
+  std::string size_mismatch(int peer, int tag, uint64_t message_bytes, uint64_t buffer_bytes) const;
   // Until `done()` holds (checked under mu_ after each progress), or the deadline.
   template <typename Done> void wait_until(const Done& done, const char* op, int peer, int tag, Deadline deadline);
   // An abandoned transfer (destroyed before its wait finished) must not leave the engine pointing

@@ -9,8 +9,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "tessera/dist/types.h"
@@ -41,8 +41,8 @@ class ShmSync {
   // Returns once rank p's counter has reached `value` (wrap-around safe) for every peer p, or only
   // for `only_peer` when it is >= 0. `op` names the collective in errors ("allreduce").
   void wait(uint32_t value, const char* op, Deadline deadline, int only_peer = -1);
-  // Called while a wait spins or between its sleeps (point-to-point progress, so that a send
-  // posted before a collective still completes while the collective waits).
+  // Called before each of a wait's sleeps (point-to-point progress, so that a send posted before a
+  // collective still completes while the collective waits).
   void set_idle_hook(std::function<void()> hook) { idle_hook_ = std::move(hook); }
 
  private:
