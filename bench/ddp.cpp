@@ -7,7 +7,9 @@
 // random per-process batch, `warmup` untimed steps, then `steps` timed ones; samples/s is global
 // (N × batch × steps over the slowest rank's time). The hidden fraction comes from the reducer's
 // per-iteration trace (reducer.h): 1 − (time backward waited for communication) / (time the group's
-// thread spent communicating), averaged over the timed steps.
+// thread spent communicating), averaged over the timed steps. "1 process" is the same model and
+// global batch (N × batch) in one process of one thread without DDP, run in the same rotation:
+// scaling = DDP's samples/s over it (the target is 1.6× for 2 processes).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <unistd.h>
 
@@ -61,27 +64,45 @@ int run_worker(const DdpBenchOptions& o) {
   std::shared_ptr<nn::Module> model = bench_model(o.model);
   parallel::ddp::DdpOptions options;
   options.comm_hook = o.comm_hook;
-  parallel::ddp::DistributedDataParallel ddp(model, group, options);
+  options.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * (1 << 20));
+  options.first_bucket_cap_bytes = std::min(options.bucket_cap_bytes, options.first_bucket_cap_bytes);
+  // One process is the reference: the model alone, no reducer.
+  const bool alone = group->size() == 1;
+  std::optional<parallel::ddp::DistributedDataParallel> ddp;
+  if (!alone) ddp.emplace(model, group, options);
   Generator gen(static_cast<uint64_t>(group->rank()) + 1);
   const bool gpt = o.model == "gpt";
   Tensor x = gpt ? randint(0, kGptVocab, {o.batch, kGptContext}, gen)
                  : (o.model == "mlp" ? randn({o.batch, 784}, gen) : randn({o.batch, 1, 28, 28}, gen));
   Tensor y = gpt ? randint(0, kGptVocab, {o.batch * kGptContext}, gen) : randint(0, 10, {o.batch}, gen);
   optim::SGD opt(model->parameters(), optim::SGDOptions{0.01, 0.9});
+  // Where a step's time goes, summed over the timed steps: forward (with the loss), backward (with
+  // DDP's wait for the last buckets), the optimizer (with zero_grad).
+  double forward_s = 0, backward_s = 0, optimizer_s = 0;
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   auto step = [&] {
+    auto t = Clock::now();
     opt.zero_grad();
-    Tensor out = ddp(x);  // (B, classes), or (B, T, V) for the GPT
+    Tensor out = alone ? model->forward(x) : (*ddp)(x);  // (B, classes), or (B, T, V) for the GPT
     if (gpt) out = reshape(out, {-1, kGptVocab});
-    cross_entropy(out, y).backward();
+    Tensor loss = cross_entropy(out, y);
+    forward_s += seconds_since(t);
+    t = Clock::now();
+    loss.backward();
+    backward_s += seconds_since(t);
+    t = Clock::now();
     opt.step();
+    optimizer_s += seconds_since(t);
   };
   for (int i = 0; i < o.warmup; ++i) step();
   group->barrier()->wait();
+  forward_s = backward_s = optimizer_s = 0;
   double hidden = 0, comm = 0, exposed = 0;
   auto t0 = Clock::now();
   for (int i = 0; i < o.steps; ++i) {
     step();
-    const auto& trace = ddp.reducer().last_iteration();
+    if (alone) continue;
+    const auto& trace = ddp->reducer().last_iteration();
     hidden += trace.hidden_fraction();
     comm += trace.comm_seconds;
     exposed += trace.exposed_seconds;
@@ -94,7 +115,10 @@ int run_worker(const DdpBenchOptions& o) {
                      {"hidden_fraction", hidden / o.steps},
                      {"comm_ms", 1e3 * comm / o.steps},
                      {"exposed_ms", 1e3 * exposed / o.steps},
-                     {"bytes_per_step", ddp.reducer().hook().bytes_communicated() / (o.warmup + o.steps)},
+                     {"forward_ms", 1e3 * forward_s / o.steps},
+                     {"backward_ms", 1e3 * backward_s / o.steps},
+                     {"optimizer_ms", 1e3 * optimizer_s / o.steps},
+                     {"bytes_per_step", alone ? 0 : ddp->reducer().hook().bytes_communicated() / (o.warmup + o.steps)},
                      {"backend", group->backend_name()}};
     std::printf("%s\n", j.dump().c_str());
   }
@@ -112,7 +136,8 @@ nlohmann::json run_tessera(const DdpBenchOptions& o, const std::string& model) {
   launch.timeout = std::chrono::seconds(600);
   launch.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "bench", "ddp", "--worker",
                     "--models", model, "--batch", std::to_string(o.batch), "--steps", std::to_string(o.steps),
-                    "--warmup", std::to_string(o.warmup), "--backend", o.backend, "--comm-hook", o.comm_hook};
+                    "--warmup", std::to_string(o.warmup), "--backend", o.backend, "--comm-hook", o.comm_hook,
+                    "--bucket-mb", std::to_string(o.bucket_mb)};
   auto result = dist::launcher::launch(launch);
   ::close(fd);
   std::string out = read_all(path);
@@ -155,12 +180,12 @@ int ddp(const DdpBenchOptions& o) {
   std::printf("tessera bench ddp: %d processes x 1 thread, batch %d per process, SGD(momentum 0.9), %d steps after %d "
               "warm-up, median [min-max] of %d repeats; backend %s, comm hook %s\n",
               o.nproc, o.batch, o.steps, o.warmup, o.repeats, o.backend.c_str(), o.comm_hook.c_str());
-  std::printf("%-5s %-24s %-8s %-9s %-11s %-24s %s\n", "model", "tessera samples/s", "hidden", "comm ms", "bytes/step",
-              "pytorch DDP samples/s", "ratio");
+  std::printf("%-5s %-24s %-8s %-9s %-11s %-24s %-8s %-24s %s\n", "model", "tessera samples/s", "hidden", "comm ms",
+              "bytes/step", "1 process samples/s", "scaling", "pytorch DDP samples/s", "ratio");
   int failures = 0;
   std::stringstream models(o.models);
   for (std::string model; std::getline(models, model, ',');) {
-    std::vector<double> ours, theirs, hidden, comm;
+    std::vector<double> ours, theirs, alone, hidden, comm;
     double bytes = 0;
     {  // the bar ends its line before the row is printed
       TaskProgress progress("bench ddp " + model + ": repeats", o.repeats);
@@ -174,19 +199,28 @@ int ddp(const DdpBenchOptions& o) {
           comm.push_back(t["comm_ms"]);
           bytes = t["bytes_per_step"];
         }
+        if (o.nproc > 1) {  // the same global batch in one process
+          DdpBenchOptions one = o;
+          one.nproc = 1;
+          one.batch = o.batch * o.nproc;
+          nlohmann::json a = run_tessera(one, model);
+          if (a.is_null()) ++failures;
+          else alone.push_back(a["samples_per_s"]);
+        }
         if (o.with_torch && model != "gpt") {  // bench/torch_ddp.py has the MLP and the CNN
           nlohmann::json p = run_torch(o, model);
           if (!p.is_null()) theirs.push_back(p["samples_per_s"]);
         }
       }
     }
-    char h[32] = "-", c[32] = "-", b[32] = "-", ratio[32] = "-";
+    char h[32] = "-", c[32] = "-", b[32] = "-", ratio[32] = "-", scaling[32] = "-";
     if (!hidden.empty()) std::snprintf(h, sizeof h, "%.0f%%", 100 * median(hidden));
     if (!comm.empty()) std::snprintf(c, sizeof c, "%.2f", median(comm));
     std::snprintf(b, sizeof b, "%.0f", bytes);
     if (!ours.empty() && !theirs.empty()) std::snprintf(ratio, sizeof ratio, "%.2fx", median(ours) / median(theirs));
-    std::printf("%-5s %-24s %-8s %-9s %-11s %-24s %s\n", model.c_str(), median_cell(ours).c_str(), h, c, b,
-                median_cell(theirs).c_str(), ratio);
+    if (!ours.empty() && !alone.empty()) std::snprintf(scaling, sizeof scaling, "%.2fx", median(ours) / median(alone));
+    std::printf("%-5s %-24s %-8s %-9s %-11s %-24s %-8s %-24s %s\n", model.c_str(), median_cell(ours).c_str(), h, c, b,
+                median_cell(alone).c_str(), scaling, median_cell(theirs).c_str(), ratio);
     std::fflush(stdout);
   }
   return failures == 0 ? 0 : 1;

@@ -37,7 +37,11 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
   Tensor leaf(impl);
   {
     NoGradGuard no_grad;
-    if (!impl->grad) {
+    if (!impl->grad && impl->grad_buffer) {
+      Tensor buffer(impl->grad_buffer);
+      copy_(buffer, grad_output);
+      impl->grad = impl->grad_buffer;
+    } else if (!impl->grad) {
       // Own the memory: the incoming gradient may alias another tensor (add passes one buffer to both
       // inputs), and optimizers update .grad in place.
       impl->grad = clone(grad_output).impl_ptr();

@@ -104,6 +104,16 @@ Tensor Tensor::detach() const {
   return make_view(*this, shape(), strides(), offset());
 }
 
+void Tensor::set_grad_buffer(const Tensor& buffer) const {
+  checked();
+  if (buffer.defined()) {
+    TESSERA_CHECK(buffer.shape() == shape() && buffer.dtype() == dtype() && buffer.is_contiguous(),
+                  "[set_grad_buffer] the buffer (", shape_str(buffer.shape()), ", ", dtype_name(buffer.dtype()),
+                  ") must be a contiguous ", shape_str(shape()), " ", dtype_name(dtype()), " tensor");
+  }
+  impl_->grad_buffer = buffer.impl_ptr();
+}
+
 void Tensor::register_grad_ready_hook(GradReadyHook hook) const {
   TESSERA_CHECK(is_leaf() && requires_grad(),
                 "[register_grad_ready_hook] needs a leaf tensor that requires grad (a parameter)");

@@ -35,6 +35,7 @@ struct TensorImpl {
   std::shared_ptr<autograd::Node> grad_fn;            // set on results of recorded ops
   std::weak_ptr<autograd::Node> grad_accumulator;     // leaves: shared by every use in one graph
   std::vector<GradReadyHook> grad_ready_hooks;        // leaves: see Tensor::register_grad_ready_hook
+  std::shared_ptr<TensorImpl> grad_buffer;            // leaves: see Tensor::set_grad_buffer
 };
 
 class Tensor {
@@ -84,6 +85,11 @@ class Tensor {
   // Fires during backward the moment this leaf's .grad is final (all its uses accumulated) —
   // data-parallel training starts communicating from here, overlapped with the rest of backward.
   void register_grad_ready_hook(GradReadyHook hook) const;
+  // Where backward puts this leaf's gradient when .grad is unset: it copies the gradient into
+  // `buffer` (same shape, contiguous) and makes .grad that tensor, instead of allocating a new one.
+  // DDP points it at the parameter's slot of its bucket (gradient_as_bucket_view), which saves the
+  // copies into and out of the bucket. An undefined tensor removes it.
+  void set_grad_buffer(const Tensor& buffer) const;
 
   // Views and conversions (forwarding to tessera/ops/ops.h).
   Tensor reshape(const Shape& shape) const;

@@ -36,7 +36,8 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // In place over `data` on every rank. op is never Avg (ProcessGroup sums, then divides).
+  // In place over `data` on every rank. op is Avg only when reduces_average() (else ProcessGroup
+  // sums, then divides); the same holds for reduce and reduce_scatter.
   virtual void allreduce(Buffer data, ReduceOp op, Deadline deadline) = 0;
   // `data` of root to every rank.
   virtual void broadcast(Buffer data, int root, Deadline deadline) = 0;
@@ -62,6 +63,16 @@ class Communicator {
   // private to the new group (a PrefixStore), so backends may rendezvous through it.
   virtual std::unique_ptr<Communicator> split(std::span<const int> ranks, std::shared_ptr<Store> store,
                                               Milliseconds timeout) = 0;
+
+  // Whether allreduce, reduce and reduce_scatter take ReduceOp::Avg: the sum divided by size()
+  // (int64: truncated; bf16: summed in float32, divided, rounded once), in the reduction's own pass.
+  virtual bool reduces_average() const { return false; }
+  // Whether abort() works: the process group runs an operation on the thread that waits for it
+  // only then, since the collective check must be able to get that thread out of a collective.
+  virtual bool abortable() const { return false; }
+  // Makes the collective waiting now, and every later one, fail within about 20 ms (the group is
+  // broken; its first error is what the callers see). Thread-safe. A no-op unless abortable().
+  virtual void abort() {}
 };
 
 }  // namespace tessera::dist

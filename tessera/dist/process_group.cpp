@@ -192,6 +192,15 @@ WorkPtr ProcessGroup::enqueue_task(Task task) {
     task.description = task.signature;
   }
   task.work = std::make_shared<Work>(task.description);
+  // wait() runs the task on the waiting thread when the worker has not started it yet: a small
+  // collective then costs no hand-over between threads (two futex wake-ups, each a context switch).
+  // Only over a backend the collective check can abort: it must get the waiting thread out of a
+  // mismatched collective, as it gets the caller out when the worker is the one stuck.
+  if (communicator_->abortable()) {
+    task.work->set_run_inline([group = weak_from_this(), work = task.work.get()] {
+      if (auto g = group.lock()) g->run_queued_through(work);
+    });
+  }
   WorkPtr work = task.work;
   queue_.push_back(std::move(task));
   lock.unlock();
@@ -200,42 +209,64 @@ WorkPtr ProcessGroup::enqueue_task(Task task) {
 }
 
 void ProcessGroup::run_worker() {
+  bool named = false;  // the timeline's communication lane, named once tracing is on
+  std::unique_lock lock(mu_);
   for (;;) {
-    Task task;
-    std::exception_ptr broken;
-    std::string broken_by;
-    {
-      std::unique_lock lock(mu_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything queued has run
-      task = std::move(queue_.front());
-      queue_.pop_front();
-      broken = broken_;
-      broken_by = broken_by_;
-      if (!broken && task.collective) {
-        in_flight_ = true;
-        in_flight_sequence_ = task.sequence;
-        in_flight_op_ = task.op;
-        in_flight_description_ = task.description;
-        in_flight_work_ = task.work;
-      }
+    // One task runs at a time, on this thread or on a thread waiting for it (run_queued_through).
+    queue_cv_.wait(lock, [&] { return (stopping_ || !queue_.empty()) && !running_; });
+    if (queue_.empty()) return;  // stopping, and everything queued has run
+    if (!named && observe::tracing_enabled()) {
+      observe::name_trace_thread(std::string("collectives (") + backend_name() + ")");
+      named = true;
     }
-    if (broken) {
-      task.work->finish(with_context(broken, concat("[", task.description, "] not run: the group failed earlier in ",
-                                                    broken_by, ": "),
-                                     ""));
-      continue;
-    }
-    run_task(task);
+    run_front(lock);
   }
 }
 
-void ProcessGroup::run_task(Task& task) {
-  if (observe::tracing_enabled()) {  // the timeline's communication lane, named once tracing is on
-    thread_local bool named = false;
-    if (!named) observe::name_trace_thread(std::string("collectives (") + backend_name() + ")");
-    named = true;
+void ProcessGroup::run_front(std::unique_lock<std::mutex>& lock) {
+  Task task = std::move(queue_.front());
+  queue_.pop_front();
+  std::exception_ptr broken = broken_;
+  std::string broken_by = broken_by_;
+  if (!broken && task.collective) {
+    in_flight_ = true;
+    in_flight_sequence_ = task.sequence;
+    in_flight_op_ = task.op;
+    in_flight_description_ = task.description;
+    in_flight_work_ = task.work;
   }
+  running_ = true;
+  lock.unlock();
+  if (broken) {
+    task.work->finish(with_context(broken, concat("[", task.description, "] not run: the group failed earlier in ",
+                                                  broken_by, ": "),
+                                   ""));
+  } else {
+    run_task(task);
+  }
+  task = Task{};  // drops the kept tensors before the next task, as the worker always has
+  lock.lock();
+  running_ = false;
+}
+
+void ProcessGroup::run_queued_through(const Work* work) {
+  std::unique_lock lock(mu_);
+  auto queued = [&] {
+    return std::any_of(queue_.begin(), queue_.end(), [&](const Task& t) { return t.work.get() == work; });
+  };
+  // Only while no task runs, so the order stays the order of issue; the tasks ahead of `work`
+  // run first.
+  bool ran = false;
+  while (!running_ && queued()) {
+    run_front(lock);
+    ran = true;
+  }
+  const bool wake_worker = ran && (!queue_.empty() || stopping_);  // it skipped what was queued while this ran
+  lock.unlock();
+  if (wake_worker) queue_cv_.notify_all();
+}
+
+void ProcessGroup::run_task(Task& task) {
   const auto started = std::chrono::steady_clock::now();
   Deadline deadline = detail::deadline_after(options_.timeout);
   std::exception_ptr error;
@@ -307,6 +338,16 @@ void ProcessGroup::check_rank(int r, const char* op, const char* what) const {
 // Each Tensor overload checks its tensors, then calls the Buffer form with the tensors to keep
 // alive until the task has run.
 
+// Avg is a sum and a division by the group's size: in the backend's own pass when it can
+// (Communicator::reduces_average), else as a second pass here.
+ReduceOp ProcessGroup::backend_op(ReduceOp op) const {
+  return op == ReduceOp::Avg && !communicator_->reduces_average() ? ReduceOp::Sum : op;
+}
+
+bool ProcessGroup::divides_after(ReduceOp op) const {
+  return op == ReduceOp::Avg && !communicator_->reduces_average();
+}
+
 WorkPtr ProcessGroup::allreduce(Buffer data, ReduceOp op, std::source_location where) {
   CallSiteScope site(where);
   return allreduce_buffer(data, op, {});
@@ -321,8 +362,8 @@ WorkPtr ProcessGroup::allreduce_buffer(Buffer data, ReduceOp op, std::vector<Ten
   return enqueue("allreduce", concat(reduce_op_name(op), ", ", buffer_details(data)), std::move(keep),
                  [this, data, op](Deadline d) {
                    if (data.count == 0) return;
-                   communicator_->allreduce(data, op == ReduceOp::Avg ? ReduceOp::Sum : op, d);
-                   if (op == ReduceOp::Avg) divide_in_place(data, size_);
+                   communicator_->allreduce(data, backend_op(op), d);
+                   if (divides_after(op)) divide_in_place(data, size_);
                  });
 }
 
@@ -351,8 +392,8 @@ WorkPtr ProcessGroup::reduce(const Tensor& tensor, ReduceOp op, int root, std::s
   return enqueue("reduce", concat(reduce_op_name(op), ", root ", root, ", ", buffer_details(data)), {tensor},
                  [this, data, op, root](Deadline d) {
                    if (data.count == 0) return;
-                   communicator_->reduce(data, op == ReduceOp::Avg ? ReduceOp::Sum : op, root, d);
-                   if (op == ReduceOp::Avg && rank_ == root) divide_in_place(data, size_);
+                   communicator_->reduce(data, backend_op(op), root, d);
+                   if (divides_after(op) && rank_ == root) divide_in_place(data, size_);
                  });
 }
 
@@ -430,8 +471,8 @@ WorkPtr ProcessGroup::reduce_scatter_buffer(Buffer input, Buffer output, std::ve
   return enqueue("reduce_scatter", details, std::move(keep),
                  [this, input, output, op, counts = std::move(counts)](Deadline d) {
                    if (total(counts) == 0) return;
-                   communicator_->reduce_scatter(input, output, counts, op == ReduceOp::Avg ? ReduceOp::Sum : op, d);
-                   if (op == ReduceOp::Avg) divide_in_place(output, size_);
+                   communicator_->reduce_scatter(input, output, counts, backend_op(op), d);
+                   if (divides_after(op)) divide_in_place(output, size_);
                  });
 }
 

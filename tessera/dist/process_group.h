@@ -2,7 +2,10 @@
 // ProcessGroup). Every call checks its arguments on the caller's thread (shapes, dtypes, ranks:
 // ValueError at once, naming the op), then queues the operation and returns a Work handle.
 // One worker thread runs the queue in order, so every rank runs its collectives in the order it
-// issued them; send/recv bypass the queue (post at once, complete in Work::wait()).
+// issued them; send/recv bypass the queue (post at once, complete in Work::wait()). A thread that
+// calls Work::wait() on an operation the worker has not started yet runs it (and any queued ahead
+// of it) itself, one task at a time as the worker would: issue-then-wait, as a loss all-reduce is,
+// then costs no hand-over between threads.
 //
 // Failure behaviour: each operation is bounded by the group's timeout, counted from when it starts
 // running. When one fails (TimeoutError, or PeerFailureError for a dead peer), the error names the
@@ -156,8 +159,14 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   WorkPtr reduce_scatter_buffer(Buffer input, Buffer output, std::vector<int64_t> counts, ReduceOp op,
                                 std::vector<Tensor> keep);
   void check_counts(const char* op, const std::vector<int64_t>& counts) const;
+  ReduceOp backend_op(ReduceOp op) const;  // what the communicator is asked for
+  bool divides_after(ReduceOp op) const;   // whether its result still needs dividing by the size
   WorkPtr enqueue_task(Task task);
   void run_worker();
+  // Runs the task at the head of the queue (lock held on entry and on return; released while it runs).
+  void run_front(std::unique_lock<std::mutex>& lock);
+  // Work::wait()'s inline run: while no task runs, runs the queued tasks up to and including `work`'s.
+  void run_queued_through(const Work* work);
   void run_watchdog();
   void run_task(Task& task);
   void check_same_call(const Task& task, Deadline deadline);
@@ -185,6 +194,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::condition_variable queue_cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
+  bool running_ = false;  // a task runs, on the worker or on a waiting thread
   std::exception_ptr broken_;  // the first failure; later operations rethrow it
   std::string broken_by_;
   // The collective now running, for the watchdog.

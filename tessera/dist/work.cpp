@@ -7,7 +7,10 @@ namespace tessera::dist {
 Work::Work(std::string description, std::unique_ptr<PendingTransfer> transfer, Deadline deadline)
     : description_(std::move(description)), transfer_(std::move(transfer)), transfer_deadline_(deadline) {}
 
-void Work::wait() { wait_until(Deadline::max()); }
+void Work::wait() {
+  if (run_inline_ && !is_completed()) run_inline_();
+  wait_until(Deadline::max());
+}
 
 void Work::wait(Milliseconds timeout) { wait_until(detail::deadline_after(timeout)); }
 

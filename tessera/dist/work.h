@@ -4,6 +4,7 @@
 #pragma once
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,7 +20,8 @@ class Work {
   Work(std::string description, std::unique_ptr<PendingTransfer> transfer, Deadline deadline);
 
   // Blocks until done; rethrows the operation's error. Every operation is already bounded by its
-  // group's timeout, so this never waits forever.
+  // group's timeout, so this never waits forever. An operation not started yet runs on this thread
+  // (see set_run_inline).
   void wait();
   // As wait(), but gives up after `timeout`: TimeoutError naming the operation (which keeps
   // running; a later wait() may still succeed).
@@ -30,6 +32,9 @@ class Work {
 
   // For the process group's threads; the first call decides how the operation ended.
   void finish(std::exception_ptr error);
+  // What wait() calls first, before it blocks: the process group runs the operation on the waiting
+  // thread if no thread has started it. Not called by wait(timeout), which must return in time.
+  void set_run_inline(std::function<void()> run) { run_inline_ = std::move(run); }
 
  private:
   void wait_until(Deadline deadline);
@@ -41,6 +46,7 @@ class Work {
   std::exception_ptr error_;
   std::unique_ptr<PendingTransfer> transfer_;  // guarded by mu_; null for collectives
   Deadline transfer_deadline_{};
+  std::function<void()> run_inline_;  // set once, before the Work is shared
 };
 
 using WorkPtr = std::shared_ptr<Work>;

@@ -105,6 +105,14 @@ void strided_convert(Tensor& dst, const Tensor& src, const Convert& convert) {
 void convert_into(Tensor& dst, const Tensor& src) {
   auto same = [](auto v) { return v; };
   DType a = dst.dtype(), b = src.dtype();
+  if (a == b && dst.shape() == src.shape() && dst.is_contiguous() && src.is_contiguous()) {
+    // A plain copy (clone, DDP's gradient buckets): memmove instead of the strided loop. Measured
+    // in `tessera bench ddp` on the MLP: the loop was 15% of a DDP step's samples, more than
+    // the whole all-reduce.
+    if (dst.raw_data() != src.raw_data())
+      std::memmove(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.numel()) * dtype_size(src.dtype()));
+    return;
+  }
   if (a == DType::Float32 && b == DType::Float32) strided_convert<float, float>(dst, src, same);
   else if (a == DType::Int64 && b == DType::Int64) strided_convert<int64_t, int64_t>(dst, src, same);
   else if (a == DType::BFloat16 && b == DType::BFloat16) strided_convert<BFloat16, BFloat16>(dst, src, same);

@@ -61,20 +61,24 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
-TEST(CollectiveFailureAcrossProcesses, ARankThatNeverArrivesIsNamedByEveryOther) {
+// Over shm the waiting thread runs the collective itself (Work::wait), over gloo the group's worker
+// does: both must fail the same way.
+class CollectiveFailureAcrossProcesses : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CollectiveFailureAcrossProcesses, ARankThatNeverArrivesIsNamedByEveryOther) {
   TempDir dir;
   auto run = testing::launch_captured(
-      worker_job(3, {"--backend", "gloo", "--mode", "absent", "--victim", "2", "--timeout-ms", "1500"}), dir);
+      worker_job(3, {"--backend", GetParam(), "--mode", "absent", "--victim", "2", "--timeout-ms", "1500"}), dir);
   ASSERT_EQ(run.result.exit_code, 0) << run.result.message << "\n" << run.out << run.err;
   EXPECT_EQ(count(run.out, "TimeoutError"), 2) << run.out;
   EXPECT_EQ(count(run.out, "allreduce #1"), 2) << run.out;
   EXPECT_EQ(count(run.out, "never arrived at #1: rank 2"), 2) << run.out;
 }
 
-TEST(CollectiveFailureAcrossProcesses, ADeadRankFailsTheOthersPromptly) {
+TEST_P(CollectiveFailureAcrossProcesses, ADeadRankFailsTheOthersPromptly) {
   TempDir dir;
   auto run = testing::launch_captured(
-      worker_job(3, {"--backend", "gloo", "--mode", "die", "--victim", "1", "--timeout-ms", "20000"}), dir);
+      worker_job(3, {"--backend", GetParam(), "--mode", "die", "--victim", "1", "--timeout-ms", "20000"}), dir);
   ASSERT_EQ(run.result.exit_code, 0) << run.result.message << "\n" << run.out << run.err;
   EXPECT_EQ(count(run.out, "Error [allreduce #1"), 2) << run.out;
   EXPECT_EQ(count(run.out, "rank 1 on "), 2) << run.out;
@@ -86,7 +90,9 @@ TEST(CollectiveFailureAcrossProcesses, ADeadRankFailsTheOthersPromptly) {
     EXPECT_LT(std::stoi((*it)[1]), 15000) << run.out;
 }
 
-TEST(CollectiveFailureAcrossProcesses, DebugModeReportsAMismatchRankByRank) {
+INSTANTIATE_TEST_SUITE_P(Backends, CollectiveFailureAcrossProcesses, ::testing::Values("gloo", "shm"));
+
+TEST(CollectiveFailureDebugMode, DebugModeReportsAMismatchRankByRank) {
   TempDir dir;
   auto run = testing::launch_captured(
       worker_job(3, {"--backend", "gloo", "--mode", "mismatch", "--victim", "1", "--timeout-ms", "20000"}), dir);
@@ -120,7 +126,7 @@ TEST_P(CollectiveCheckAcrossProcesses, ADesyncFailsEveryRankWithinFiveSecondsNam
   EXPECT_LT(job_seconds, 30.0) << "the stuck ranks waited for the timeout\n" << run.out << run.err;
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, CollectiveCheckAcrossProcesses, ::testing::Values("gloo", "tcp"));
+INSTANTIATE_TEST_SUITE_P(Backends, CollectiveCheckAcrossProcesses, ::testing::Values("gloo", "tcp", "shm"));
 
 }  // namespace
 }  // namespace tessera

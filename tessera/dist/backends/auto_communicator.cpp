@@ -48,6 +48,10 @@ class AutoCommunicator : public Communicator {
     collectives_->alltoall(input, output, deadline);
   }
   void barrier(Deadline deadline) override { collectives_->barrier(deadline); }
+  bool reduces_average() const override { return collectives_->reduces_average(); }
+  // Point-to-point bypasses the group's queue, so aborting the collectives is what the check needs.
+  bool abortable() const override { return collectives_->abortable(); }
+  void abort() override { collectives_->abort(); }
   std::unique_ptr<PendingTransfer> post_send(Buffer data, int peer, int tag) override {
     return point_to_point_->post_send(data, peer, tag);
   }

@@ -51,6 +51,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   reducer.bucket_cap_bytes = options_.bucket_cap_bytes;
   reducer.first_bucket_cap_bytes = options_.first_bucket_cap_bytes;
   reducer.find_unused_parameters = options_.find_unused_parameters;
+  reducer.gradient_as_bucket_view = options_.gradient_as_bucket_view;
   nn::StateDict trainable;
   for (auto& [name, p] : module_->named_parameters())
     if (p.requires_grad()) trainable.emplace_back(name, p);

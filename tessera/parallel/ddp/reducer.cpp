@@ -62,6 +62,18 @@ void Reducer::build_buckets(std::vector<std::vector<size_t>> layout) {
     view.flat = zeros({offset});
     views_.push_back(std::move(view));
   }
+  // Backward writes a gradient that has no .grad yet straight into its slot (Tensor::set_grad_buffer).
+  if (options_.gradient_as_bucket_view)
+    for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].second.set_grad_buffer(slot(i));
+}
+
+Reducer::~Reducer() {
+  if (options_.gradient_as_bucket_view)
+    for (const auto& [name, p] : parameters_) p.set_grad_buffer(Tensor());
+}
+
+bool Reducer::in_slot(const Tensor& grad, size_t index) const {
+  return grad.defined() && grad.raw_data() == slot(index).raw_data();
 }
 
 Tensor Reducer::slot(size_t index) const {
@@ -94,8 +106,12 @@ void Reducer::mark_ready(size_t index) {
                 "retain_graph?); DDP supports one gradient per parameter per iteration");
   ready_[index] = true;
   if (!rebuilt_) ready_order_.push_back(index);
-  Tensor destination = slot(index);
-  copy_(destination, parameters_[index].second.grad());
+  const Tensor& p = parameters_[index].second;
+  if (!in_slot(p.grad(), index)) {  // a .grad from before the buckets (or bucket views off)
+    Tensor destination = slot(index);
+    copy_(destination, p.grad());
+    if (options_.gradient_as_bucket_view) p.set_grad(destination);
+  }
   if (--pending_[bucket_of_[index]] == 0) launch_ready_buckets();
 }
 
@@ -137,12 +153,13 @@ void Reducer::finalize() {
     for (size_t i : layout_[b]) {
       if (!used[i]) continue;
       const Tensor& p = parameters_[i].second;
-      Tensor averaged = slot(i);
       Tensor grad = p.grad();
+      if (in_slot(grad, i)) continue;  // the average is already there
+      Tensor averaged = slot(i);
       if (grad.defined()) {
         copy_(grad, averaged);
       } else {
-        p.set_grad(clone(averaged));
+        p.set_grad(options_.gradient_as_bucket_view ? averaged : clone(averaged));
       }
     }
   }

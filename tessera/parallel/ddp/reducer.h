@@ -3,12 +3,14 @@
 // Policy, as PyTorch's:
 //   - buckets hold parameters in reverse registration order at first (gradients of the last
 //     layers are ready first), a 1 MiB first bucket then 25 MiB ones (bucket.h);
-//   - every parameter has a grad-ready hook; the hook copies the gradient into its bucket slot, and
+//   - every parameter has a grad-ready hook; its gradient is in its bucket slot by then (backward
+//     wrote it there, gradient_as_bucket_view; otherwise the hook copies it in), and
 //     when a bucket's last gradient arrives the bucket's all-reduce starts at once, asynchronously,
 //     so communication overlaps the rest of backward. Buckets start in index order on every rank
 //     (collectives must be issued in the same order everywhere);
-//   - when backward ends (autograd::queue_callback) the reducer waits for the buckets and writes
-//     the averages back into .grad, so loss.backward() returns with synchronised gradients;
+//   - when backward ends (autograd::queue_callback) the reducer waits for the buckets, whose slots
+//     are the .grad tensors then (else it copies the averages back into .grad), so loss.backward()
+//     returns with synchronised gradients;
 //   - after the first iteration the buckets are rebuilt once, in the order gradients actually
 //     became ready on rank 0 (broadcast, so every rank agrees).
 // A parameter that got no gradient is an error naming it, unless find_unused_parameters: then its
@@ -29,6 +31,7 @@ struct ReducerOptions {
   size_t bucket_cap_bytes = 25u << 20;
   size_t first_bucket_cap_bytes = 1u << 20;
   bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = true;  // DdpOptions::gradient_as_bucket_view
 };
 
 // Where one synchronised iteration's communication time went (PyTorch's DDP logging data).
@@ -69,6 +72,11 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
  private:
   Reducer(nn::StateDict parameters, dist::ProcessGroupPtr group, ReducerOptions options,
           std::unique_ptr<CommHook> hook);
+ public:
+  // Points the parameters' gradients back at fresh memory (set_grad_buffer).
+  ~Reducer();
+
+ private:
   void build_buckets(std::vector<std::vector<size_t>> layout);
   void mark_ready(size_t index);
   void begin_iteration();
@@ -78,6 +86,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<bool> used_anywhere(const std::vector<bool>& used_here);
   void rebuild_buckets();
   Tensor slot(size_t index) const;
+  // Whether `grad` is parameter `index`'s slot itself (a bucket view).
+  bool in_slot(const Tensor& grad, size_t index) const;
 
   nn::StateDict parameters_;
   dist::ProcessGroupPtr group_;

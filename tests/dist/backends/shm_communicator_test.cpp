@@ -91,6 +91,31 @@ TEST(ShmCollectives, ManyCollectivesBackToBackStayInStep) {
       long_timeout());
 }
 
+TEST(ShmCollectives, QueuedCollectivesWaitedInReverseRunInIssueOrder) {
+  // Work::wait() runs a queued collective on the waiting thread, and those queued before it first:
+  // waiting on the last of 64 first must still run them in the order issued, on every rank.
+  testing::run_on_threads(
+      3, dist::make_shm_communicator,
+      [](ProcessGroup& group) {
+        for (int round = 0; round < 20; ++round) {
+          std::vector<Tensor> tensors;
+          std::vector<dist::WorkPtr> works;
+          for (int i = 0; i < 64; ++i) {
+            // Sizes on both sides of the one-round limit (64 KiB), and Avg as well as Sum.
+            tensors.push_back(full({i % 2 == 0 ? 5 : 20000}, static_cast<float>(group.rank() + i)));
+            works.push_back(group.allreduce(tensors.back(), i % 3 == 0 ? ReduceOp::Avg : ReduceOp::Sum));
+          }
+          for (int i = 63; i >= 0; --i) works[static_cast<size_t>(i)]->wait();
+          for (int i = 0; i < 64; ++i) {
+            const float sum = static_cast<float>(3 * i + 3);
+            ASSERT_EQ(tensors[static_cast<size_t>(i)].to_vector<float>().back(), i % 3 == 0 ? sum / 3 : sum)
+                << "round " << round << ", collective " << i;
+          }
+        }
+      },
+      long_timeout());
+}
+
 TEST(ShmCollectives, BFloat16MaxMinAndInt64Min) {
   testing::run_on_threads(
       3, dist::make_shm_communicator,

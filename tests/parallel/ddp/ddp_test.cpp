@@ -3,6 +3,7 @@
 // the N·B global batch: same initial parameters, same samples, parameters within 1e-5 after 20 steps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -140,6 +141,57 @@ INSTANTIATE_TEST_SUITE_P(Models, DdpEqualsSingleProcess,
                            return info.param.model + "_" + std::to_string(info.param.world) + "ranks_" +
                                   std::to_string(info.param.accumulate) + "micro";
                          });
+
+// gradient_as_bucket_view (on by default) only removes copies: the parameters after training equal
+// those of a run with it off bit for bit, with micro-batch accumulation (no_sync) and across the
+// bucket rebuild after the first step.
+TEST(DdpGradientAsBucketView, EqualsCopyingTheGradientsBitForBit) {
+  const int steps = 5, world = 2, accumulate = 2;
+  Data data = make_data(steps, 8 * accumulate, {20}, 5, 11);
+  DdpOptions on, off;
+  on.first_bucket_cap_bytes = off.first_bucket_cap_bytes = 2048;
+  on.bucket_cap_bytes = off.bucket_cap_bytes = 16384;
+  off.gradient_as_bucket_view = false;
+  auto viewed = train_ddp(mlp(), data, steps, world, accumulate, on);
+  auto copied = train_ddp(mlp(), data, steps, world, accumulate, off);
+  for (int r = 0; r < world; ++r) EXPECT_EQ(max_difference(*viewed[static_cast<size_t>(r)], *copied[static_cast<size_t>(r)]), 0.0);
+}
+
+// The gradients a synchronised backward leaves are the buckets' memory, whether .grad was unset
+// (backward writes into the slot) or kept from the step before by zero_grad(set_to_none = false).
+TEST(DdpGradientAsBucketView, GradientsAreBucketSlotsAndAKeptGradientIsMovedIntoOne) {
+  testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
+    auto g = testing::borrow(group);
+    manual_seed(3);
+    auto model = nn::make_mlp({6, 4, 3});
+    DistributedDataParallel ddp(model, g);
+    Generator gen(static_cast<uint64_t>(group.rank()) + 1);
+    Tensor x = randn({4, 6}, gen);
+    Tensor y = randint(0, 3, {4}, gen);
+    auto params = model->parameters();
+    auto storage_count = [&] {
+      std::vector<const void*> seen;
+      for (const auto& p : params) {
+        EXPECT_TRUE(p.grad().defined());
+        const void* base = p.grad().impl()->storage.get();
+        if (std::find(seen.begin(), seen.end(), base) == seen.end()) seen.push_back(base);
+      }
+      return seen.size();
+    };
+    cross_entropy(ddp(x), y).backward();  // first step: buckets rebuilt after it
+    nn::zero_grad(params, /*set_to_none=*/false);  // keeps the old .grad tensors
+    cross_entropy(ddp(x), y).backward();
+    // 4 parameters (about 100 bytes) fit one bucket: every gradient is a slot of one storage.
+    EXPECT_EQ(storage_count(), 1u);
+    Tensor before = clone(params[0].grad());
+    nn::zero_grad(params, /*set_to_none=*/true);
+    cross_entropy(ddp(x), y).backward();
+    EXPECT_EQ(storage_count(), 1u);
+    // The same batch: the same average, bit for bit.
+    Tensor after = params[0].grad();
+    for (int64_t i = 0; i < after.numel(); ++i) EXPECT_EQ(after.data<float>()[i], before.data<float>()[i]) << i;
+  });
+}
 
 // ---- comm hooks (comm_hook.h) ------------------------------------------------------------
 

@@ -44,6 +44,7 @@ void ShmCommunicator::reduce(Buffer data, ReduceOp op, int root, Deadline deadli
 }
 
 void ShmCommunicator::reduce_rounds(Buffer data, ReduceOp op, int root, const char* name, Deadline deadline) {
+  if (data.nbytes() <= std::min(kOneRoundBytes, chunk_bytes_)) return reduce_one_round(data, op, root, name, deadline);
   const size_t es = dtype_size(data.dtype);
   const int64_t per_round = static_cast<int64_t>(chunk_bytes_ / es);
   const int64_t line = static_cast<int64_t>(kLine / es);
@@ -89,6 +90,18 @@ void ShmCommunicator::reduce_rounds(Buffer data, ReduceOp op, int root, const ch
   const uint64_t k = round_++;
   arrive_and_wait(k, name, deadline);
   if (result_here) copy_out(prev_base, prev_m, prev_k);
+}
+
+void ShmCommunicator::reduce_one_round(Buffer data, ReduceOp op, int root, const char* name, Deadline deadline) {
+  // The peers read my slot after their wait of round k and before they arrive at round k + 1.
+  const uint64_t k = begin_round(name, deadline, 2);
+  copy(slot(rank_, k), data.data, data.count, dtype_size(data.dtype));
+  arrive_and_wait(k, name, deadline);
+  if (root >= 0 && root != rank_) return;
+  // The whole tensor, across every rank in rank order: bitwise the same result on every rank.
+  std::vector<const void*> src(static_cast<size_t>(size_));
+  for (int p = 0; p < size_; ++p) src[static_cast<size_t>(p)] = p == rank_ ? data.data : slot(p, k);
+  detail::shm_reduce(data.data, nullptr, src.data(), size_, data.count, data.dtype, op);
 }
 
 void ShmCommunicator::broadcast(Buffer data, int root, Deadline deadline) {

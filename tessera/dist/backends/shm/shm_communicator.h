@@ -21,7 +21,11 @@
 //            place and the peers' slots, into my output and my slot;
 //   one extra round at the end, with no data, to copy out the last chunk.
 // Per rank that copies in (n-1)/n of the data, reads it all once to reduce, and copies out
-// (n-1)/n; every rank reduces its share in rank order, so all get bitwise the same result. The
+// (n-1)/n; every rank reduces its share in rank order, so all get bitwise the same result.
+// A small tensor (up to kOneRoundBytes) takes one round instead of two: every rank copies all of
+// it into its slot, arrives, waits, and reduces all of it from the slots, in rank order. It reads
+// n times the data instead of once, which costs less than a second wait below that size (measured
+// at the constant). The
 // first version waited twice per round (arrived, then reduced): 16 MiB over 2 processes took
 // 6.9-7.2 ms against 5.7-5.8 ms for this one, measured in one run on this loaded 2-core machine.
 //
@@ -64,9 +68,13 @@ class ShmCommunicator final : public Communicator {
 
   std::unique_ptr<Communicator> split(std::span<const int> ranks, std::shared_ptr<Store> store,
                                       Milliseconds timeout) override;
+  bool reduces_average() const override { return true; }
+  bool abortable() const override { return true; }
+  void abort() override { sync_->abort(); }
 
  private:
   static constexpr int kBuffers = 3;  // per slot; see above
+  static constexpr size_t kOneRoundBytes = 64 << 10;  // see above
   // Buffer `round % 3` of `rank`'s slot.
   char* slot(int rank, uint64_t round) const;
   // Starts a round that writes this rank's slot: returns its number once the buffer is free.
@@ -77,6 +85,7 @@ class ShmCommunicator final : public Communicator {
   void arrive_and_wait(uint64_t k, const char* op, Deadline deadline, int only_peer = -1);
   // allreduce and reduce: `root` < 0 copies the result out on every rank, else on root only.
   void reduce_rounds(Buffer data, ReduceOp op, int root, const char* op_name, Deadline deadline);
+  void reduce_one_round(Buffer data, ReduceOp op, int root, const char* op_name, Deadline deadline);
   // reduce_scatter and alltoall: each rank sends piece j of its input to rank j; `reduce` false
   // copies the pieces (alltoall) instead of reducing them.
   void exchange_rounds(Buffer input, Buffer output, std::span<const int64_t> counts, bool reduce, ReduceOp op,

@@ -25,8 +25,20 @@ struct Min {
   template <typename T> T operator()(T x, T y) const { return std::min(x, y); }
 };
 
+// What a block's result becomes before it is written: itself, or divided by the rank count (Avg).
+template <typename T>
+struct Finish {
+  int64_t divisor = 1;  // 1: nothing to do
+  void operator()(T* acc, int64_t m) const {
+    if (divisor == 1) return;
+    // Division, not the reciprocal's product: the same bits as ProcessGroup's divide_in_place.
+    const T d = static_cast<T>(divisor);
+    for (int64_t i = 0; i < m; ++i) acc[i] /= d;
+  }
+};
+
 template <typename T, typename Op>
-void fold(void* out_v, void* copy_v, const void* const* src_v, int n, int64_t count, Op op) {
+void fold(void* out_v, void* copy_v, const void* const* src_v, int n, int64_t count, Op op, Finish<T> finish) {
   constexpr int64_t kBlock = kBlockBytes / sizeof(T);
   alignas(64) T acc[kBlock];
   T* out = static_cast<T*>(out_v);
@@ -44,6 +56,7 @@ void fold(void* out_v, void* copy_v, const void* const* src_v, int n, int64_t co
       const T* __restrict s = static_cast<const T*>(src_v[p]) + base;
       for (int64_t i = 0; i < m; ++i) acc[i] = op(acc[i], s[i]);
     }
+    finish(acc, m);
     std::memcpy(out + base, acc, static_cast<size_t>(m) * sizeof(T));
     if (copy != nullptr) std::memcpy(copy + base, acc, static_cast<size_t>(m) * sizeof(T));
   }
@@ -54,7 +67,7 @@ inline float widen(uint16_t b) { return bf16_to_float(BFloat16{b}); }
 inline uint16_t narrow(float f) { return float_to_bf16(f).bits; }
 
 template <typename Op>
-void fold_bf16(void* out_v, void* copy_v, const void* const* src_v, int n, int64_t count, Op op) {
+void fold_bf16(void* out_v, void* copy_v, const void* const* src_v, int n, int64_t count, Op op, Finish<float> finish) {
   constexpr int64_t kBlock = kBlockBytes / sizeof(float);
   alignas(64) float acc[kBlock];
   alignas(64) uint16_t result[kBlock];
@@ -68,6 +81,7 @@ void fold_bf16(void* out_v, void* copy_v, const void* const* src_v, int n, int64
       const uint16_t* __restrict s = static_cast<const uint16_t*>(src_v[p]) + base;
       for (int64_t i = 0; i < m; ++i) acc[i] = op(acc[i], widen(s[i]));
     }
+    finish(acc, m);
     for (int64_t i = 0; i < m; ++i) result[i] = narrow(acc[i]);
     std::memcpy(out + base, result, static_cast<size_t>(m) * 2);
     if (copy != nullptr) std::memcpy(copy + base, result, static_cast<size_t>(m) * 2);
@@ -75,11 +89,12 @@ void fold_bf16(void* out_v, void* copy_v, const void* const* src_v, int n, int64
 }
 
 template <typename Op>
-void fold_typed(void* out, void* copy, const void* const* src, int n, int64_t count, DType dtype, Op op) {
+void fold_typed(void* out, void* copy, const void* const* src, int n, int64_t count, DType dtype, Op op,
+                int64_t divisor = 1) {
   switch (dtype) {
-    case DType::Float32: fold<float>(out, copy, src, n, count, op); return;
-    case DType::Int64: fold<int64_t>(out, copy, src, n, count, op); return;
-    case DType::BFloat16: fold_bf16(out, copy, src, n, count, op); return;
+    case DType::Float32: fold<float>(out, copy, src, n, count, op, Finish<float>{divisor}); return;
+    case DType::Int64: fold<int64_t>(out, copy, src, n, count, op, Finish<int64_t>{divisor}); return;
+    case DType::BFloat16: fold_bf16(out, copy, src, n, count, op, Finish<float>{divisor}); return;
     case DType::Float16:
       throw NotSupportedError("[collective] float16 is not reduced by tessera's backends; reduce in float32 or bfloat16");
   }
@@ -89,8 +104,8 @@ void fold_typed(void* out, void* copy, const void* const* src, int n, int64_t co
 
 void shm_reduce(void* out, void* out_copy, const void* const* src, int n, int64_t count, DType dtype, ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Avg: fold_typed(out, out_copy, src, n, count, dtype, Sum{}); return;
+    case ReduceOp::Sum: fold_typed(out, out_copy, src, n, count, dtype, Sum{}); return;
+    case ReduceOp::Avg: fold_typed(out, out_copy, src, n, count, dtype, Sum{}, n); return;
     case ReduceOp::Max: fold_typed(out, out_copy, src, n, count, dtype, Max{}); return;
     case ReduceOp::Min: fold_typed(out, out_copy, src, n, count, dtype, Min{}); return;
   }

@@ -9,7 +9,8 @@ namespace tessera::dist::detail {
 
 // `count` elements from each of `n` >= 1 sources into `out` and, when not null, also into
 // `out_copy`. `out` may alias one of the sources (an in-place allreduce reads its own input).
-// bfloat16 accumulates in float32 and rounds once at the end.
+// bfloat16 accumulates in float32 and rounds once at the end. Avg divides the sum by n in the
+// same pass.
 void shm_reduce(void* out, void* out_copy, const void* const* src, int n, int64_t count, DType dtype, ReduceOp op);
 
 }  // namespace tessera::dist::detail

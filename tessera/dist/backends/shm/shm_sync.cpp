@@ -31,9 +31,14 @@ bool reached(uint32_t current, uint32_t target) { return static_cast<int32_t>(cu
 // a dead peer is reported within about this long.
 constexpr auto kSlice = std::chrono::milliseconds(20);
 
-// The adaptive spin (see the constructor) never drops below this many pauses (~0.4 us), so that
-// it can notice when the peers run alongside again.
-constexpr int kMinSpin = 32;
+// The adaptive spin (see the constructor) never drops below this (about 32 pauses), so that it can
+// notice when the peers run alongside again.
+constexpr int64_t kMinSpinNs = 400;
+
+int64_t monotonic_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -73,21 +78,27 @@ ShmSync::ShmSync(ShmCounter* counters, int rank, int size, std::vector<pid_t> pi
   // Spinning only pays while the peer runs on another core at the same time: a peer that is not
   // running cannot publish, and our spinning may be what keeps it off the core. Measured on this
   // 2-core machine while others were compiling (2 processes, 4 KiB allreduce): sleeping at once
-  // 6 us per call, spinning up to 46 us (4000 pauses of 11.5 ns) first 111 us; 16 MiB: 4.7 ms vs
-  // 5.7 ms. With a core per rank and nothing else running, spinning should win instead (it saves
-  // the futex round trip; not measurable on this shared machine), so the budget adapts: doubled
-  // after a wait that spinning satisfied, halved after one that had to sleep. TESSERA_SHM_SPIN
-  // sets the most pauses per wait (0: always sleep at once).
+  // 6 us per call, spinning up to 46 us first 111 us; 16 MiB: 4.7 ms vs 5.7 ms. With a core per
+  // rank and nothing else running, spinning wins instead (it saves the futex round trip), so the
+  // budget adapts. After a wait that spinning satisfied it doubles. After one that slept, the
+  // publisher's timestamp says when the peer came: if within the most we may spin, the budget
+  // becomes twice that gap (the next such wait spins and wins), else it halves. (The first version
+  // only halved after a sleep: once the peers ran apart for a while, the budget sank to its floor,
+  // shorter than any real gap, and never grew again: the 4 KiB all-reduce then took 100-150 us
+  // instead of 7 us, in runs chosen by chance.) TESSERA_SHM_SPIN sets the most pauses per wait
+  // (of about 11.5 ns here; 0: always sleep at once).
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  max_spin_ = static_cast<unsigned>(size) <= cores ? 4000 : 64;
+  int64_t max_pauses = static_cast<unsigned>(size) <= cores ? 4000 : 64;
   if (const char* env = env_setting("TESSERA_SHM_SPIN"); env != nullptr && *env != '\0') {
-    max_spin_ = std::max(0, std::atoi(env));
+    max_pauses = std::max(0, std::atoi(env));
   }
-  spin_ = std::min(max_spin_, 256);
+  max_spin_ns_ = max_pauses * 23 / 2;
+  spin_ns_ = std::min<int64_t>(max_spin_ns_, 3000);
 }
 
 void ShmSync::publish(uint32_t value) {
   ShmCounter& c = counters_[rank_];
+  c.published_ns.store(monotonic_ns(), std::memory_order_relaxed);
   // seq_cst on both sides (this store and the waiter's sleepers increment) makes the pair a
   // Dekker handshake: either we see the sleeper and wake it, or its futex_wait sees the new value.
   c.value.store(value, std::memory_order_seq_cst);
@@ -107,32 +118,47 @@ void ShmSync::wait(uint32_t value, const char* op, Deadline deadline, int only_p
 void ShmSync::wait_one(int peer, uint32_t value, const char* op, Deadline deadline, int only_peer) {
   ShmCounter& c = counters_[peer];
   if (reached(c.value.load(std::memory_order_acquire), value)) return;
-  for (int i = 0; i < spin_; ++i) {
-    _mm_pause();
-    if (reached(c.value.load(std::memory_order_acquire), value)) {
-      spin_ = std::min(max_spin_, std::max(2 * spin_, kMinSpin));
-      return;
+  const int64_t start = monotonic_ns();
+  for (int64_t now = start; now - start < spin_ns_; now = monotonic_ns()) {
+    for (int i = 0; i < 16; ++i) {  // a clock read (~20 ns) per 16 pauses
+      _mm_pause();
+      if (reached(c.value.load(std::memory_order_acquire), value)) {
+        spin_ns_ = std::min(max_spin_ns_, std::max(2 * spin_ns_, kMinSpinNs));
+        return;
+      }
     }
   }
-  spin_ = spin_ / 2 < kMinSpin ? std::min(kMinSpin, max_spin_) : spin_ / 2;
+  // Called once the wait is satisfied after sleeping: how long the peer took decides the budget.
+  auto adapt_after_sleep = [&] {
+    const int64_t gap = c.published_ns.load(std::memory_order_relaxed) - start;
+    spin_ns_ = gap < max_spin_ns_ ? std::min(max_spin_ns_, std::max(2 * gap, kMinSpinNs))
+                                  : std::max(std::min(kMinSpinNs, max_spin_ns_), spin_ns_ / 2);
+  };
   for (;;) {
     uint32_t seen = c.value.load(std::memory_order_acquire);
-    if (reached(seen, value)) return;
+    if (reached(seen, value)) return adapt_after_sleep();
+    check_aborted(peer, op);
     auto now = Clock::now();
     if (now >= deadline) throw_timeout(value, op, only_peer);
     auto slice = std::min<std::chrono::nanoseconds>(deadline - now, kSlice);
     if (idle_hook_) {
       idle_hook_();
-      if (reached(c.value.load(std::memory_order_acquire), value)) return;
+      if (reached(c.value.load(std::memory_order_acquire), value)) return adapt_after_sleep();
     }
     c.sleepers.fetch_add(1, std::memory_order_seq_cst);
     shm_futex_wait(&c.value, seen, slice);
     c.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    if (reached(c.value.load(std::memory_order_acquire), value)) return;
+    if (reached(c.value.load(std::memory_order_acquire), value)) return adapt_after_sleep();
     // Only after a slice without progress: a syscall and a /proc read per wakeup would cost more
     // than the wait itself when ranks outnumber cores and sleep every round.
     if (Clock::now() - now >= kSlice) check_alive(peer, op);
   }
+}
+
+void ShmSync::check_aborted(int peer, const char* op) const {
+  if (!aborted_.load(std::memory_order_relaxed)) return;
+  throw Error(concat("[shm ", op, "] rank ", rank_, " of ", size_, ": aborted while waiting for rank ", peer,
+                     " (the process group failed)"));
 }
 
 void ShmSync::check_alive(int peer, const char* op) {

@@ -22,6 +22,9 @@ namespace tessera::dist::detail {
 struct alignas(128) ShmCounter {
   std::atomic<uint32_t> value{0};
   std::atomic<uint32_t> sleepers{0};  // waiters in futex_wait on `value`; publish wakes only if > 0
+  // When `value` was last published (CLOCK_MONOTONIC, the same in every process): a waiter that
+  // slept learns from it how long spinning would have had to last (ShmSync::wait_one).
+  std::atomic<int64_t> published_ns{0};
 };
 
 // The futex and liveness primitives ShmSync waits with, shared with point-to-point
@@ -44,19 +47,23 @@ class ShmSync {
   // Called before each of a wait's sleeps (point-to-point progress, so that a send posted before a
   // collective still completes while the collective waits).
   void set_idle_hook(std::function<void()> hook) { idle_hook_ = std::move(hook); }
+  // Every wait, now and later, throws Error within one sleep slice (20 ms). Thread-safe.
+  void abort() { aborted_.store(true, std::memory_order_relaxed); }
 
  private:
   void wait_one(int peer, uint32_t value, const char* op, Deadline deadline, int only_peer);
   [[noreturn]] void throw_timeout(uint32_t value, const char* op, int only_peer);
+  void check_aborted(int peer, const char* op) const;
   void check_alive(int peer, const char* op);
 
   ShmCounter* counters_;
   int rank_;
   int size_;
   std::vector<pid_t> pids_;
-  int max_spin_;  // pauses before sleeping, at most; see the constructor for the measurement
-  int spin_;      // the current budget, adapted after every wait
+  int64_t max_spin_ns_;  // spinning before sleeping, at most; see the constructor for the measurement
+  int64_t spin_ns_;      // the current budget, adapted after every wait
   std::function<void()> idle_hook_;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace tessera::dist::detail
