@@ -36,7 +36,7 @@ def run(rank, args, port, queue):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.nproc)
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(build_model(nn, args.model))
+    model = nn.parallel.DistributedDataParallel(build_model(torch, nn, args.model))
     shape = (args.batch, 784) if args.model == "mlp" else (args.batch, 1, 28, 28)
     x, y = torch.randn(shape), torch.randint(0, 10, (args.batch,), dtype=torch.int64)
     loss_fn = nn.CrossEntropyLoss()

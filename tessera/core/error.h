@@ -1,9 +1,12 @@
 // Exceptions and check macros. Messages start with "[op]" and name the shapes, rank, peer or file
 // involved, so that a user reading only the message knows what to fix.
 #pragma once
+#include <charconv>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 namespace tessera {
 
@@ -25,11 +28,41 @@ class OutOfMemoryError : public Error { using Error::Error; };
 class InternalError : public Error { using Error::Error; };
 
 namespace detail {
+
+// Text and integers are appended directly; anything else (floating point, paths, enums) goes
+// through an ostringstream, as it always did. The stream costs a locale and facet lookups per call
+// (dynamic_casts): a process group names every collective it queues ("allreduce #3 (sum, float32
+// x 1024)"), and with streams that was a fifth of a 4 KiB all-reduce's 5.6 us (perf, 2 processes).
+template <typename T>
+constexpr bool appended_directly =
+    std::is_integral_v<T> || std::is_convertible_v<const T&, std::string_view>;
+
+template <typename T>
+void append_text(std::string& out, const T& value) {
+  if constexpr (std::is_same_v<T, char> || std::is_same_v<T, signed char> || std::is_same_v<T, unsigned char>) {
+    out.push_back(static_cast<char>(value));  // a character, as a stream prints it
+  } else if constexpr (std::is_same_v<T, bool>) {
+    out.push_back(value ? '1' : '0');
+  } else if constexpr (std::is_integral_v<T>) {
+    char digits[24];
+    auto end = std::to_chars(digits, digits + sizeof digits, value).ptr;
+    out.append(digits, end);
+  } else {
+    out.append(std::string_view(value));
+  }
+}
+
 template <typename... Args>
 std::string concat(const Args&... args) {
-  std::ostringstream out;
-  (out << ... << args);
-  return out.str();
+  if constexpr ((appended_directly<Args> && ...)) {
+    std::string out;
+    (append_text(out, args), ...);
+    return out;
+  } else {
+    std::ostringstream out;
+    (out << ... << args);
+    return out.str();
+  }
 }
 }  // namespace detail
 

@@ -45,7 +45,13 @@ constexpr std::array kSettings{
     Setting{"TESSERA_GLOO_HOST", "127.0.0.1 on one machine, else the address TESSERA_SOCKET_IFNAME picks",
             "address (or host name) the other ranks connect to for this rank's gloo connections", kUser},
     Setting{"TESSERA_SHM_SPIN", "4000 when ranks <= cores, else 64",
-            "pauses a shared-memory rank spins before it sleeps on a futex (0: sleep at once)", kUser},
+            "the most pauses (about 11.5 ns each) a shared-memory rank spins before it sleeps on a futex; within it "
+            "the budget adapts to the peers' arrival gaps (0: sleep at once)",
+            kUser},
+    Setting{"TESSERA_BIND_CORES", "1",
+            "0 leaves a launcher's local processes unbound; else each gets its own cores (threads per process of "
+            "them) when they all fit in the launcher's affinity mask",
+            kUser},
     Setting{"TESSERA_SHM_P2P", "1",
             "0 sends point-to-point (pipeline messages) of backend auto on one machine over gloo instead of shared "
             "memory",

@@ -1,5 +1,6 @@
 #include "tessera/dist/launcher/supervisor.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -159,9 +160,12 @@ class Supervisor {
  private:
   void spawn_all(const std::vector<ProcessSpec>& specs) {
     std::string path = resolve_program(job_.command.front());
+    const std::vector<std::vector<int>> cores =
+        core_binding(static_cast<int>(specs.size()), std::max(1, job_.threads_per_worker));
     try {
-      for (const ProcessSpec& spec : specs) {
-        WorkerProcess p = spawn_worker(path, job_.command, environment_for(spec.variables));
+      for (size_t k = 0; k < specs.size(); ++k) {
+        const ProcessSpec& spec = specs[k];
+        WorkerProcess p = spawn_worker(path, job_.command, environment_for(spec.variables), cores[k]);
         std::string prefix = std::string(spec.server ? "[server " : "[rank ") + std::to_string(spec.rank) + "] ";
         processes_.push_back(Process{spec.server, spec.rank, p.pid,
                                      Stream{std::move(p.stdout_read), LinePrefixer(prefix, job_.stdout_fd)},

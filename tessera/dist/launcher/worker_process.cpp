@@ -1,16 +1,20 @@
 #include "tessera/dist/launcher/worker_process.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "tessera/core/error.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::dist::launcher {
 
@@ -44,7 +48,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 // Runs in the child between fork and execve: async-signal-safe calls only, because the launcher
 // may have other threads (OpenMP's, a test runner's) whose locks were copied mid-use.
 [[noreturn]] void exec_child(pid_t parent, int stdin_fd, int stdout_fd, int stderr_fd, int error_fd,
-                             const char* path, char* const* argv, char* const* envp) {
+                             const char* path, char* const* argv, char* const* envp, const cpu_set_t* cores) {
   // Handlers first: until execve resets them, a signal here would run the launcher's handler and
   // write into its self-pipe, posing as a signal to the launcher.
   struct sigaction action {};
@@ -62,6 +66,9 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
     [[maybe_unused]] ssize_t n = ::write(error_fd, &e, sizeof e);
     ::_exit(127);
   }
+  // A binding that fails (a core gone from the cpuset meanwhile) leaves the worker unbound: slower
+  // at worst, never wrong.
+  if (cores != nullptr) ::sched_setaffinity(0, sizeof(cpu_set_t), cores);
   ::execve(path, argv, envp);
   int e = errno;
   [[maybe_unused]] ssize_t n = ::write(error_fd, &e, sizeof e);
@@ -69,6 +76,22 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 }
 
 }  // namespace
+
+std::vector<std::vector<int>> core_binding(int processes, int threads) {
+  std::vector<std::vector<int>> out(static_cast<size_t>(std::max(processes, 0)));
+  const char* setting = env_setting("TESSERA_BIND_CORES");
+  if (setting != nullptr && std::string_view(setting) == "0") return out;
+  cpu_set_t mask;
+  if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return out;
+  std::vector<int> usable;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mask)) usable.push_back(c);
+  if (processes < 2 || threads < 1 || static_cast<size_t>(processes) * static_cast<size_t>(threads) > usable.size())
+    return out;
+  for (int p = 0; p < processes; ++p)
+    for (int t = 0; t < threads; ++t) out[static_cast<size_t>(p)].push_back(usable[static_cast<size_t>(p * threads + t)]);
+  return out;
+}
 
 std::string resolve_program(const std::string& program) {
   TESSERA_CHECK(!program.empty(), "[run] no PROGRAM given (usage: tessera run --nproc-per-node N -- PROGRAM ARGS...)");
@@ -92,9 +115,12 @@ std::string resolve_program(const std::string& program) {
 }
 
 WorkerProcess spawn_worker(const std::string& path, const std::vector<std::string>& argv,
-                           const std::vector<std::string>& environment) {
+                           const std::vector<std::string>& environment, const std::vector<int>& cores) {
   // Everything the child needs is prepared here: after fork it may not allocate.
   std::vector<char*> c_argv = c_strings(argv), c_envp = c_strings(environment);
+  cpu_set_t core_set;
+  CPU_ZERO(&core_set);
+  for (int c : cores) CPU_SET(c, &core_set);
   detail::Fd dev_null = open_or_throw("/dev/null", O_RDONLY);
   WorkerProcess worker;
   detail::Fd stdout_write, stderr_write, error_read, error_write;
@@ -107,7 +133,7 @@ WorkerProcess spawn_worker(const std::string& path, const std::vector<std::strin
   if (pid < 0) throw IoError(tessera::detail::concat("[run] fork failed: ", std::strerror(errno)));
   if (pid == 0)
     exec_child(parent, dev_null.get(), stdout_write.get(), stderr_write.get(), error_write.get(), path.c_str(),
-               c_argv.data(), c_envp.data());
+               c_argv.data(), c_envp.data(), cores.empty() ? nullptr : &core_set);
   worker.pid = pid;
   // Also from the parent, so the group exists before we might signal it (either call may win).
   ::setpgid(pid, pid);

@@ -30,8 +30,9 @@ struct DdpOptions {
   // Each parameter's .grad is a view of its slot in the bucket (PyTorch's gradient_as_bucket_view,
   // on by default here): the gradient is written once, by backward, where the all-reduce reads it
   // and leaves the average. Off, DDP copies every gradient into its bucket and the average back,
-  // two copies of the model's gradients a step: the MLP's DDP step went from 2.1 to ... ms (bench
-  // ddp). On, a .grad kept from one step to the next is overwritten by the next backward.
+  // two copies of the model's gradients a step: with it on, the MLP's backward under DDP (2
+  // processes, batch 64 each) went from 1.74 to 1.50 ms (bench ddp's step breakdown, one run each).
+  // On, a .grad kept from one step to the next is overwritten by the next backward.
   bool gradient_as_bucket_view = true;
   bool broadcast_buffers = true;
   std::string comm_hook = "none";  // none, fp16, bf16, powersgd, topk: see make_comm_hook in comm_hook.h

@@ -2,7 +2,6 @@
 // failure propagation (a failed rank stops a sibling that would run for a minute), a worker killed
 // by a signal, SIGKILL after the grace period, a job timeout, and SIGINT/SIGTERM forwarding.
 #include <gtest/gtest.h>
-
 #include <sched.h>
 
 #include <chrono>
@@ -12,6 +11,7 @@
 #include <sys/wait.h>
 
 #include "tessera/dist/launcher/launcher.h"
+#include "tessera/dist/launcher/worker_process.h"
 #include "testing/expect.h"
 #include "dist/launcher/launch_testing.h"
 
@@ -92,6 +92,31 @@ TEST(Launch, OpenMpThreadsFollowTheThreadsPerWorkerUnlessTheLauncherHasThem) {
   // The suite's sanitizer passes run with OMP_NUM_THREADS set: then it is passed on unchanged.
   const char* own = std::getenv("OMP_NUM_THREADS");
   for (int rank : {0, 1}) EXPECT_EQ(lines[rank], own != nullptr ? std::string(own) : "3");
+}
+
+// Each local worker gets its own cores when they fit (worker_process.h's core_binding); with
+// TESSERA_BIND_CORES=0 the scheduler places them. A worker reads its own mask from /proc.
+TEST(Launch, LocalWorkersAreBoundToTheirOwnCoresWhenTheyFit) {
+  cpu_set_t mask;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof mask, &mask), 0);
+  std::vector<int> usable;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mask)) usable.push_back(c);
+  if (usable.size() < 2) GTEST_SKIP() << "needs 2 usable cores";
+  TempDir dir;
+  LaunchOptions o = sh_job(2, "grep Cpus_allowed_list /proc/self/status | cut -f2");
+  o.threads_per_worker = 1;
+  Captured c = launch_captured(o, dir);
+  ASSERT_EQ(c.result.exit_code, 0) << c.result.message << c.err;
+  auto lines = lines_by_rank(c.out);
+  ASSERT_EQ(lines.size(), 2u) << c.out;
+  EXPECT_EQ(lines[0], std::to_string(usable[0])) << c.out;
+  EXPECT_EQ(lines[1], std::to_string(usable[1])) << c.out;
+  // Two threads each do not fit in two cores: unbound, as the launcher is.
+  EXPECT_EQ(core_binding(2, static_cast<int>(usable.size()) / 2 + 1), std::vector<std::vector<int>>(2));
+  ::setenv("TESSERA_BIND_CORES", "0", 1);
+  EXPECT_EQ(core_binding(2, 1), std::vector<std::vector<int>>(2));
+  ::unsetenv("TESSERA_BIND_CORES");
 }
 
 TEST(Launch, DefaultsOnNodeZero) {

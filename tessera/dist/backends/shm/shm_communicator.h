@@ -24,8 +24,9 @@
 // (n-1)/n; every rank reduces its share in rank order, so all get bitwise the same result.
 // A small tensor (up to kOneRoundBytes) takes one round instead of two: every rank copies all of
 // it into its slot, arrives, waits, and reduces all of it from the slots, in rank order. It reads
-// n times the data instead of once, which costs less than a second wait below that size (measured
-// at the constant). The
+// n times the data instead of once, which costs less than a second wait up to 32 KiB: measured with
+// bench/compare_comm.py, 2 processes, busbw 3.8 GB/s at 32 KiB in one round (Open MPI 2.4), but at
+// 64 KiB one round gave 2.5 GB/s and two rounds 3.3. The
 // first version waited twice per round (arrived, then reduced): 16 MiB over 2 processes took
 // 6.9-7.2 ms against 5.7-5.8 ms for this one, measured in one run on this loaded 2-core machine.
 //
@@ -74,7 +75,7 @@ class ShmCommunicator final : public Communicator {
 
  private:
   static constexpr int kBuffers = 3;  // per slot; see above
-  static constexpr size_t kOneRoundBytes = 64 << 10;  // see above
+  static constexpr size_t kOneRoundBytes = 32 << 10;  // see above
   // Buffer `round % 3` of `rank`'s slot.
   char* slot(int rank, uint64_t round) const;
   // Starts a round that writes this rank's slot: returns its number once the buffer is free.

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -34,6 +35,11 @@ constexpr auto kSlice = std::chrono::milliseconds(20);
 // The adaptive spin (see the constructor) never drops below this (about 32 pauses), so that it can
 // notice when the peers run alongside again.
 constexpr int64_t kMinSpinNs = 400;
+
+// With more ranks than cores, a wait yields its core up to this often, for at most this long,
+// before it sleeps.
+constexpr int kMaxYields = 64;
+constexpr int64_t kYieldNs = 200000;
 
 int64_t monotonic_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -93,6 +99,7 @@ ShmSync::ShmSync(ShmCounter* counters, int rank, int size, std::vector<pid_t> pi
     max_pauses = std::max(0, std::atoi(env));
   }
   max_spin_ns_ = max_pauses * 23 / 2;
+  yield_first_ = static_cast<unsigned>(size) > cores;
   spin_ns_ = std::min<int64_t>(max_spin_ns_, 3000);
 }
 
@@ -126,6 +133,16 @@ void ShmSync::wait_one(int peer, uint32_t value, const char* op, Deadline deadli
         spin_ns_ = std::min(max_spin_ns_, std::max(2 * spin_ns_, kMinSpinNs));
         return;
       }
+    }
+  }
+  if (yield_first_) {
+    // More ranks than cores: the peer we wait for may be runnable but without a core, and
+    // sched_yield hands it ours at once, where a futex sleep costs a wake-up through the scheduler
+    // (Open MPI's shared-memory transport polls with sched_yield when oversubscribed, too).
+    const int64_t yield_start = monotonic_ns();
+    for (int i = 0; i < kMaxYields && monotonic_ns() - yield_start < kYieldNs; ++i) {
+      sched_yield();
+      if (reached(c.value.load(std::memory_order_acquire), value)) return;
     }
   }
   // Called once the wait is satisfied after sleeping: how long the peer took decides the budget.

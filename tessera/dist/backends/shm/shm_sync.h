@@ -62,6 +62,7 @@ class ShmSync {
   std::vector<pid_t> pids_;
   int64_t max_spin_ns_;  // spinning before sleeping, at most; see the constructor for the measurement
   int64_t spin_ns_;      // the current budget, adapted after every wait
+  bool yield_first_ = false;  // more ranks than cores: yield before sleeping (wait_one)
   std::function<void()> idle_hook_;
   std::atomic<bool> aborted_{false};
 };
