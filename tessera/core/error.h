@@ -47,6 +47,8 @@ void append_text(std::string& out, const T& value) {
     char digits[24];
     auto end = std::to_chars(digits, digits + sizeof digits, value).ptr;
     out.append(digits, end);
+  } else if constexpr (std::is_pointer_v<T>) {
+    if (value != nullptr) out.append(value);  // a null C string adds nothing, as a failed stream
   } else {
     out.append(std::string_view(value));
   }

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "tessera/core/cpu_allocator.h"
 #include "tessera/ops/ops.h"
 #include "testing/expect.h"
@@ -74,6 +76,20 @@ TEST(Tensor, Int64AndItem) {
   EXPECT_EQ(i.dtype(), DType::Int64);
   EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(sum(arange(4, DType::Float32)).item<float>(), 6.0f);
+}
+
+// concat appends text and integers directly and streams the rest: the same text a stream writes.
+TEST(Errors, ConcatWritesWhatAStreamWould) {
+  const char* none = nullptr;
+  char mutable_text[] = "buffer";
+  std::ostringstream stream;
+  stream << "[op] " << int64_t{-7} << ' ' << size_t{18446744073709551615ull} << ' ' << true << ' '
+         << std::string("s") << ' ' << std::string_view("v") << ' ' << mutable_text << ' ' << 'c';
+  EXPECT_EQ(detail::concat("[op] ", int64_t{-7}, ' ', size_t{18446744073709551615ull}, ' ', true, ' ',
+                           std::string("s"), ' ', std::string_view("v"), ' ', mutable_text, ' ', 'c'),
+            stream.str());
+  EXPECT_EQ(detail::concat("a", none, "b"), "ab");  // a null C string adds nothing
+  EXPECT_EQ(detail::concat("x ", 1.5, " ", 3.0f), "x 1.5 3");  // floating point still streams
 }
 
 TEST(Errors, NameTheOpAndShapes) {
