@@ -237,12 +237,18 @@ void ProcessGroup::run_front(std::unique_lock<std::mutex>& lock) {
   }
   running_ = true;
   lock.unlock();
-  if (broken) {
-    task.work->finish(with_context(broken, concat("[", task.description, "] not run: the group failed earlier in ",
-                                                  broken_by, ": "),
-                                   ""));
-  } else {
-    run_task(task);
+  try {
+    if (broken) {
+      task.work->finish(with_context(broken, concat("[", task.description, "] not run: the group failed earlier in ",
+                                                    broken_by, ": "),
+                                     ""));
+    } else {
+      run_task(task);
+    }
+  } catch (...) {
+    // run_task reports the body's errors itself; what is left (out of memory while describing one)
+    // still ends this task, and the group runs on: a waiter must never wait for a task nobody runs.
+    task.work->finish(std::current_exception());
   }
   task = Task{};  // drops the kept tensors before the next task, as the worker always has
   lock.lock();

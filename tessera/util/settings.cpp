@@ -50,7 +50,8 @@ constexpr std::array kSettings{
             kUser},
     Setting{"TESSERA_BIND_CORES", "1",
             "0 leaves a launcher's local processes unbound; else each gets its own cores (threads per process of "
-            "them) when they all fit in the launcher's affinity mask",
+            "them) when together they fill the launcher's affinity mask exactly (the default thread count, cores / "
+            "processes, does)",
             kUser},
     Setting{"TESSERA_SHM_P2P", "1",
             "0 sends point-to-point (pipeline messages) of backend auto on one machine over gloo instead of shared "

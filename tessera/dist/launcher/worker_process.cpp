@@ -86,7 +86,9 @@ std::vector<std::vector<int>> core_binding(int processes, int threads) {
   std::vector<int> usable;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &mask)) usable.push_back(c);
-  if (processes < 2 || threads < 1 || static_cast<size_t>(processes) * static_cast<size_t>(threads) > usable.size())
+  // Only a job that fills the mask exactly: a smaller one bound from the mask's first core would
+  // share those cores with another such job on the same machine while the rest stayed idle.
+  if (processes < 2 || threads < 1 || static_cast<size_t>(processes) * static_cast<size_t>(threads) != usable.size())
     return out;
   for (int p = 0; p < processes; ++p)
     for (int t = 0; t < threads; ++t) out[static_cast<size_t>(p)].push_back(usable[static_cast<size_t>(p * threads + t)]);

@@ -33,8 +33,9 @@ WorkerProcess spawn_worker(const std::string& path, const std::vector<std::strin
                            const std::vector<std::string>& environment, const std::vector<int>& cores = {});
 
 // The cores each of `processes` local processes of `threads` threads each is bound to: consecutive
-// slices of this process's affinity mask when they fit in it and TESSERA_BIND_CORES is not 0, else
-// none (empty lists: the scheduler places them). Why: with a core per rank and nothing pinned,
+// slices of this process's affinity mask when they fill it exactly (the default thread count
+// does: cores / processes) and TESSERA_BIND_CORES is not 0, else none (empty lists: the scheduler
+// places them). Why: with a core per rank and nothing pinned,
 // Linux often ran both ranks of a 2-process job on one core and their waking helper threads on the
 // other; a 4 KiB shared-memory all-reduce then took 53 us instead of 2.4 us, in about a third of
 // the runs (`tessera bench comm`, this 2-core machine). Open MPI binds to cores by default too.

@@ -68,8 +68,12 @@ void Reducer::build_buckets(std::vector<std::vector<size_t>> layout) {
 }
 
 Reducer::~Reducer() {
-  if (options_.gradient_as_bucket_view)
-    for (const auto& [name, p] : parameters_) p.set_grad_buffer(Tensor());
+  if (!options_.gradient_as_bucket_view) return;
+  // Only where the buffer is still ours: a newer DDP over the same parameters may have set its own.
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const auto& buffer = parameters_[i].second.impl()->grad_buffer;
+    if (buffer && Tensor(buffer).raw_data() == slot(i).raw_data()) parameters_[i].second.set_grad_buffer(Tensor());
+  }
 }
 
 bool Reducer::in_slot(const Tensor& grad, size_t index) const {
@@ -140,8 +144,16 @@ void Reducer::finalize() {
                               "design, construct DistributedDataParallel with find_unused_parameters = true"));
     }
     for (size_t i : unused) {
+      // Unused in this backward, but a gradient accumulated under no_sync still takes part (as in
+      // PyTorch); with bucket views it may be the slot itself, which must not be zeroed.
+      const Tensor& p = parameters_[i].second;
       Tensor s = slot(i);
-      fill_(s, 0.0f);
+      if (!p.grad().defined()) {
+        fill_(s, 0.0f);
+      } else if (!in_slot(p.grad(), i)) {
+        copy_(s, p.grad());
+        if (options_.gradient_as_bucket_view) p.set_grad(s);
+      }
       --pending_[bucket_of_[i]];
     }
     launch_ready_buckets();

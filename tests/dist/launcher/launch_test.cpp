@@ -94,15 +94,27 @@ TEST(Launch, OpenMpThreadsFollowTheThreadsPerWorkerUnlessTheLauncherHasThem) {
   for (int rank : {0, 1}) EXPECT_EQ(lines[rank], own != nullptr ? std::string(own) : "3");
 }
 
-// Each local worker gets its own cores when they fit (worker_process.h's core_binding); with
-// TESSERA_BIND_CORES=0 the scheduler places them. A worker reads its own mask from /proc.
-TEST(Launch, LocalWorkersAreBoundToTheirOwnCoresWhenTheyFit) {
+// Local workers that fill the launcher's cores exactly get a slice each (worker_process.h's
+// core_binding); a job that would not fill them, or TESSERA_BIND_CORES=0, is left to the scheduler.
+// A worker reads its own mask from /proc.
+TEST(Launch, LocalWorkersThatFillTheCoresAreBoundToTheirOwn) {
   cpu_set_t mask;
   ASSERT_EQ(::sched_getaffinity(0, sizeof mask, &mask), 0);
   std::vector<int> usable;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &mask)) usable.push_back(c);
-  if (usable.size() < 2) GTEST_SKIP() << "needs 2 usable cores";
+  if (usable.size() < 2 || usable.size() % 2 != 0) GTEST_SKIP() << "needs an even number of usable cores";
+  const int half = static_cast<int>(usable.size()) / 2;
+  auto binding = core_binding(2, half);
+  ASSERT_EQ(binding.size(), 2u);
+  EXPECT_EQ(binding[0], std::vector<int>(usable.begin(), usable.begin() + half));
+  EXPECT_EQ(binding[1], std::vector<int>(usable.begin() + half, usable.end()));
+  EXPECT_EQ(core_binding(2, half + 1), std::vector<std::vector<int>>(2));  // more threads than cores
+  if (half > 1) EXPECT_EQ(core_binding(2, 1), std::vector<std::vector<int>>(2));  // would leave cores idle
+  ::setenv("TESSERA_BIND_CORES", "0", 1);
+  EXPECT_EQ(core_binding(2, half), std::vector<std::vector<int>>(2));
+  ::unsetenv("TESSERA_BIND_CORES");
+  if (usable.size() != 2) return;  // the launched check below reads single-core masks
   TempDir dir;
   LaunchOptions o = sh_job(2, "grep Cpus_allowed_list /proc/self/status | cut -f2");
   o.threads_per_worker = 1;
@@ -112,11 +124,6 @@ TEST(Launch, LocalWorkersAreBoundToTheirOwnCoresWhenTheyFit) {
   ASSERT_EQ(lines.size(), 2u) << c.out;
   EXPECT_EQ(lines[0], std::to_string(usable[0])) << c.out;
   EXPECT_EQ(lines[1], std::to_string(usable[1])) << c.out;
-  // Two threads each do not fit in two cores: unbound, as the launcher is.
-  EXPECT_EQ(core_binding(2, static_cast<int>(usable.size()) / 2 + 1), std::vector<std::vector<int>>(2));
-  ::setenv("TESSERA_BIND_CORES", "0", 1);
-  EXPECT_EQ(core_binding(2, 1), std::vector<std::vector<int>>(2));
-  ::unsetenv("TESSERA_BIND_CORES");
 }
 
 TEST(Launch, DefaultsOnNodeZero) {

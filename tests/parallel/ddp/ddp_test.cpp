@@ -329,6 +329,35 @@ TEST(Ddp, FindUnusedParametersLeavesTheirGradUnset) {
   });
 }
 
+// A parameter that got its gradient only under no_sync, and none in the synchronising backward,
+// keeps it (with gradient_as_bucket_view its .grad is its bucket slot, which must not be zeroed).
+TEST(Ddp, AGradientAccumulatedUnderNoSyncSurvivesAnUnusedSyncStep) {
+  auto models = per_rank(2, [](int) { return std::make_shared<PartlyUsed>(); });
+  testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
+    auto g = testing::borrow(group);
+    DdpOptions options;
+    options.find_unused_parameters = true;
+    auto model = models[group.rank()];
+    DistributedDataParallel ddp(model, g, options);
+    Tensor unused_weight;
+    for (auto& [name, p] : model->named_parameters())
+      if (name == "unused.weight") unused_weight = p;
+    ASSERT_TRUE(unused_weight.defined());
+    for (int step = 0; step < 3; ++step) {  // the first step rebuilds the buckets
+      model->zero_grad();
+      {
+        auto guard = ddp.no_sync();
+        sum(mul(unused_weight, 1.0f)).backward();  // d/dw = 1 everywhere, on both ranks
+        sum(ddp(full({2, 4}, 1.0f))).backward();
+      }
+      sum(ddp(full({2, 4}, 1.0f))).backward();  // synchronises; unused.weight gets nothing here
+      ASSERT_TRUE(unused_weight.grad().defined()) << "step " << step;
+      for (int64_t i = 0; i < unused_weight.numel(); ++i)
+        ASSERT_EQ(unused_weight.grad().data<float>()[i], 1.0f) << "step " << step << ", element " << i;
+    }
+  });
+}
+
 TEST(Ddp, DifferentModelsAcrossRanksAreRejectedNamingTheParameter) {
   auto models = per_rank(2, [](int r) { return nn::make_mlp({4, r == 0 ? 8 : 9, 2}); });
   testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {

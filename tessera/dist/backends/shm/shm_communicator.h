@@ -71,7 +71,9 @@ class ShmCommunicator final : public Communicator {
                                       Milliseconds timeout) override;
   bool reduces_average() const override { return true; }
   bool abortable() const override { return true; }
-  void abort() override { sync_->abort(); }
+  void abort() override {
+    if (sync_) sync_->abort();  // a group of one has nothing to wait for
+  }
 
  private:
   static constexpr int kBuffers = 3;  // per slot; see above

@@ -93,6 +93,10 @@ ShmSync::ShmSync(ShmCounter* counters, int rank, int size, std::vector<pid_t> pi
   // shorter than any real gap, and never grew again: the 4 KiB all-reduce then took 100-150 us
   // instead of 7 us, in runs chosen by chance.) TESSERA_SHM_SPIN sets the most pauses per wait
   // (of about 11.5 ns here; 0: always sleep at once).
+  // The machine's cores, not this process's affinity mask: the launcher binds each rank to a core
+  // of its own (launcher/worker_process.h), so a rank's mask says nothing of whether its peers have
+  // cores too. Ranks confined together to fewer cores (taskset over the whole job) are not seen
+  // as oversubscribed here; they still sleep once a spin is seen not to pay.
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   int64_t max_pauses = static_cast<unsigned>(size) <= cores ? 4000 : 64;
   if (const char* env = env_setting("TESSERA_SHM_SPIN"); env != nullptr && *env != '\0') {
