@@ -160,10 +160,15 @@ TEST(DdpGradientAsBucketView, EqualsCopyingTheGradientsBitForBit) {
 // The gradients a synchronised backward leaves are the buckets' memory, whether .grad was unset
 // (backward writes into the slot) or kept from the step before by zero_grad(set_to_none = false).
 TEST(DdpGradientAsBucketView, GradientsAreBucketSlotsAndAKeptGradientIsMovedIntoOne) {
+  // Built here: the default generator that initialises them is not thread-safe.
+  std::vector<std::shared_ptr<nn::Module>> models;
+  for (int r = 0; r < 2; ++r) {
+    manual_seed(3);
+    models.push_back(nn::make_mlp({6, 4, 3}));
+  }
   testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
     auto g = testing::borrow(group);
-    manual_seed(3);
-    auto model = nn::make_mlp({6, 4, 3});
+    auto model = models[static_cast<size_t>(group.rank())];
     DistributedDataParallel ddp(model, g);
     Generator gen(static_cast<uint64_t>(group.rank()) + 1);
     Tensor x = randn({4, 6}, gen);
