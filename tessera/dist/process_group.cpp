@@ -257,17 +257,17 @@ void ProcessGroup::run_front(std::unique_lock<std::mutex>& lock) {
 
 void ProcessGroup::run_queued_through(const Work* work) {
   std::unique_lock lock(mu_);
-  auto queued = [&] {
-    return std::any_of(queue_.begin(), queue_.end(), [&](const Task& t) { return t.work.get() == work; });
-  };
-  // Only while no task runs, so the order stays the order of issue; the tasks ahead of `work`
-  // run first.
-  bool ran = false;
-  while (!running_ && queued()) {
+  // Only while no task runs, so the order stays the order of issue; the tasks ahead of `work` run
+  // first. The lock is held between tasks, so the worker cannot start one in between.
+  if (running_ ||
+      std::none_of(queue_.begin(), queue_.end(), [&](const Task& t) { return t.work.get() == work; }))
+    return;
+  bool ran_work = false;
+  while (!ran_work) {
+    ran_work = queue_.front().work.get() == work;
     run_front(lock);
-    ran = true;
   }
-  const bool wake_worker = ran && (!queue_.empty() || stopping_);  // it skipped what was queued while this ran
+  const bool wake_worker = !queue_.empty() || stopping_;  // it skipped what was queued meanwhile
   lock.unlock();
   if (wake_worker) queue_cv_.notify_all();
 }
@@ -350,9 +350,7 @@ ReduceOp ProcessGroup::backend_op(ReduceOp op) const {
   return op == ReduceOp::Avg && !communicator_->reduces_average() ? ReduceOp::Sum : op;
 }
 
-bool ProcessGroup::divides_after(ReduceOp op) const {
-  return op == ReduceOp::Avg && !communicator_->reduces_average();
-}
+bool ProcessGroup::divides_after(ReduceOp op) const { return backend_op(op) != op; }
 
 WorkPtr ProcessGroup::allreduce(Buffer data, ReduceOp op, std::source_location where) {
   CallSiteScope site(where);

@@ -72,12 +72,20 @@ Reducer::~Reducer() {
   // Only where the buffer is still ours: a newer DDP over the same parameters may have set its own.
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const auto& buffer = parameters_[i].second.impl()->grad_buffer;
-    if (buffer && Tensor(buffer).raw_data() == slot(i).raw_data()) parameters_[i].second.set_grad_buffer(Tensor());
+    if (buffer && in_slot(Tensor(buffer), i)) parameters_[i].second.set_grad_buffer(Tensor());
   }
 }
 
 bool Reducer::in_slot(const Tensor& grad, size_t index) const {
   return grad.defined() && grad.raw_data() == slot(index).raw_data();
+}
+
+void Reducer::move_into_slot(size_t index) {
+  const Tensor& p = parameters_[index].second;
+  if (in_slot(p.grad(), index)) return;
+  Tensor destination = slot(index);
+  copy_(destination, p.grad());
+  if (options_.gradient_as_bucket_view) p.set_grad(destination);
 }
 
 Tensor Reducer::slot(size_t index) const {
@@ -110,12 +118,7 @@ void Reducer::mark_ready(size_t index) {
                 "retain_graph?); DDP supports one gradient per parameter per iteration");
   ready_[index] = true;
   if (!rebuilt_) ready_order_.push_back(index);
-  const Tensor& p = parameters_[index].second;
-  if (!in_slot(p.grad(), index)) {  // a .grad from before the buckets (or bucket views off)
-    Tensor destination = slot(index);
-    copy_(destination, p.grad());
-    if (options_.gradient_as_bucket_view) p.set_grad(destination);
-  }
+  move_into_slot(index);  // a .grad from before the buckets (or bucket views off) is copied in
   if (--pending_[bucket_of_[index]] == 0) launch_ready_buckets();
 }
 
@@ -146,13 +149,11 @@ void Reducer::finalize() {
     for (size_t i : unused) {
       // Unused in this backward, but a gradient accumulated under no_sync still takes part (as in
       // PyTorch); with bucket views it may be the slot itself, which must not be zeroed.
-      const Tensor& p = parameters_[i].second;
-      Tensor s = slot(i);
-      if (!p.grad().defined()) {
+      if (parameters_[i].second.grad().defined()) {
+        move_into_slot(i);
+      } else {
+        Tensor s = slot(i);
         fill_(s, 0.0f);
-      } else if (!in_slot(p.grad(), i)) {
-        copy_(s, p.grad());
-        if (options_.gradient_as_bucket_view) p.set_grad(s);
       }
       --pending_[bucket_of_[i]];
     }

@@ -88,6 +88,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   Tensor slot(size_t index) const;
   // Whether `grad` is parameter `index`'s slot itself (a bucket view).
   bool in_slot(const Tensor& grad, size_t index) const;
+  // Puts parameter `index`'s .grad into its slot unless it is the slot already; with bucket views
+  // the slot becomes its .grad.
+  void move_into_slot(size_t index);
 
   nn::StateDict parameters_;
   dist::ProcessGroupPtr group_;

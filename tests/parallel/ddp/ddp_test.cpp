@@ -308,14 +308,22 @@ TEST(Ddp, AParameterWithoutGradientIsNamed) {
   });
 }
 
-TEST(Ddp, FindUnusedParametersLeavesTheirGradUnset) {
+// Two ranks, each with DDP over a PartlyUsed model and find_unused_parameters on.
+template <typename Body>
+void with_partly_used_ddp(Body body) {
   auto models = per_rank(2, [](int) { return std::make_shared<PartlyUsed>(); });
   testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
-    auto g = testing::borrow(group);
     DdpOptions options;
     options.find_unused_parameters = true;
     auto model = models[group.rank()];
-    DistributedDataParallel ddp(model, g, options);
+    DistributedDataParallel ddp(model, testing::borrow(group), options);
+    body(group, model, ddp);
+  });
+}
+
+TEST(Ddp, FindUnusedParametersLeavesTheirGradUnset) {
+  with_partly_used_ddp([](dist::ProcessGroup& group, const std::shared_ptr<PartlyUsed>& model,
+                          DistributedDataParallel& ddp) {
     for (int step = 0; step < 3; ++step) {
       model->zero_grad();
       sum(ddp(full({2, 4}, static_cast<float>(group.rank() + 1)))).backward();
@@ -337,13 +345,8 @@ TEST(Ddp, FindUnusedParametersLeavesTheirGradUnset) {
 // A parameter that got its gradient only under no_sync, and none in the synchronising backward,
 // keeps it (with gradient_as_bucket_view its .grad is its bucket slot, which must not be zeroed).
 TEST(Ddp, AGradientAccumulatedUnderNoSyncSurvivesAnUnusedSyncStep) {
-  auto models = per_rank(2, [](int) { return std::make_shared<PartlyUsed>(); });
-  testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
-    auto g = testing::borrow(group);
-    DdpOptions options;
-    options.find_unused_parameters = true;
-    auto model = models[group.rank()];
-    DistributedDataParallel ddp(model, g, options);
+  with_partly_used_ddp([](dist::ProcessGroup&, const std::shared_ptr<PartlyUsed>& model,
+                          DistributedDataParallel& ddp) {
     Tensor unused_weight;
     for (auto& [name, p] : model->named_parameters())
       if (name == "unused.weight") unused_weight = p;
