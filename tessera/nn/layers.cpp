@@ -1,5 +1,7 @@
 #include "tessera/nn/layers.h"
 
+#include <typeinfo>
+
 #include "tessera/nn/init.h"
 
 namespace tessera::nn {
@@ -80,7 +82,21 @@ void Sequential::push_back(ModulePtr module) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& [n, m] : children()) h = m->forward(h);
+  const auto& layers = children();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    // A ReLU followed by max-pooling runs as one op (ops.h: relu_max_pool2d), equal bit for bit.
+    // Exact types only: a subclass may have its own forward.
+    const Module& layer = *layers[i].second;
+    if (i + 1 < layers.size() && typeid(layer) == typeid(ReLU)) {
+      const Module& next = *layers[i + 1].second;
+      if (typeid(next) == typeid(MaxPool2d)) {
+        h = relu_max_pool2d(h, static_cast<const MaxPool2d&>(next).options);
+        ++i;
+        continue;
+      }
+    }
+    h = layers[i].second->forward(h);
+  }
   return h;
 }
 

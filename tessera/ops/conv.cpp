@@ -24,8 +24,11 @@ using autograd::record;
 
 namespace {
 
+// 0 when the window does not fit in the padded input: C++ division truncates toward zero, so the
+// formula alone gave 1 for a 2x2 window over a 1x1 input, and max-pooling then read past the plane.
 int64_t out_size(int64_t in, int64_t pad, int64_t dilation, int64_t kernel, int64_t stride) {
-  return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
+  const int64_t room = in + 2 * pad - dilation * (kernel - 1) - 1;
+  return room < 0 ? 0 : room / stride + 1;
 }
 
 struct ConvPlan {
@@ -222,6 +225,10 @@ struct PoolPlan {
   int64_t N, C, H, W, OH, OW;
 };
 
+bool is_2x2_stride_2(const Pool2dOptions& o) {
+  return o.kernel_h == 2 && o.kernel_w == 2 && o.stride_h == 2 && o.stride_w == 2 && o.pad_h == 0 && o.pad_w == 0;
+}
+
 PoolPlan plan_pool(const Tensor& x, const Pool2dOptions& o, const char* op) {
   TESSERA_CHECK(x.dim() == 4, "[", op, "] input must be (N, C, H, W), got ", shape_str(x.shape()));
   TESSERA_CHECK(o.kernel_h >= 1 && o.kernel_w >= 1 && o.stride_h >= 1 && o.stride_w >= 1 && o.pad_h >= 0 &&
@@ -239,19 +246,17 @@ PoolPlan plan_pool(const Tensor& x, const Pool2dOptions& o, const char* op) {
 
 }  // namespace
 
-Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
-  detail::check_float(x_in, "max_pool2d", "input");
-  PoolPlan p = plan_pool(x_in, o, "max_pool2d");
-  Tensor x = detail::as_contiguous(x_in);
-  Tensor out = Tensor::empty({p.N, p.C, p.OH, p.OW});
-  // Argmax within each input plane, for the backward scatter.
-  auto argmax = std::make_shared<std::vector<int32_t>>(out.numel());
-  const float* xp = x.data<float>();
-  float* op = out.data<float>();
-  int32_t* ap = argmax->data();
+namespace {
+
+// The windows of one (image, channel) plane after another, each window's maximum and where it is.
+// kReluFirst pools relu(x) = (x > 0 ? x : 0) read on the fly, exactly as relu's own kernel computes
+// it, and marks a window whose maximum is not positive with argmax -1: ReLU's gradient is 0 there.
+template <bool kReluFirst>
+void max_pool_planes(const float* xp, const PoolPlan& p, const Pool2dOptions& o, float* op, int32_t* ap) {
+  const auto value = [](float v) { return kReluFirst ? (v > 0.0f ? v : 0.0f) : v; };
   // The common 2x2/stride-2 window without padding gets a branch-light loop (4x fewer instructions
-  // than the general one, measured with callgrind on the CNN benchmark).
-  const bool k2s2 = o.kernel_h == 2 && o.kernel_w == 2 && o.stride_h == 2 && o.stride_w == 2 && o.pad_h == 0 && o.pad_w == 0;
+  // than the general one, measured with callgrind on the CNN benchmark); GCC vectorises it.
+  const bool k2s2 = is_2x2_stride_2(o);
   parallel_for(0, p.N * p.C, 16, [&](int64_t b, int64_t e) {
     for (int64_t plane = b; plane < e; ++plane) {
       const float* in = xp + plane * p.H * p.W;
@@ -264,13 +269,13 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
           for (int64_t ow = 0; ow < p.OW; ++ow) {
             const int64_t c = 2 * ow;
             const int32_t top = static_cast<int32_t>(2 * oh * p.W + c), bottom = static_cast<int32_t>(top + p.W);
-            float best = r0[c];
+            float best = value(r0[c]);
             int32_t arg = top;
-            if (!(r0[c + 1] <= best)) { best = r0[c + 1]; arg = top + 1; }  // "!(<=)" lets NaN win
-            if (!(r1[c] <= best)) { best = r1[c]; arg = bottom; }
-            if (!(r1[c + 1] <= best)) { best = r1[c + 1]; arg = bottom + 1; }
+            if (!(value(r0[c + 1]) <= best)) { best = value(r0[c + 1]); arg = top + 1; }  // "!(<=)" lets NaN win
+            if (!(value(r1[c]) <= best)) { best = value(r1[c]); arg = bottom; }
+            if (!(value(r1[c + 1]) <= best)) { best = value(r1[c + 1]); arg = bottom + 1; }
             orow[ow] = best;
-            arow[ow] = arg;
+            arow[ow] = kReluFirst && !(best > 0.0f) ? -1 : arg;
           }
         }
         continue;
@@ -285,7 +290,7 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
             for (int64_t kw = 0; kw < o.kernel_w; ++kw) {
               int64_t iw = ow * o.stride_w - o.pad_w + kw;
               if (iw < 0 || iw >= p.W) continue;
-              float v = in[ih * p.W + iw];
+              float v = value(in[ih * p.W + iw]);
               if (v > best || arg < 0 || std::isnan(v)) {
                 best = v;
                 arg = static_cast<int32_t>(ih * p.W + iw);
@@ -294,12 +299,29 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
           }
           int64_t i = (plane * p.OH + oh) * p.OW + ow;
           op[i] = best;
-          ap[i] = arg;
+          ap[i] = kReluFirst && !(best > 0.0f) ? -1 : arg;
         }
     }
   });
+}
+
+// max_pool2d, of relu(x) when relu_first; the backward sends each window's gradient to its argmax
+// (none where the argmax is -1).
+Tensor max_pool2d_of(const Tensor& x_in, const Pool2dOptions& o, bool relu_first, const char* op) {
+  detail::check_float(x_in, op, "input");
+  PoolPlan p = plan_pool(x_in, o, op);
+  Tensor x = detail::as_contiguous(x_in);
+  Tensor out = Tensor::empty({p.N, p.C, p.OH, p.OW});
+  // Argmax within each input plane, for the backward scatter.
+  auto argmax = std::make_shared<std::vector<int32_t>>(out.numel());
+  if (relu_first)
+    max_pool_planes<true>(x.data<float>(), p, o, out.data<float>(), argmax->data());
+  else
+    max_pool_planes<false>(x.data<float>(), p, o, out.data<float>(), argmax->data());
+  const bool k2s2 = is_2x2_stride_2(o);
   Shape in_shape = x.shape();
-  return record(out, "MaxPool2dBackward", {x_in}, [in_shape, p, argmax, k2s2](const Tensor& g_in) {
+  return record(out, relu_first ? "ReluMaxPool2dBackward" : "MaxPool2dBackward", {x_in},
+                [in_shape, p, argmax, k2s2](const Tensor& g_in) {
     Tensor g = detail::as_contiguous(g_in);
     // 2x2/stride-2 windows tile the plane, so every input element is written once (gradient or 0)
     // and the gradient needs no zero fill first; other windows scatter-add into zeros.
@@ -313,7 +335,7 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
         float* d = dp + plane * p.H * p.W;
         if (tiles) {
           // Row by row, each input row written in order: GCC vectorises these loops (the window by
-          // window version was 16% of the CNN's bf16 step).
+          // window version was 16% of the CNN's bf16 step). An argmax of -1 matches neither column.
           for (int64_t oh = 0; oh < p.OH; ++oh) {
             const int32_t* arow = ap + (plane * p.OH + oh) * p.OW;
             const float* grow = gp + (plane * p.OH + oh) * p.OW;
@@ -330,12 +352,19 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
           }
           continue;
         }
-        for (int64_t i = plane * p.OH * p.OW; i < (plane + 1) * p.OH * p.OW; ++i) d[ap[i]] += gp[i];
+        for (int64_t i = plane * p.OH * p.OW; i < (plane + 1) * p.OH * p.OW; ++i)
+          if (ap[i] >= 0) d[ap[i]] += gp[i];
       }
     });
     return std::vector<Tensor>{grad};
   }, autograd::Saves::Nothing);
 }
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) { return max_pool2d_of(x, o, false, "max_pool2d"); }
+
+Tensor relu_max_pool2d(const Tensor& x, const Pool2dOptions& o) { return max_pool2d_of(x, o, true, "relu_max_pool2d"); }
 
 Tensor avg_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
   detail::check_float(x_in, "avg_pool2d", "input");

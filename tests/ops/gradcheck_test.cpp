@@ -137,6 +137,18 @@ std::vector<Case> all_cases() {
                [](const Inputs& x) { return max_pool2d(x[0]); }});
   c.push_back({"max_pool2d_even_tiles", [](Generator& g) { return Inputs{distinct({2, 2, 4, 6}, g)}; },
                [](const Inputs& x) { return max_pool2d(x[0]); }});
+  // relu_max_pool2d on distinct values shifted off 0 (odd multiples of 0.05), so no ReLU kink is hit.
+  const auto distinct_off_zero = [](const Shape& s, Generator& g) {
+    Tensor t = distinct(s, g);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] += 0.05f;
+    return t;
+  };
+  c.push_back({"relu_max_pool2d", [=](Generator& g) { return Inputs{distinct_off_zero({2, 2, 5, 6}, g)}; },
+               [](const Inputs& x) { return relu_max_pool2d(x[0]); }});
+  c.push_back({"relu_max_pool2d_even_tiles", [=](Generator& g) { return Inputs{distinct_off_zero({2, 2, 4, 6}, g)}; },
+               [](const Inputs& x) { return relu_max_pool2d(x[0]); }});
+  c.push_back({"relu_max_pool2d_padded_stride1", [=](Generator& g) { return Inputs{distinct_off_zero({1, 2, 4, 4}, g)}; },
+               [](const Inputs& x) { return relu_max_pool2d(x[0], Pool2dOptions{3, 3, 1, 1, 1, 1}); }});
   c.push_back({"max_pool2d_padded_stride1", [](Generator& g) { return Inputs{distinct({1, 2, 4, 4}, g)}; },
                [](const Inputs& x) { return max_pool2d(x[0], Pool2dOptions{3, 3, 1, 1, 1, 1}); }});
   c.push_back({"avg_pool2d", [](Generator& g) { return Inputs{rn({2, 2, 5, 6}, g)}; },
