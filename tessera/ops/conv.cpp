@@ -3,11 +3,13 @@
 // in its cache). Pooling is a direct loop over (image, channel) planes.
 #include <cmath>
 #include <atomic>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <limits>
 #include <mutex>
+#include <vector>
 
 #include "tessera/autograd/autocast.h"
 #include "tessera/backend/cpu/gemm.h"
@@ -248,6 +250,51 @@ PoolPlan plan_pool(const Tensor& x, const Pool2dOptions& o, const char* op) {
 
 namespace {
 
+// relu(v) as the bits of a float: v's when v > 0 (bits 1 to 0x7F800000, +inf included), else +0's
+// (negative numbers and -0 carry the sign bit; NaN's bits lie above +inf's). relu's values are never
+// negative or NaN, so their bits order as the floats do, and integer compares vectorise where float
+// compares do not: under -ftrapping-math GCC will not if-convert those.
+inline int32_t relu_bits(float v) {
+  const int32_t bits = std::bit_cast<int32_t>(v);
+  return static_cast<uint32_t>(bits - 1) < 0x7F800000u ? bits : 0;
+}
+
+// relu then 2x2/stride-2 max-pooling of one plane with even sides, in two loops that GCC
+// vectorises. The window-by-window loop ran scalar and branched (a row of 14 or 7 windows is too
+// short for 8-wide vectors): it was 12% of the CNN's bf16 step, and this is 2.6-3x faster on the
+// CNN's planes (28x28 and 14x14). First the larger of each column's two rows, then of each pair of
+// neighbours in that, the plane as one flat loop. The argmax is the first maximum in the order
+// top-left, top-right, bottom-left, bottom-right, as the window-by-window loop's (relu leaves no NaN
+// to order). window_top[i] is window i's top-left element.
+void relu_max_pool_2x2_plane(const float* in, int64_t H, int64_t W, const int32_t* window_top, int32_t* column_max,
+                             int32_t* column_bottom, float* out, int32_t* arg) {
+  const int64_t OH = H / 2, OW = W / 2;
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    const float* r0 = in + 2 * oh * W;
+    const float* r1 = r0 + W;
+    int32_t* cm = column_max + oh * W;
+    int32_t* cb = column_bottom + oh * W;
+    for (int64_t w = 0; w < W; ++w) {
+      const int32_t top = relu_bits(r0[w]), bottom = relu_bits(r1[w]);
+      const bool below = bottom > top;
+      cm[w] = below ? bottom : top;
+      cb[w] = below ? 1 : 0;
+    }
+  }
+  const auto w32 = static_cast<int32_t>(W);
+  for (int64_t i = 0; i < OH * OW; ++i) {
+    const int32_t left = column_max[2 * i], right = column_max[2 * i + 1];
+    const int32_t left_bottom = column_bottom[2 * i], right_bottom = column_bottom[2 * i + 1];
+    // On a tie the right column wins only with its top against the left's bottom (top-right comes
+    // before bottom-left).
+    const bool take_right = right > left || (right == left && left_bottom > right_bottom);
+    const int32_t best = take_right ? right : left;
+    const int32_t at = window_top[i] + (take_right ? 1 : 0) + (take_right ? right_bottom : left_bottom) * w32;
+    out[i] = std::bit_cast<float>(best);
+    arg[i] = best > 0 ? at : -1;
+  }
+}
+
 // The windows of one (image, channel) plane after another, each window's maximum and where it is.
 // kReluFirst pools relu(x) = (x > 0 ? x : 0) read on the fly, exactly as relu's own kernel computes
 // it, and marks a window whose maximum is not positive with argmax -1: ReLU's gradient is 0 there.
@@ -257,6 +304,18 @@ void max_pool_planes(const float* xp, const PoolPlan& p, const Pool2dOptions& o,
   // The common 2x2/stride-2 window without padding gets a branch-light loop (4x fewer instructions
   // than the general one, measured with callgrind on the CNN benchmark); GCC vectorises it.
   const bool k2s2 = is_2x2_stride_2(o);
+  if (kReluFirst && k2s2 && p.H % 2 == 0 && p.W % 2 == 0) {
+    std::vector<int32_t> window_top(p.OH * p.OW);
+    for (int64_t oh = 0; oh < p.OH; ++oh)
+      for (int64_t ow = 0; ow < p.OW; ++ow) window_top[oh * p.OW + ow] = static_cast<int32_t>(2 * oh * p.W + 2 * ow);
+    parallel_for(0, p.N * p.C, 16, [&](int64_t b, int64_t e) {
+      std::vector<int32_t> column_max(p.OH * p.W), column_bottom(p.OH * p.W);
+      for (int64_t plane = b; plane < e; ++plane)
+        relu_max_pool_2x2_plane(xp + plane * p.H * p.W, p.H, p.W, window_top.data(), column_max.data(),
+                                column_bottom.data(), op + plane * p.OH * p.OW, ap + plane * p.OH * p.OW);
+    });
+    return;
+  }
   parallel_for(0, p.N * p.C, 16, [&](int64_t b, int64_t e) {
     for (int64_t plane = b; plane < e; ++plane) {
       const float* in = xp + plane * p.H * p.W;

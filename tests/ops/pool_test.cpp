@@ -58,23 +58,36 @@ std::set<std::string> backward_nodes(const Tensor& t) {
   return names;
 }
 
+// Five values only, so that most windows hold ties, in every arrangement.
+Tensor tied_input(const Shape& shape, uint64_t seed) {
+  Generator g(seed);
+  Tensor x = Tensor::empty(shape);
+  const float values[] = {-1.0f, 0.0f, 0.5f, 1.0f, 2.0f};
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = values[g.next_u64() % 5];
+  return x;
+}
+
 }  // namespace
 
 TEST(ReluMaxPool2d, EqualsReluThenMaxPoolBitForBit) {
   struct Case {
     Shape shape;
     Pool2dOptions options;
+    bool tied;
   };
   const Case cases[] = {
-      {{3, 4, 8, 10}, {}},                    // 2x2 windows tiling the plane
-      {{2, 3, 7, 9}, {}},                     // 2x2 windows, odd sizes: the last row and column unused
-      {{2, 3, 6, 6}, {3, 3, 1, 1, 1, 1}},     // overlapping, padded windows
-      {{2, 2, 9, 7}, {3, 2, 2, 1, 1, 0}},     // rectangular kernel and stride
+      {{3, 4, 8, 10}, {}, false},                 // 2x2 windows tiling the plane (the vectorised loop)
+      {{4, 3, 12, 14}, {}, true},                 // the same, nearly every window holding a tie
+      {{2, 3, 7, 9}, {}, false},                  // 2x2 windows, odd sizes: the last row and column unused
+      {{2, 3, 7, 9}, {}, true},
+      {{2, 3, 6, 6}, {3, 3, 1, 1, 1, 1}, false},  // overlapping, padded windows
+      {{2, 3, 6, 6}, {3, 3, 1, 1, 1, 1}, true},
+      {{2, 2, 9, 7}, {3, 2, 2, 1, 1, 0}, false},  // rectangular kernel and stride
   };
   uint64_t seed = 1;
   for (const Case& c : cases) {
-    SCOPED_TRACE(shape_str(c.shape));
-    Tensor x1 = awkward_input(c.shape, seed++);
+    SCOPED_TRACE(shape_str(c.shape) + (c.tied ? " tied" : ""));
+    Tensor x1 = c.tied ? tied_input(c.shape, seed++) : awkward_input(c.shape, seed++);
     Tensor x2 = x1.clone();
     x1.set_requires_grad(true);
     x2.set_requires_grad(true);
