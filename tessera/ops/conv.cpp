@@ -255,8 +255,9 @@ namespace {
 // negative or NaN, so their bits order as the floats do, and integer compares vectorise where float
 // compares do not: under -ftrapping-math GCC will not if-convert those.
 inline int32_t relu_bits(float v) {
-  const int32_t bits = std::bit_cast<int32_t>(v);
-  return static_cast<uint32_t>(bits - 1) < 0x7F800000u ? bits : 0;
+  // Unsigned arithmetic: -0's bits are INT32_MIN, and subtracting 1 from it as int32 overflows.
+  const auto bits = std::bit_cast<uint32_t>(v);
+  return bits - 1u < 0x7F800000u ? static_cast<int32_t>(bits) : 0;
 }
 
 // relu then 2x2/stride-2 max-pooling of one plane with even sides, in two loops that GCC
