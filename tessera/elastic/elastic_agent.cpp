@@ -250,6 +250,10 @@ class Agent {
     if (m.node_rank == 0) {
       try {
         if (std::optional<std::string> reach = workers_->generation_reach()) rdzv_->set(concat("g", g, "/last_step"), *reach);
+        // A generation whose workers finished before a watch saw a step past the resumed one (a
+        // short job: ElasticRun.AKilledWorkerRestartsTheJobSmallerAndItFinishes once ended so in
+        // 0.2 s) still reports its recovery; generation_reach() has just read rank 0's last step.
+        workers_->check_recovery(*rdzv_, reported_);
       } catch (const Error&) {
       }
     }
