@@ -15,6 +15,7 @@
 #include "tessera/backend/cpu/gemm.h"
 #include "tessera/backend/cpu/im2col.h"
 #include "tessera/backend/cpu/onednn_conv.h"
+#include "tessera/backend/cpu/vector_math.h"
 #include "tessera/core/half_codec.h"
 #include "tessera/ops/detail.h"
 #include "tessera/util/thread_pool.h"
@@ -246,9 +247,10 @@ PoolPlan plan_pool(const Tensor& x, const Pool2dOptions& o, const char* op) {
   return p;
 }
 
-}  // namespace
-
-namespace {
+// 2x2/stride-2 windows over planes of even sides tile each plane: every element is in one window.
+bool windows_tile_planes(const PoolPlan& p, const Pool2dOptions& o) {
+  return is_2x2_stride_2(o) && p.H % 2 == 0 && p.W % 2 == 0;
+}
 
 // relu(v) as the bits of a float: v's when v > 0 (bits 1 to 0x7F800000, +inf included), else +0's
 // (negative numbers and -0 carry the sign bit; NaN's bits lie above +inf's). relu's values are never
@@ -297,15 +299,11 @@ void relu_max_pool_2x2_plane(const float* in, int64_t H, int64_t W, const int32_
 }
 
 // The windows of one (image, channel) plane after another, each window's maximum and where it is.
-// kReluFirst pools relu(x) = (x > 0 ? x : 0) read on the fly, exactly as relu's own kernel computes
-// it, and marks a window whose maximum is not positive with argmax -1: ReLU's gradient is 0 there.
+// kReluFirst pools relu(x) read on the fly (cpu::relu_value, as relu's own kernel), and marks a
+// window whose maximum is not positive with argmax -1: ReLU's gradient is 0 there.
 template <bool kReluFirst>
 void max_pool_planes(const float* xp, const PoolPlan& p, const Pool2dOptions& o, float* op, int32_t* ap) {
-  const auto value = [](float v) { return kReluFirst ? (v > 0.0f ? v : 0.0f) : v; };
-  // The common 2x2/stride-2 window without padding gets a branch-light loop (4x fewer instructions
-  // than the general one, measured with callgrind on the CNN benchmark); GCC vectorises it.
-  const bool k2s2 = is_2x2_stride_2(o);
-  if (kReluFirst && k2s2 && p.H % 2 == 0 && p.W % 2 == 0) {
+  if (kReluFirst && windows_tile_planes(p, o)) {
     std::vector<int32_t> window_top(p.OH * p.OW);
     for (int64_t oh = 0; oh < p.OH; ++oh)
       for (int64_t ow = 0; ow < p.OW; ++ow) window_top[oh * p.OW + ow] = static_cast<int32_t>(2 * oh * p.W + 2 * ow);
@@ -317,6 +315,10 @@ void max_pool_planes(const float* xp, const PoolPlan& p, const Pool2dOptions& o,
     });
     return;
   }
+  const auto value = [](float v) { return kReluFirst ? cpu::relu_value(v) : v; };
+  // The common 2x2/stride-2 window without padding gets a branch-light loop (4x fewer instructions
+  // than the general one, measured with callgrind on the CNN benchmark).
+  const bool k2s2 = is_2x2_stride_2(o);
   parallel_for(0, p.N * p.C, 16, [&](int64_t b, int64_t e) {
     for (int64_t plane = b; plane < e; ++plane) {
       const float* in = xp + plane * p.H * p.W;
@@ -378,14 +380,13 @@ Tensor max_pool2d_of(const Tensor& x_in, const Pool2dOptions& o, bool relu_first
     max_pool_planes<true>(x.data<float>(), p, o, out.data<float>(), argmax->data());
   else
     max_pool_planes<false>(x.data<float>(), p, o, out.data<float>(), argmax->data());
-  const bool k2s2 = is_2x2_stride_2(o);
+  // Where the windows tile the planes every input element is written once (gradient or 0) and the
+  // gradient needs no zero fill first; other windows scatter-add into zeros.
+  const bool tiles = windows_tile_planes(p, o);
   Shape in_shape = x.shape();
   return record(out, relu_first ? "ReluMaxPool2dBackward" : "MaxPool2dBackward", {x_in},
-                [in_shape, p, argmax, k2s2](const Tensor& g_in) {
+                [in_shape, p, argmax, tiles](const Tensor& g_in) {
     Tensor g = detail::as_contiguous(g_in);
-    // 2x2/stride-2 windows tile the plane, so every input element is written once (gradient or 0)
-    // and the gradient needs no zero fill first; other windows scatter-add into zeros.
-    const bool tiles = k2s2 && p.H % 2 == 0 && p.W % 2 == 0;
     Tensor grad = tiles ? Tensor::empty(in_shape) : zeros(in_shape);
     const float* gp = g.data<float>();
     float* dp = grad.data<float>();

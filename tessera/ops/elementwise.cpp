@@ -191,7 +191,7 @@ Tensor sigmoid(const Tensor& a) {
 
 Tensor relu(const Tensor& a) {
   detail::check_float(a, "relu", "a");
-  Tensor out = map1(a, [](float x) { return x > 0.0f ? x : 0.0f; });
+  Tensor out = map1(a, [](float x) { return cpu::relu_value(x); });
   Tensor saved = out.detach();
   return record(out, "ReluBackward", {a}, [saved](const Tensor& g) {
     return std::vector<Tensor>{map2(g, saved, [](float gv, float o) { return o > 0.0f ? gv : 0.0f; }, "relu")};

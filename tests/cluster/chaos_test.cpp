@@ -181,7 +181,10 @@ TEST(ChaosLongTier, AnElasticJobOnFourHostsSurvivesTwentySeededFaults) {
   // The schedule: 20 steps spread over the run, each with a fault and a host, from one seed
   // (TESSERA_CHAOS_SEED draws another schedule; the default is the one the suite runs).
   const char* seed_text = std::getenv("TESSERA_CHAOS_SEED");
-  const unsigned schedule_seed = seed_text ? static_cast<unsigned>(std::strtoul(seed_text, nullptr, 10)) : 2026u;
+  char* seed_end = nullptr;
+  const unsigned schedule_seed = seed_text ? static_cast<unsigned>(std::strtoul(seed_text, &seed_end, 10)) : 2026u;
+  ASSERT_TRUE(seed_text == nullptr || (*seed_text != '\0' && *seed_end == '\0'))
+      << "TESSERA_CHAOS_SEED must be a non-negative integer, got '" << seed_text << "'";
   std::printf("chaos: fault schedule seed %u\n", schedule_seed);
   std::mt19937 rng(schedule_seed);
   std::vector<int64_t> at;

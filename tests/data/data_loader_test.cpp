@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
-#include <cstring>
 #include <future>
 #include <mutex>
 
@@ -13,6 +12,7 @@
 
 using namespace tessera;
 using namespace tessera::data;
+using tessera::testing::bitwise_equal;
 using tessera::testing::expect_error;
 
 namespace {
@@ -46,11 +46,6 @@ std::vector<int64_t> targets_of(const std::vector<Batch>& batches) {
     out.insert(out.end(), t.begin(), t.end());
   }
   return out;
-}
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.numel() * dtype_size(a.dtype())) == 0;
 }
 
 // Throws `E` when asked for sample `bad`.

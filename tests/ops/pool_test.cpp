@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <set>
 #include <string>
@@ -13,16 +12,12 @@
 #include "tessera/nn/layers.h"
 #include "tessera/nn/models.h"
 #include "tessera/ops/ops.h"
+#include "testing/expect.h"
 
 using namespace tessera;
+using tessera::testing::bitwise_equal;
 
 namespace {
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape()) return false;
-  Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.data<float>(), cb.data<float>(), sizeof(float) * ca.numel()) == 0;
-}
 
 // Random values, with a few exact ties, zeros of both signs, NaNs and windows of negatives only.
 Tensor awkward_input(const Shape& shape, uint64_t seed) {
@@ -93,12 +88,12 @@ TEST(ReluMaxPool2d, EqualsReluThenMaxPoolBitForBit) {
     x2.set_requires_grad(true);
     Tensor fused = relu_max_pool2d(x1, c.options);
     Tensor separate = max_pool2d(relu(x2), c.options);
-    ASSERT_TRUE(same_bits(fused, separate));
+    ASSERT_TRUE(bitwise_equal(fused, separate));
     Generator g(seed++);
     Tensor upstream = randn(fused.shape(), g);
     sum(mul(fused, upstream)).backward();
     sum(mul(separate, upstream)).backward();
-    EXPECT_TRUE(same_bits(x1.grad(), x2.grad()));
+    EXPECT_TRUE(bitwise_equal(x1.grad(), x2.grad()));
   }
 }
 
@@ -136,11 +131,11 @@ TEST(ReluMaxPool2d, SequentialRunsAReluAndMaxPoolAsOneOpWithTheSameResult) {
   model->zero_grad();
   Tensor h = x;
   for (const auto& [name, layer] : model->children()) h = layer->forward(h);
-  ASSERT_TRUE(same_bits(fused_out, h));
+  ASSERT_TRUE(bitwise_equal(fused_out, h));
   sum(mul(h, h)).backward();
   size_t i = 0;
   for (auto& [name, p] : model->named_parameters()) {
     SCOPED_TRACE(name);
-    EXPECT_TRUE(same_bits(fused_grads.at(i++), p.grad()));
+    EXPECT_TRUE(bitwise_equal(fused_grads.at(i++), p.grad()));
   }
 }

@@ -2,11 +2,20 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 #include "tessera/core/tensor.h"
 
 namespace tessera::testing {
+
+// Same shape, dtype and bits (views compared by their elements), for results that must be bitwise
+// equal.
+inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return std::memcmp(x.raw_data(), y.raw_data(), x.numel() * dtype_size(x.dtype())) == 0;
+}
 
 inline void expect_near(const Tensor& t, const std::vector<float>& expected, float tol = 1e-5f) {
   std::vector<float> v = t.to_vector<float>();

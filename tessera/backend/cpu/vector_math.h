@@ -15,6 +15,9 @@
 
 namespace tessera::cpu {
 
+// ReLU of one value, NaN to 0. relu and relu_max_pool2d both call it, so they agree bit for bit.
+[[gnu::always_inline]] inline float relu_value(float x) { return x > 0.0f ? x : 0.0f; }
+
 [[gnu::always_inline]] inline float exp_vectorisable(float x) {
   constexpr float kLog2e = 1.44269504088896341f, kLn2High = 0.693145751953125f, kLn2Low = 1.42860682030941723e-6f;
   constexpr float kRound = 12582912.0f;  // 1.5 · 2^23: adding it rounds to the nearest integer
