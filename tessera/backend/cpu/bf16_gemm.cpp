@@ -33,16 +33,18 @@ dnnl::matmul::desc matmul_desc(int64_t m, int64_t n, int64_t k, int64_t ldc, boo
                             memory::desc({m, n}, memory::data_type::f32, memory::dims{ldc, 1}));
 }
 
-// One primitive per shape, layout and scaling, built once (building costs far more than a small
-// product).
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, float, float>;  // M, N, K, ldc, layouts, alpha, beta
+// One primitive per shape, layout, scaling and OpenMP team size, built once (building costs far more
+// than a small product). The team size is in the key because oneDNN splits a primitive's work for the
+// team it was created under: a product first built on 1 thread ran on 1 thread after
+// set_num_threads(2) (the GPT's bf16 step at 2 threads was 0.67x its speed when built for 2).
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, float, float, int>;  // M, N, K, ldc, layouts, alpha, beta, threads
 
 dnnl::matmul primitive_for(const Key& key) {
   static std::mutex mu;
   static std::map<Key, dnnl::matmul> cache;
   std::lock_guard lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
-  const auto [m, n, k, ldc, a_columns, b_columns, alpha, beta] = key;
+  const auto [m, n, k, ldc, a_columns, b_columns, alpha, beta, threads] = key;
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
@@ -102,7 +104,8 @@ void gemm_bf16(const Bf16Matrix& a, const Bf16Matrix& b, float* c, int64_t ldc, 
       for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  dnnl::matmul prim = primitive_for({M, N, K, ldc, a.column_major_, b.column_major_, alpha, beta});
+  dnnl::matmul prim =
+      primitive_for({M, N, K, ldc, a.column_major_, b.column_major_, alpha, beta, omp_get_max_threads()});
   memory am({{M, K}, memory::data_type::bf16, strides_of(M, K, a.column_major_)}, engine(),
             const_cast<BFloat16*>(a.values_->data()));
   memory bm({{K, N}, memory::data_type::bf16, strides_of(K, N, b.column_major_)}, engine(),
