@@ -164,7 +164,9 @@ std::pair<Tensor, float> linear_output(int64_t N, int64_t out_features, const Te
   Tensor bc = detail::as_contiguous(bias);
   const float* bp = bc.data<float>();
   float* o = out.data<float>();
-  for (int64_t i = 0; i < N; ++i) std::copy(bp, bp + out_features, o + i * out_features);
+  parallel_for(0, N, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, out_features)), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) std::copy(bp, bp + out_features, o + i * out_features);
+  });
   return {out, 1.0f};
 }
 
@@ -193,9 +195,11 @@ bool defer_weight_grads(const Tensor& w, const Tensor& bias, bool gw, bool gbias
 Tensor linear_2d_bf16(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   const Tensor x = blas_ready(x_in), w = blas_ready(w_in);
   const int64_t N = x.shape()[0], in_features = x.shape()[1], out_features = w.shape()[0];
-  auto [out, beta] = linear_output(N, out_features, bias);
+  Tensor out = Tensor::empty({N, out_features});
+  const Tensor bias_values = bias.defined() ? detail::as_contiguous(bias) : Tensor();
   const cpu::Bf16Matrix xb(matrix_at(x, 0)), wb(matrix_at(w, 0));
-  cpu::gemm_bf16(xb, wb.transposed(), out.data<float>(), out_features, 1.0f, beta);
+  cpu::gemm_bf16(xb, wb.transposed(), out.data<float>(), out_features, 1.0f, 0.0f,
+                 bias.defined() ? bias_values.data<float>() : nullptr);
   const bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gbias = bias.defined() && bias.requires_grad();
   return record(out, "LinearBackward", {x_in, w_in, bias},
                 [xb, wb, w_in, bias, N, in_features, out_features, gx, gw, gbias](const Tensor& g_in) {
