@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tessera/backend/cpu/vector_math.h"
 #include "tessera/ops/detail.h"
 #include "tessera/util/thread_pool.h"
 
@@ -29,14 +30,24 @@ Tensor softmax_last(const Tensor& t_in, bool log_space) {
       float* yr = y + m * D;
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t i = 0; i < D; ++i) mx = std::max(mx, xr[i]);
-      float s = 0.0f;
-      for (int64_t i = 0; i < D; ++i) s += std::exp(xr[i] - mx);
+      if (!std::isfinite(mx) || cpu::any_nan(xr, D)) {  // NaN, ±inf or an all-masked row: libm's rules
+        float s = 0.0f;
+        for (int64_t i = 0; i < D; ++i) s += std::exp(xr[i] - mx);
+        const float lse = mx + std::log(s), inv = 1.0f / s;
+        for (int64_t i = 0; i < D; ++i) yr[i] = log_space ? xr[i] - lse : std::exp(xr[i] - mx) * inv;
+        continue;
+      }
+      // Every xr[i] - mx is now <= 0 or -inf (a masked score). Each exponential is computed once,
+      // vectorised, into the output row, which is then summed and scaled: libm's expf, called twice
+      // per element, was 8% of the GPT's bf16 step.
+      for (int64_t i = 0; i < D; ++i) yr[i] = cpu::exp_nonpositive(xr[i] - mx);
+      const float s = cpu::sum_in_lanes(yr, D);
       if (log_space) {
-        float lse = mx + std::log(s);
+        const float lse = mx + std::log(s);
         for (int64_t i = 0; i < D; ++i) yr[i] = xr[i] - lse;
       } else {
-        float inv = 1.0f / s;
-        for (int64_t i = 0; i < D; ++i) yr[i] = std::exp(xr[i] - mx) * inv;
+        const float inv = 1.0f / s;
+        for (int64_t i = 0; i < D; ++i) yr[i] *= inv;
       }
     }
   });
@@ -52,12 +63,12 @@ Tensor softmax_last(const Tensor& t_in, bool log_space) {
         const float* gr = gp + m * D;
         const float* yr = yp + m * D;
         float* dr = dp + m * D;
-        float s = 0.0f;
         if (log_space) {
-          for (int64_t i = 0; i < D; ++i) s += gr[i];
+          const float s = cpu::sum_in_lanes(gr, D);
           for (int64_t i = 0; i < D; ++i) dr[i] = gr[i] - std::exp(yr[i]) * s;
         } else {
-          for (int64_t i = 0; i < D; ++i) s += gr[i] * yr[i];
+          for (int64_t i = 0; i < D; ++i) dr[i] = gr[i] * yr[i];  // the products, then their sum
+          const float s = cpu::sum_in_lanes(dr, D);
           for (int64_t i = 0; i < D; ++i) dr[i] = yr[i] * (gr[i] - s);
         }
       }

@@ -40,6 +40,39 @@ namespace tessera::cpu {
   return p * std::bit_cast<float>(static_cast<uint32_t>(exponent + 127) << 23);
 }
 
+// e^x for x <= 0, as softmax needs it (each score minus its row's maximum): exactly 0 below -87
+// (a masked score, -inf, contributes nothing, as with libm), and otherwise exp_vectorisable. The
+// test is on the bits, as unsigned integers: a float below -87 is one whose bits are above -87's.
+// Not for NaN (callers send rows holding a NaN to libm) nor positive x beyond 88.
+[[gnu::always_inline]] inline float exp_nonpositive(float x) {
+  constexpr uint32_t kLowest = std::bit_cast<uint32_t>(-87.0f);
+  const bool underflows = std::bit_cast<uint32_t>(x) > kLowest;
+  const float e = exp_vectorisable(underflows ? -87.0f : x);
+  return underflows ? 0.0f : e;
+}
+
+// The sum of n floats in 16 running lanes, added pairwise at the end: a loop GCC vectorises, where a
+// single running sum is one add per element in sequence (floats may not be reassociated). The order
+// is fixed by n alone, so a sum is the same on every run and thread.
+[[gnu::always_inline]] inline float sum_in_lanes(const float* x, int64_t n) {
+  constexpr int kLanes = 16;
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lanes[j] += x[i + j];
+  for (int j = 0; i < n; ++i, ++j) lanes[j] += x[i];
+  for (int width = kLanes / 2; width > 0; width /= 2)
+    for (int j = 0; j < width; ++j) lanes[j] += lanes[j + width];
+  return lanes[0];
+}
+
+// Whether any of n floats is NaN, read off the bits (an integer test, so the loop vectorises).
+[[gnu::always_inline]] inline bool any_nan(const float* x, int64_t n) {
+  uint32_t found = 0;
+  for (int64_t i = 0; i < n; ++i) found |= (std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu) > 0x7f800000u;
+  return found != 0;
+}
+
 [[gnu::always_inline]] inline float erf_vectorisable(float x) {
   // |x| capped at 9, where erf is 1 in float, so that -a² stays finite: as integers, since positive
   // floats order as their bits do and an integer min keeps the loop vectorisable (NaN, whose bits
