@@ -94,23 +94,21 @@ Tensor conv2d_onednn(const Tensor& x_in, const Tensor& w_in, const Tensor& bias,
   Tensor b = bias.defined() ? detail::as_contiguous(bias) : Tensor();
   cpu::ConvShape shape = onednn_shape(p, w, precision == DType::BFloat16);
   Tensor out = Tensor::empty({p.N, p.OC, p.geo.out_h, p.geo.out_w});
-  cpu::onednn_conv_forward(shape, x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr,
-                           out.data<float>());
   bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gb = bias.defined() && bias.requires_grad();
-  return record(out, "Conv2dBackward", {x_in, w_in, bias}, [x, w, shape, gx, gw, gb, fp16](const Tensor& g_in) {
+  const cpu::ConvSource source = cpu::onednn_conv_forward(
+      shape, x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr, out.data<float>(), gw || gb);
+  // The backward keeps the forward's converted source, and x only when the forward read x in place.
+  const Tensor x_read = source.holds_copy ? Tensor() : x;
+  const Shape x_shape = x.shape();
+  return record(out, "Conv2dBackward", {x_in, w_in, bias},
+                [x_read, x_shape, source, w, shape, gx, gw, gb, fp16](const Tensor& g_in) {
+    static_cast<void>(x_read);  // held, not read here: `source` may point into it
     Tensor g = fp16 ? rounded_to_fp16(g_in) : detail::as_contiguous(g_in);
-    Tensor grad_x, grad_w, grad_b;
-    if (gx) {
-      grad_x = Tensor::empty(x.shape());
-      cpu::onednn_conv_backward_data(shape, g.data<float>(), w.data<float>(), grad_x.data<float>());
-    }
-    if (gw || gb) {
-      grad_w = Tensor::empty(w.shape());
-      grad_b = Tensor::empty({shape.OC});
-      cpu::onednn_conv_backward_weights(shape, x.data<float>(), g.data<float>(), grad_w.data<float>(),
-                                        grad_b.data<float>());
-    }
-    return std::vector<Tensor>{grad_x, gw ? grad_w : Tensor(), gb ? grad_b : Tensor()};
+    Tensor grad_x = gx ? Tensor::empty(x_shape) : Tensor();
+    Tensor grad_w = gw ? Tensor::empty(w.shape()) : Tensor(), grad_b = gb ? Tensor::empty({shape.OC}) : Tensor();
+    cpu::onednn_conv_backward(shape, g.data<float>(), w.data<float>(), source, gx ? grad_x.data<float>() : nullptr,
+                              gw ? grad_w.data<float>() : nullptr, gb ? grad_b.data<float>() : nullptr);
+    return std::vector<Tensor>{grad_x, grad_w, grad_b};
   });
 }
 

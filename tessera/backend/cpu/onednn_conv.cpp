@@ -132,7 +132,8 @@ memory wrap(const memory::desc& md, const float* data) {
 
 }  // namespace
 
-void onednn_conv_forward(const ConvShape& s, const float* src, const float* weights, const float* bias, float* dst) {
+ConvSource onednn_conv_forward(const ConvShape& s, const float* src, const float* weights, const float* bias,
+                               float* dst, bool keep_source) {
   auto p = primitives_for(s);
   dnnl::stream stream(cpu_engine());
   memory u_src = wrap(p->user_src, src), u_w = wrap(p->user_weights, weights), u_dst = wrap(p->user_dst, dst);
@@ -146,35 +147,45 @@ void onednn_conv_forward(const ConvShape& s, const float* src, const float* weig
                                 {DNNL_ARG_SCRATCHPAD, scratchpad_for(p->fwd)}});
   copy_out(m_dst, u_dst, stream);
   stream.wait();
+  if (!keep_source) return {};
+  return {std::make_shared<const memory>(m_src), m_src.get_data_handle() != u_src.get_data_handle()};
 }
 
-void onednn_conv_backward_data(const ConvShape& s, const float* diff_dst, const float* weights, float* diff_src) {
+void onednn_conv_backward(const ConvShape& s, const float* diff_dst, const float* weights, const ConvSource& src,
+                          float* diff_src, float* diff_weights, float* diff_bias) {
   auto p = primitives_for(s);
   dnnl::stream stream(cpu_engine());
-  memory u_dd = wrap(p->user_dst, diff_dst), u_w = wrap(p->user_weights, weights), u_ds = wrap(p->user_src, diff_src);
-  memory m_dd = as_layout(u_dd, p->bwd_data.diff_dst_desc(), stream, true);
-  memory m_w = as_layout(u_w, p->bwd_data.weights_desc(), stream, true);
-  memory m_ds = as_layout(u_ds, p->bwd_data.diff_src_desc(), stream, false);
-  p->bwd_data_prim.execute(stream, {{DNNL_ARG_DIFF_DST, m_dd}, {DNNL_ARG_WEIGHTS, m_w}, {DNNL_ARG_DIFF_SRC, m_ds},
-                                     {DNNL_ARG_SCRATCHPAD, scratchpad_for(p->bwd_data)}});
-  copy_out(m_ds, u_ds, stream);
-  stream.wait();
-}
-
-void onednn_conv_backward_weights(const ConvShape& s, const float* src, const float* diff_dst, float* diff_weights,
-                                  float* diff_bias) {
-  auto p = primitives_for(s);
-  dnnl::stream stream(cpu_engine());
-  memory u_src = wrap(p->user_src, src), u_dd = wrap(p->user_dst, diff_dst), u_dw = wrap(p->user_weights, diff_weights);
-  memory m_src = as_layout(u_src, p->bwd_weights.src_desc(), stream, true);
-  memory m_dd = as_layout(u_dd, p->bwd_weights.diff_dst_desc(), stream, true);
-  memory m_dw = as_layout(u_dw, p->bwd_weights.diff_weights_desc(), stream, false);
-  std::vector<float> scratch_bias;
-  if (!diff_bias) scratch_bias.resize(s.OC);
-  memory m_db = wrap(p->user_bias, diff_bias ? diff_bias : scratch_bias.data());
-  p->bwd_weights_prim.execute(stream, {{DNNL_ARG_SRC, m_src}, {DNNL_ARG_DIFF_DST, m_dd}, {DNNL_ARG_DIFF_WEIGHTS, m_dw},
-                                       {DNNL_ARG_DIFF_BIAS, m_db}, {DNNL_ARG_SCRATCHPAD, scratchpad_for(p->bwd_weights)}});
-  copy_out(m_dw, u_dw, stream);
+  const bool data = diff_src != nullptr, weight = diff_weights != nullptr || diff_bias != nullptr;
+  TESSERA_ASSERT(!weight || src.memory, "onednn_conv_backward: the weight gradient needs the forward's source");
+  memory u_dd = wrap(p->user_dst, diff_dst);
+  memory dd_data, dd_weights;
+  if (data) dd_data = as_layout(u_dd, p->bwd_data.diff_dst_desc(), stream, true);
+  if (weight)
+    dd_weights = data && dd_data.get_desc() == p->bwd_weights.diff_dst_desc()
+                     ? dd_data
+                     : as_layout(u_dd, p->bwd_weights.diff_dst_desc(), stream, true);
+  if (data) {
+    memory u_w = wrap(p->user_weights, weights), u_ds = wrap(p->user_src, diff_src);
+    memory m_w = as_layout(u_w, p->bwd_data.weights_desc(), stream, true);
+    memory m_ds = as_layout(u_ds, p->bwd_data.diff_src_desc(), stream, false);
+    p->bwd_data_prim.execute(stream, {{DNNL_ARG_DIFF_DST, dd_data}, {DNNL_ARG_WEIGHTS, m_w}, {DNNL_ARG_DIFF_SRC, m_ds},
+                                       {DNNL_ARG_SCRATCHPAD, scratchpad_for(p->bwd_data)}});
+    copy_out(m_ds, u_ds, stream);
+  }
+  if (weight) {
+    std::vector<float> scratch_weights, scratch_bias;
+    if (!diff_weights) scratch_weights.resize(p->user_weights.get_size() / sizeof(float));
+    if (!diff_bias) scratch_bias.resize(s.OC);
+    memory kept = *std::static_pointer_cast<const memory>(src.memory);
+    memory m_src = as_layout(kept, p->bwd_weights.src_desc(), stream, true);
+    memory u_dw = wrap(p->user_weights, diff_weights ? diff_weights : scratch_weights.data());
+    memory m_dw = as_layout(u_dw, p->bwd_weights.diff_weights_desc(), stream, false);
+    memory m_db = wrap(p->user_bias, diff_bias ? diff_bias : scratch_bias.data());
+    p->bwd_weights_prim.execute(stream, {{DNNL_ARG_SRC, m_src}, {DNNL_ARG_DIFF_DST, dd_weights},
+                                         {DNNL_ARG_DIFF_WEIGHTS, m_dw}, {DNNL_ARG_DIFF_BIAS, m_db},
+                                         {DNNL_ARG_SCRATCHPAD, scratchpad_for(p->bwd_weights)}});
+    copy_out(m_dw, u_dw, stream);
+  }
   stream.wait();
 }
 

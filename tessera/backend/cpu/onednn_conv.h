@@ -5,6 +5,7 @@
 // what oneDNN's direct kernels avoid, so oneDNN is the default and im2col the fallback.
 #pragma once
 #include <cstdint>
+#include <memory>
 
 namespace tessera::cpu {
 
@@ -19,11 +20,24 @@ struct ConvShape {
   bool operator==(const ConvShape&) const = default;
 };
 
+// The forward's source as its primitive read it: under bf16 a bf16 copy in oneDNN's blocked layout,
+// which the weight gradient reads again. Keeping it spares the backward a second conversion of the
+// input (on the bf16 CNN, reorders into and out of oneDNN's layouts were 23% of the step, and each
+// operand was converted twice). When the forward read the caller's buffer as it was, `holds_copy` is
+// false and that buffer must outlive this.
+struct ConvSource {
+  std::shared_ptr<const void> memory;  // a dnnl::memory, kept opaque here
+  bool holds_copy = false;
+};
+
 // All buffers are plain (NCHW / OIHW) float32; reorders to oneDNN's blocked layouts happen inside.
-void onednn_conv_forward(const ConvShape& s, const float* src, const float* weights, const float* bias, float* dst);
-void onednn_conv_backward_data(const ConvShape& s, const float* diff_dst, const float* weights, float* diff_src);
-// diff_bias may be null.
-void onednn_conv_backward_weights(const ConvShape& s, const float* src, const float* diff_dst, float* diff_weights,
-                                  float* diff_bias);
+// Returns the source for onednn_conv_backward when `keep_source` (an empty one otherwise).
+ConvSource onednn_conv_forward(const ConvShape& s, const float* src, const float* weights, const float* bias,
+                               float* dst, bool keep_source);
+// Both gradients of one convolution, the output gradient converted once for the two products when
+// they read it in the same layout. Null outputs are not computed (diff_weights and diff_bias come
+// from one primitive: either asks for it).
+void onednn_conv_backward(const ConvShape& s, const float* diff_dst, const float* weights, const ConvSource& src,
+                          float* diff_src, float* diff_weights, float* diff_bias);
 
 }  // namespace tessera::cpu
