@@ -97,6 +97,35 @@ TEST(ReluMaxPool2d, EqualsReluThenMaxPoolBitForBit) {
   }
 }
 
+// 2x2 windows that tile the plane take the vectorised forward and backward; the same windows in a
+// plane one row and one column larger (which they no longer tile) take the window-by-window loops.
+// Both must give the same bits, in the value and in the gradient, with ties, NaN and -0 about.
+TEST(Pool2d, TilingWindowsGiveTheBitsOfTheWindowByWindowLoops) {
+  for (bool relu_first : {false, true}) {
+    for (bool tied : {false, true}) {
+      SCOPED_TRACE(std::string(relu_first ? "relu_max_pool2d" : "max_pool2d") + (tied ? " tied" : ""));
+      const Shape shape{3, 4, 8, 10};
+      Tensor x = tied ? tied_input(shape, 11) : awkward_input(shape, 11);
+      Generator g(12);
+      Tensor big = randn({3, 4, 9, 11}, g);
+      for (int64_t plane = 0; plane < 12; ++plane)
+        for (int64_t h = 0; h < 8; ++h)
+          for (int64_t w = 0; w < 10; ++w)
+            big.data<float>()[(plane * 9 + h) * 11 + w] = x.data<float>()[(plane * 8 + h) * 10 + w];
+      x.set_requires_grad(true);
+      big.set_requires_grad(true);
+      auto pool = [relu_first](const Tensor& t) { return relu_first ? relu_max_pool2d(t, {}) : max_pool2d(t, {}); };
+      Tensor tiled = pool(x), by_window = pool(big);
+      ASSERT_TRUE(bitwise_equal(tiled, by_window));
+      Tensor upstream = randn(tiled.shape(), g);
+      sum(mul(tiled, upstream)).backward();
+      sum(mul(by_window, upstream)).backward();
+      Tensor inner = contiguous(slice(slice(big.grad(), 2, 0, 8), 3, 0, 10));
+      EXPECT_TRUE(bitwise_equal(x.grad(), inner));
+    }
+  }
+}
+
 TEST(Pool2d, AWindowLargerThanThePaddedInputIsRefused) {
   // A 2x2 window over a 1x1 plane once gave a 1x1 output (the size formula's division truncated
   // toward zero) and read past the plane.
