@@ -214,21 +214,18 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   const float* wp = w.defined() ? w.data<float>() : nullptr;
   const float* bp = b.defined() ? b.data<float>() : nullptr;
   float* op = out.data<float>();
+  // Row statistics from lane sums (cpu::sum_in_lanes), which vectorise where one running sum does not.
   parallel_for(0, M, row_grain(D), [&](int64_t s, int64_t e) {
     for (int64_t m = s; m < e; ++m) {
       const float* r = xp + m * D;
-      float mu = 0.0f, var = 0.0f;
-      for (int64_t i = 0; i < D; ++i) mu += r[i];
-      mu /= D;
-      for (int64_t i = 0; i < D; ++i) var += (r[i] - mu) * (r[i] - mu);
-      var /= D;
-      float rstd = 1.0f / std::sqrt(var + eps);
+      float* o = op + m * D;
+      const float mu = cpu::sum_in_lanes(r, D) / static_cast<float>(D);
+      for (int64_t i = 0; i < D; ++i) o[i] = r[i] - mu;
+      const float var = cpu::dot_in_lanes(o, o, D) / static_cast<float>(D);
+      const float rstd = 1.0f / std::sqrt(var + eps);
       (*mean_rstd)[2 * m] = mu;
       (*mean_rstd)[2 * m + 1] = rstd;
-      for (int64_t i = 0; i < D; ++i) {
-        float v = (r[i] - mu) * rstd;
-        op[m * D + i] = v * (wp ? wp[i] : 1.0f) + (bp ? bp[i] : 0.0f);
-      }
+      for (int64_t i = 0; i < D; ++i) o[i] = o[i] * rstd * (wp ? wp[i] : 1.0f) + (bp ? bp[i] : 0.0f);
     }
   });
   bool gw = weight.defined() && weight.requires_grad(), gb = bias.defined() && bias.requires_grad();
@@ -242,25 +239,38 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
     float* dx = gx.data<float>();
     float* dw = gwt.data<float>();
     float* db = gbt.data<float>();
-    for (int64_t m = 0; m < M; ++m) {
-      const float mu = (*mean_rstd)[2 * m], rstd = (*mean_rstd)[2 * m + 1];
-      const float* r = xp + m * D;
-      const float* gr = gp + m * D;
-      float sum_g = 0.0f, sum_gx = 0.0f;
-      for (int64_t i = 0; i < D; ++i) {
-        float xhat = (r[i] - mu) * rstd;
-        float gh = gr[i] * (wp ? wp[i] : 1.0f);
-        sum_g += gh;
-        sum_gx += gh * xhat;
-        dw[i] += gr[i] * xhat;
-        db[i] += gr[i];
+    const auto* stats = mean_rstd->data();
+    // The input gradient row by row, rows across the threads; x̂ and g·w go through dx's row first.
+    parallel_for(0, M, row_grain(D), [&](int64_t s, int64_t e) {
+      std::vector<float> gh(static_cast<size_t>(D));
+      for (int64_t m = s; m < e; ++m) {
+        const float mu = stats[2 * m], rstd = stats[2 * m + 1];
+        const float* r = xp + m * D;
+        const float* gr = gp + m * D;
+        float* xhat = dx + m * D;
+        for (int64_t i = 0; i < D; ++i) {
+          xhat[i] = (r[i] - mu) * rstd;
+          gh[static_cast<size_t>(i)] = gr[i] * (wp ? wp[i] : 1.0f);
+        }
+        const float mean_g = cpu::sum_in_lanes(gh.data(), D) / static_cast<float>(D);
+        const float mean_gx = cpu::dot_in_lanes(gh.data(), xhat, D) / static_cast<float>(D);
+        for (int64_t i = 0; i < D; ++i) xhat[i] = rstd * (gh[static_cast<size_t>(i)] - mean_g - xhat[i] * mean_gx);
       }
-      for (int64_t i = 0; i < D; ++i) {
-        float xhat = (r[i] - mu) * rstd;
-        float gh = gr[i] * (wp ? wp[i] : 1.0f);
-        dx[m * D + i] = rstd * (gh - sum_g / D - xhat * sum_gx / D);
-      }
-    }
+    });
+    // Weight and bias gradients: sums over the rows, columns across the threads, each column summed
+    // in row order whatever the thread count (the same bits on 1 thread or 8).
+    if (gw || gb)
+      parallel_for(0, D, std::max<int64_t>(16, D / 64), [&](int64_t c0, int64_t c1) {
+        for (int64_t m = 0; m < M; ++m) {
+          const float mu = stats[2 * m], rstd = stats[2 * m + 1];
+          const float* r = xp + m * D;
+          const float* gr = gp + m * D;
+          for (int64_t i = c0; i < c1; ++i) {
+            dw[i] += gr[i] * ((r[i] - mu) * rstd);
+            db[i] += gr[i];
+          }
+        }
+      });
     Shape ws = w.defined() ? w.shape() : Shape{D};
     return std::vector<Tensor>{gx, gw ? reshape(gwt, ws) : Tensor(), gb ? reshape(gbt, ws) : Tensor()};
   });

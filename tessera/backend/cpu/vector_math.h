@@ -66,6 +66,19 @@ namespace tessera::cpu {
   return lanes[0];
 }
 
+// The dot product of two n-float rows in 16 running lanes, as sum_in_lanes.
+[[gnu::always_inline]] inline float dot_in_lanes(const float* x, const float* y, int64_t n) {
+  constexpr int kLanes = 16;
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lanes[j] += x[i + j] * y[i + j];
+  for (int j = 0; i < n; ++i, ++j) lanes[j] += x[i] * y[i];
+  for (int width = kLanes / 2; width > 0; width /= 2)
+    for (int j = 0; j < width; ++j) lanes[j] += lanes[j + width];
+  return lanes[0];
+}
+
 // Whether any of n floats is NaN, read off the bits (an integer test, so the loop vectorises).
 [[gnu::always_inline]] inline bool any_nan(const float* x, int64_t n) {
   uint32_t found = 0;
