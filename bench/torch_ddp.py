@@ -68,27 +68,50 @@ def main():
     ap.add_argument("--batch", type=int, default=64, help="per process")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--attempt-timeout", type=float, default=120,
+                    help="seconds before a run that has not finished is taken as hung and tried again")
     args = ap.parse_args()
     try:
         import torch.multiprocessing as mp
     except ImportError as e:
         sys.exit(f"torch_ddp: PyTorch is not available under {sys.executable} ({e}); install python3-torch")
     ctx = mp.get_context("spawn")
+    # Debian's torch 1.13 at times deadlocks here (both workers waiting on a lock, after gloo has
+    # connected: 1 run in 5 to 8 on 2026-11-26), or a worker dies and its peer waits in
+    # init_process_group for 30 minutes. So every worker is watched, a failure or --attempt-timeout
+    # ends the attempt, and the run is tried again with a fresh port.
+    for attempt in range(1, 4):
+        result = attempt_run(ctx, args, args.attempt_timeout)
+        if result is not None:
+            result.update({"model": args.model, "nproc": args.nproc, "batch_per_process": args.batch})
+            print(json.dumps(result))
+            return
+        print(f"torch_ddp: attempt {attempt} failed, trying again", file=sys.stderr)
+    sys.exit("torch_ddp: 3 attempts failed")
+
+
+def attempt_run(ctx, args, timeout_s):
+    from multiprocessing.connection import wait
     queue = ctx.SimpleQueue()
     port = free_port()
     procs = [ctx.Process(target=run, args=(r, args, port, queue)) for r in range(args.nproc)]
     for p in procs:
         p.start()
-    for p in procs:
-        p.join(timeout=600)
-        if p.exitcode != 0:
-            for q in procs:
-                q.kill()
-            sys.exit(f"torch_ddp: a worker failed (exit {p.exitcode})")
-    result = queue.get()
-    result.update({"model": args.model, "nproc": args.nproc, "batch_per_process": args.batch})
-    print(json.dumps(result))
-
+    deadline = time.monotonic() + timeout_s
+    running = list(procs)
+    while running:
+        left = deadline - time.monotonic()
+        ended = wait([p.sentinel for p in running], timeout=max(left, 0))
+        failed = [p for p in procs if p.exitcode not in (None, 0)]
+        if failed or left <= 0:
+            for p in procs:
+                p.kill()
+                p.join()
+            why = f"exit {failed[0].exitcode}" if failed else f"no result in {timeout_s} s"
+            print(f"torch_ddp: a worker failed ({why})", file=sys.stderr)
+            return None
+        running = [p for p in running if p.sentinel not in ended]
+    return queue.get()
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

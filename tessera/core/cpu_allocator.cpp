@@ -144,6 +144,10 @@ void deallocate(void* ptr, size_t nbytes) {
   std::free(ptr);
 }
 
+std::shared_ptr<void> allocate_shared(size_t nbytes) {
+  return std::shared_ptr<void>(allocate(nbytes), [nbytes](void* p) { deallocate(p, nbytes); });
+}
+
 void empty_cache() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);

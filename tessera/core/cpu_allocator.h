@@ -9,6 +9,7 @@
 // message. Cached free blocks do not count: the cache gives them back to the budget on reuse.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <string_view>
 
 namespace tessera::cpu_allocator {
@@ -18,6 +19,10 @@ constexpr size_t kAlignment = 64;  // one cache line; also what AVX-512 loads wa
 // 64-byte aligned; nullptr only for nbytes == 0. Throws OutOfMemoryError past the budget.
 void* allocate(size_t nbytes);
 void deallocate(void* ptr, size_t nbytes);
+// A block from allocate() that a shared_ptr gives back: for buffers that are not tensors but live as
+// long as activations and should be counted, budgeted and cached as tensors are (the bf16 copies of
+// operands that linear and conv2d keep for their backward).
+std::shared_ptr<void> allocate_shared(size_t nbytes);
 // Frees every cached block (for example before forking workers or to measure memory).
 void empty_cache();
 size_t cached_bytes();

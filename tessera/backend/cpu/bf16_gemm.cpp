@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "oneapi/dnnl/dnnl.hpp"
+#include "tessera/core/cpu_allocator.h"
 #include "tessera/core/dtype.h"
 #include "tessera/core/half_codec.h"
 #include "tessera/core/error.h"
@@ -72,7 +73,8 @@ std::string gemm_bf16_implementation(int64_t m, int64_t n, int64_t k) {
 }
 
 Bf16Matrix::Bf16Matrix(const MatrixRef& m) : rows_(m.rows), cols_(m.cols) {
-  auto values = std::make_shared_for_overwrite<uint16_t[]>(static_cast<size_t>(m.rows * m.cols));
+  auto values = std::static_pointer_cast<uint16_t>(
+      cpu_allocator::allocate_shared(static_cast<size_t>(m.rows * m.cols) * sizeof(uint16_t)));
   column_major_ = m.col_stride != 1 && m.row_stride == 1;
   // Lines: rows, or columns of a column-major view; each converted in one vectorised pass.
   const int64_t lines = column_major_ ? m.cols : m.rows, length = column_major_ ? m.rows : m.cols;

@@ -9,6 +9,7 @@
 #include <vector>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "tessera/core/cpu_allocator.h"
 #include "tessera/core/error.h"
 
 namespace tessera::cpu {
@@ -106,10 +107,13 @@ std::shared_ptr<const ConvPrimitives> primitives_for(const ConvShape& s) {
   return cache.front();
 }
 
-// A memory in the layout the primitive wants: `user` itself, or a reordered copy of it.
-memory as_layout(memory user, const memory::desc& wanted, dnnl::stream& stream, bool copy_in) {
+// A memory in the layout the primitive wants: `user` itself, or a reordered copy of it (in `owner`'s
+// buffer when given one).
+memory as_layout(memory user, const memory::desc& wanted, dnnl::stream& stream, bool copy_in,
+                 std::shared_ptr<void>* owner = nullptr) {
   if (user.get_desc() == wanted) return user;
-  memory m(wanted, cpu_engine());
+  if (owner != nullptr) *owner = cpu_allocator::allocate_shared(std::max<size_t>(wanted.get_size(), 1));
+  memory m = owner != nullptr ? memory(wanted, cpu_engine(), owner->get()) : memory(wanted, cpu_engine());
   if (copy_in) dnnl::reorder(user, m).execute(stream, user, m);
   return m;
 }
@@ -137,7 +141,9 @@ ConvSource onednn_conv_forward(const ConvShape& s, const float* src, const float
   auto p = primitives_for(s);
   dnnl::stream stream(cpu_engine());
   memory u_src = wrap(p->user_src, src), u_w = wrap(p->user_weights, weights), u_dst = wrap(p->user_dst, dst);
-  memory m_src = as_layout(u_src, p->fwd.src_desc(), stream, true);
+  // A source kept for the backward lives in the tensor allocator's memory (counted like activations).
+  std::shared_ptr<void> kept_buffer;
+  memory m_src = as_layout(u_src, p->fwd.src_desc(), stream, true, keep_source ? &kept_buffer : nullptr);
   memory m_w = as_layout(u_w, p->fwd.weights_desc(), stream, true);
   memory m_dst = as_layout(u_dst, p->fwd.dst_desc(), stream, false);
   std::vector<float> zero_bias;
@@ -148,7 +154,7 @@ ConvSource onednn_conv_forward(const ConvShape& s, const float* src, const float
   copy_out(m_dst, u_dst, stream);
   stream.wait();
   if (!keep_source) return {};
-  return {std::make_shared<const memory>(m_src), m_src.get_data_handle() != u_src.get_data_handle()};
+  return {std::make_shared<const memory>(m_src), kept_buffer, kept_buffer != nullptr};
 }
 
 void onednn_conv_backward(const ConvShape& s, const float* diff_dst, const float* weights, const ConvSource& src,

@@ -27,6 +27,7 @@ struct ConvShape {
 // false and that buffer must outlive this.
 struct ConvSource {
   std::shared_ptr<const void> memory;  // a dnnl::memory, kept opaque here
+  std::shared_ptr<void> buffer;        // the copy's bytes (cpu_allocator), when it is a copy
   bool holds_copy = false;
 };
 
