@@ -51,32 +51,28 @@ namespace tessera::cpu {
   return underflows ? 0.0f : e;
 }
 
-// The sum of n floats in 16 running lanes, added pairwise at the end: a loop GCC vectorises, where a
-// single running sum is one add per element in sequence (floats may not be reassociated). The order
-// is fixed by n alone, so a sum is the same on every run and thread.
-[[gnu::always_inline]] inline float sum_in_lanes(const float* x, int64_t n) {
+// The sum of term(0) .. term(n - 1) in 16 running lanes, added pairwise at the end: a loop GCC
+// vectorises, where a single running sum is one add per element in sequence (floats may not be
+// reassociated). The order is fixed by n alone, so a sum is the same on every run and thread.
+template <typename Term>
+[[gnu::always_inline]] inline float sum_in_lanes_of(int64_t n, const Term& term) {
   constexpr int kLanes = 16;
   float lanes[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) lanes[j] += x[i + j];
-  for (int j = 0; i < n; ++i, ++j) lanes[j] += x[i];
+    for (int j = 0; j < kLanes; ++j) lanes[j] += term(i + j);
+  for (int j = 0; i < n; ++i, ++j) lanes[j] += term(i);
   for (int width = kLanes / 2; width > 0; width /= 2)
     for (int j = 0; j < width; ++j) lanes[j] += lanes[j + width];
   return lanes[0];
 }
 
-// The dot product of two n-float rows in 16 running lanes, as sum_in_lanes.
+[[gnu::always_inline]] inline float sum_in_lanes(const float* x, int64_t n) {
+  return sum_in_lanes_of(n, [x](int64_t i) { return x[i]; });
+}
+
 [[gnu::always_inline]] inline float dot_in_lanes(const float* x, const float* y, int64_t n) {
-  constexpr int kLanes = 16;
-  float lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) lanes[j] += x[i + j] * y[i + j];
-  for (int j = 0; i < n; ++i, ++j) lanes[j] += x[i] * y[i];
-  for (int width = kLanes / 2; width > 0; width /= 2)
-    for (int j = 0; j < width; ++j) lanes[j] += lanes[j + width];
-  return lanes[0];
+  return sum_in_lanes_of(n, [x, y](int64_t i) { return x[i] * y[i]; });
 }
 
 // Whether any of n floats is NaN, read off the bits (an integer test, so the loop vectorises).
