@@ -113,6 +113,7 @@ def attempt_run(ctx, args, timeout_s):
         running = [p for p in running if p.sentinel not in ended]
     return queue.get()
 
+
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     main()

@@ -98,7 +98,7 @@ Tensor conv2d_onednn(const Tensor& x_in, const Tensor& w_in, const Tensor& bias,
   const cpu::ConvSource source = cpu::onednn_conv_forward(
       shape, x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr, out.data<float>(), gw || gb);
   // The backward keeps the forward's converted source, and x only when the forward read x in place.
-  const Tensor x_read = source.holds_copy ? Tensor() : x;
+  const Tensor x_read = source.holds_copy() ? Tensor() : x;
   const Shape x_shape = x.shape();
   return record(out, "Conv2dBackward", {x_in, w_in, bias},
                 [x_read, x_shape, source, w, shape, gx, gw, gb, fp16](const Tensor& g_in) {

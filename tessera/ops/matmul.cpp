@@ -199,7 +199,7 @@ Tensor linear_2d_bf16(const Tensor& x_in, const Tensor& w_in, const Tensor& bias
   const Tensor bias_values = bias.defined() ? detail::as_contiguous(bias) : Tensor();
   const cpu::Bf16Matrix xb(matrix_at(x, 0)), wb(matrix_at(w, 0));
   cpu::gemm_bf16(xb, wb.transposed(), out.data<float>(), out_features, 1.0f, 0.0f,
-                 bias.defined() ? bias_values.data<float>() : nullptr);
+                 bias_values.defined() ? bias_values.data<float>() : nullptr);
   const bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gbias = bias.defined() && bias.requires_grad();
   return record(out, "LinearBackward", {x_in, w_in, bias},
                 [xb, wb, w_in, bias, N, in_features, out_features, gx, gw, gbias](const Tensor& g_in) {

@@ -154,7 +154,7 @@ ConvSource onednn_conv_forward(const ConvShape& s, const float* src, const float
   copy_out(m_dst, u_dst, stream);
   stream.wait();
   if (!keep_source) return {};
-  return {std::make_shared<const memory>(m_src), kept_buffer, kept_buffer != nullptr};
+  return {std::make_shared<const memory>(m_src), kept_buffer};
 }
 
 void onednn_conv_backward(const ConvShape& s, const float* diff_dst, const float* weights, const ConvSource& src,

@@ -23,12 +23,12 @@ struct ConvShape {
 // The forward's source as its primitive read it: under bf16 a bf16 copy in oneDNN's blocked layout,
 // which the weight gradient reads again. Keeping it spares the backward a second conversion of the
 // input (on the bf16 CNN, reorders into and out of oneDNN's layouts were 23% of the step, and each
-// operand was converted twice). When the forward read the caller's buffer as it was, `holds_copy` is
-// false and that buffer must outlive this.
+// operand was converted twice). When the forward read the caller's buffer as it was, there is no
+// copy (`holds_copy()` is false) and that buffer must outlive this.
 struct ConvSource {
   std::shared_ptr<const void> memory;  // a dnnl::memory, kept opaque here
   std::shared_ptr<void> buffer;        // the copy's bytes (cpu_allocator), when it is a copy
-  bool holds_copy = false;
+  bool holds_copy() const { return buffer != nullptr; }
 };
 
 // All buffers are plain (NCHW / OIHW) float32; reorders to oneDNN's blocked layouts happen inside.
