@@ -63,6 +63,10 @@ constexpr std::array kSettings{
             "microseconds a tcp collective of at most 64 KiB retries its sockets (yielding the core) before it "
             "sleeps in poll (0: sleep at once)",
             kUser},
+    Setting{"TESSERA_TCP_ALGORITHM", "auto",
+            "reduce-scatter, all-gather and all-reduce of the tcp backend over 4, 8, 16... ranks: auto (by size), ring "
+            "or halving-doubling",
+            kUser},
     Setting{"TESSERA_MPI_EXIT_TIMEOUT_S", "300",
             "seconds an MPI process may spend in MPI_Finalize or MPI_Abort at exit before it leaves by itself "
             "(exit code 1)",

@@ -102,8 +102,10 @@ std::vector<std::string> on_threads(int world, const std::function<void(int, Com
 dist::Deadline in(Milliseconds ms) { return dist::detail::Clock::now() + ms; }
 
 TEST(TcpAllreduce, EveryRankGetsTheSameBitsFromInputsThatAreNotExact) {
+  // Recursive doubling where p is a power of two, then halving-doubling (at p = 4, up to
+  // kTcpHalvingMaxBytes), then the ring.
   for (int world : {2, 3, 4})
-    for (int64_t n : {int64_t(1000), int64_t(100003)}) {  // recursive doubling (where p is a power of two), then the ring
+    for (int64_t n : {int64_t(1000), int64_t(100003), int64_t(1000003)}) {
       std::vector<std::vector<float>> results(static_cast<size_t>(world));
       auto errors = on_threads(world, [&](int r, Communicator& comm) {
         std::mt19937 gen(static_cast<unsigned>(17 + r));

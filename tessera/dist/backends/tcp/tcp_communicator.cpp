@@ -10,6 +10,7 @@
 #include "tessera/dist/backends/tcp/tcp_mesh.h"
 #include "tessera/dist/backends/tcp/tcp_transfers.h"
 #include "tessera/dist/store/prefix_store.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::dist {
 
@@ -28,6 +29,10 @@ bool power_of_two(int p) { return p > 0 && (p & (p - 1)) == 0; }
 struct Segments {
   std::vector<int64_t> counts, offsets;
   int64_t max = 0;
+  // Where segment i starts, in elements; begin(p) is the end of the last one.
+  int64_t begin(int i) const {
+    return i < static_cast<int>(offsets.size()) ? offsets[static_cast<size_t>(i)] : offsets.back() + counts.back();
+  }
 };
 
 Segments segments_of(std::span<const int64_t> counts) {
@@ -59,6 +64,10 @@ class TcpCommunicator : public Communicator {
     if (p == 1) return;
     if (data.nbytes() <= kTcpSmallBytes && power_of_two(p)) return recursive_doubling(data, op, deadline);
     Segments seg = even_segments(data.count, p);
+    if (halving_doubling(data.nbytes())) {
+      halving_reduce_scatter(data, seg, op, TcpCollective::Allreduce, deadline);
+      return doubling_allgather(data, seg, TcpCollective::Allreduce, deadline);
+    }
     ring_reduce_scatter(data, seg, op, TcpCollective::Allreduce, deadline);
     ring_allgather(data, seg, TcpCollective::Allreduce, deadline);
   }
@@ -103,7 +112,9 @@ class TcpCommunicator : public Communicator {
     Segments seg = segments_of(counts);
     if (input.count > 0 && input.data != output.slice(seg.offsets[rank()], 0).data)
       std::memcpy(output.slice(seg.offsets[rank()], 0).data, input.data, input.nbytes());
-    if (size() > 1) ring_allgather(output, seg, TcpCollective::Allgather, deadline);
+    if (size() == 1) return;
+    if (halving_doubling(output.nbytes())) return doubling_allgather(output, seg, TcpCollective::Allgather, deadline);
+    ring_allgather(output, seg, TcpCollective::Allgather, deadline);
   }
 
   void reduce_scatter(Buffer input, Buffer output, std::span<const int64_t> counts, ReduceOp op, Deadline deadline) override {
@@ -114,7 +125,8 @@ class TcpCommunicator : public Communicator {
     work_.resize(input.nbytes());
     if (input.nbytes() > 0) std::memcpy(work_.data(), input.data, input.nbytes());
     Buffer work{work_.data(), input.count, input.dtype};
-    if (size() > 1) ring_reduce_scatter(work, seg, op, TcpCollective::ReduceScatter, deadline);
+    if (size() > 1 && halving_doubling(input.nbytes())) halving_reduce_scatter(work, seg, op, TcpCollective::ReduceScatter, deadline);
+    else if (size() > 1) ring_reduce_scatter(work, seg, op, TcpCollective::ReduceScatter, deadline);
     if (output.count > 0) std::memcpy(output.data, work.slice(seg.offsets[rank()], 0).data, output.nbytes());
   }
 
@@ -220,6 +232,57 @@ class TcpCommunicator : public Communicator {
     }
   }
 
+  // Whether a reduce-scatter or all-gather of `bytes` in all takes log2(p) steps of halving and
+  // doubling rather than the ring's p-1 (tcp_communicator.h says when).
+  bool halving_doubling(size_t bytes) const {
+    const int p = size();
+    if (!power_of_two(p) || p == 2) return false;  // at p = 2 both are one exchange
+    const TcpAlgorithm a = tcp_algorithm();
+    return a == TcpAlgorithm::HalvingDoubling || (a == TcpAlgorithm::Auto && bytes <= kTcpHalvingMaxBytes);
+  }
+
+  // Bytes of segments [first, last) of `data`, and where they start.
+  static uint8_t* at(Buffer data, const Segments& seg, int first) {
+    return static_cast<uint8_t*>(data.data) + seg.begin(first) * dtype_size(data.dtype);
+  }
+  static size_t span_bytes(Buffer data, const Segments& seg, int first, int last) {
+    return static_cast<size_t>(seg.begin(last) - seg.begin(first)) * dtype_size(data.dtype);
+  }
+
+  // Reduce-scatter by recursive halving, in place over `data` (p a power of two): at the step of
+  // distance d = p/2, p/4, ..., 1 a rank sends the half of its segments that rank^d keeps and reduces
+  // rank^d's copy of the half it keeps itself. Afterwards rank r holds segment r reduced over all
+  // ranks, as after the ring. The lower rank's partial goes first in every combination, so a segment
+  // is the same sum tree whichever rank reduces it.
+  void halving_reduce_scatter(Buffer data, const Segments& seg, ReduceOp op, TcpCollective c, Deadline deadline) {
+    int first = 0, last = size();
+    for (int distance = size() / 2; distance >= 1; distance /= 2) {
+      const int peer = rank() ^ distance, middle = first + (last - first) / 2;
+      const bool keep_lower = (rank() & distance) == 0;
+      const int keep_first = keep_lower ? first : middle, keep_last = keep_lower ? middle : last;
+      const int give_first = keep_lower ? middle : first, give_last = keep_lower ? last : middle;
+      std::vector<TcpTransfer> t{
+          send_to(peer, at(data, seg, give_first), span_bytes(data, seg, give_first, give_last)),
+          reducing_recv(peer, data.slice(seg.begin(keep_first), seg.begin(keep_last) - seg.begin(keep_first)), op, peer < rank())};
+      run(c, t, deadline);
+      first = keep_first, last = keep_last;
+    }
+  }
+
+  // All-gather by recursive doubling, in place over `data`, rank r starting with segment r (p a power
+  // of two): at the step of distance d = 1, 2, ..., p/2 a rank swaps the d segments it holds with
+  // rank^d's d neighbouring ones.
+  void doubling_allgather(Buffer data, const Segments& seg, TcpCollective c, Deadline deadline) {
+    int first = rank();
+    for (int distance = 1; distance < size(); distance *= 2) {
+      const int peer = rank() ^ distance, peer_first = first ^ distance;
+      std::vector<TcpTransfer> t{send_to(peer, at(data, seg, first), span_bytes(data, seg, first, first + distance)),
+                                 recv_from(peer, at(data, seg, peer_first), span_bytes(data, seg, peer_first, peer_first + distance))};
+      run(c, t, deadline);
+      first = std::min(first, peer_first);
+    }
+  }
+
   // Ring reduce-scatter in place over `data`: afterwards rank r holds segment r reduced over all ranks.
   void ring_reduce_scatter(Buffer data, const Segments& seg, ReduceOp op, TcpCollective c, Deadline deadline) {
     const int p = size(), right = (rank() + 1) % p, left = (rank() - 1 + p) % p;
@@ -252,6 +315,18 @@ class TcpCommunicator : public Communicator {
 };
 
 }  // namespace
+
+TcpAlgorithm tcp_algorithm() {
+  static const TcpAlgorithm algorithm = [] {
+    const char* v = env_setting("TESSERA_TCP_ALGORITHM");
+    const std::string name = v == nullptr ? "auto" : v;
+    if (name == "auto") return TcpAlgorithm::Auto;
+    if (name == "ring") return TcpAlgorithm::Ring;
+    if (name == "halving-doubling") return TcpAlgorithm::HalvingDoubling;
+    throw Error(concat("TESSERA_TCP_ALGORITHM is '", name, "': it must be auto, ring or halving-doubling"));
+  }();
+  return algorithm;
+}
 
 std::unique_ptr<Communicator> make_tcp_communicator(const BackendContext& context) {
   const detail::Clock::time_point deadline = detail::deadline_after(context.timeout);
