@@ -60,8 +60,8 @@ constexpr std::array kSettings{
     Setting{"TESSERA_SHM_RING_BYTES", "8 MiB / (ranks x (ranks - 1)), between 64 KiB and 1 MiB",
             "bytes of each shared-memory point-to-point ring (one per ordered pair of ranks)", kUser},
     Setting{"TESSERA_TCP_SPIN_US", "100",
-            "microseconds a tcp collective of at most 64 KiB retries its sockets (yielding the core) before it "
-            "sleeps in poll (0: sleep at once)",
+            "microseconds a tcp collective retries its sockets (yielding the core) after the last byte moved "
+            "before it sleeps in poll (0: sleep at once)",
             kUser},
     Setting{"TESSERA_TCP_ALGORITHM", "auto",
             "reduce-scatter, all-gather and all-reduce of the tcp backend over 4, 8, 16... ranks: auto (by size), ring "

@@ -101,14 +101,18 @@ struct Step {
   }
 };
 
-// Small collectives retry their sockets for a while before poll() puts the thread to sleep: a
-// wake-up from poll costs tens of microseconds on this virtual machine, more than the exchange
-// itself. Each retry yields the core, so where ranks outnumber cores the peer being waited for runs
-// meanwhile. Measured with `tessera bench comm` across test hosts (docs/benchmarks.md), 4 KiB
-// all-reduce: 2 hosts x 1, 11 us spinning 100 us against 52-87 us sleeping at once; 4 hosts x 1 on
-// the 2 cores, 41-54 us against 106-131 us. Without the yield, the 4 ranks on 2 cores took 260-320 us.
-// Above 64 KiB the wait is a small part of the transfer and no gain was measured.
-constexpr size_t kSpinMaxBytes = size_t(64) << 10;
+// A collective retries its sockets for a while before poll() puts the thread to sleep, and the
+// while starts again each time bytes move: a wake-up from poll costs tens of microseconds on this
+// virtual machine, more than a small exchange, and a large one that sleeps whenever its socket
+// buffer drains pays it again and again. Each retry yields the core, so where ranks outnumber cores
+// the peer being waited for runs meanwhile. Measured across test hosts (docs/benchmarks.md):
+//   - 4 KiB all-reduce, spinning for at most 100 us from the start: 2 hosts x 1, 11 us against 52-87
+//     us sleeping at once; 4 hosts x 1 on the 2 cores, 41-54 us against 106-131 us (without the
+//     yield, 260-320 us);
+//   - spinning at every size with the budget restarted by progress, against spinning only up to
+//     64 KiB: 2 hosts x 1, 128 KiB 82-84 us against 94-199, 4 MiB 2.4-3.2 ms against 3.7-3.9;
+//     `tessera bench ddp --hosts 2` unshaped, MLP 31-35k samples/s against 20k, CNN 5.6-5.7k against
+//     4.3-4.7k; 4 hosts x 1 (oversubscribed) within the noise.
 constexpr long kDefaultSpinMicroseconds = 100;
 
 long spin_microseconds() {
@@ -134,10 +138,9 @@ void run_transfers(TcpMesh& mesh, TcpCollective collective, std::span<TcpTransfe
   }
   std::vector<pollfd> fds;
   std::vector<size_t> waiting;
-  const size_t bytes = std::accumulate(transfers.begin(), transfers.end(), size_t{0},
-                                       [](size_t sum, const TcpTransfer& t) { return sum + t.bytes; });
-  const long spin_us = bytes <= kSpinMaxBytes ? spin_microseconds() : 0;
-  const Clock::time_point spin_until = Clock::now() + std::chrono::microseconds(spin_us);
+  const auto spin = std::chrono::microseconds(spin_microseconds());
+  Clock::time_point spin_until = Clock::now() + spin;
+  size_t moved_at_last_look = 0;
   for (;;) {
     fds.clear();
     waiting.clear();
@@ -149,7 +152,11 @@ void run_transfers(TcpMesh& mesh, TcpCollective collective, std::span<TcpTransfe
       waiting.push_back(i);
     }
     if (waiting.empty()) return;
-    if (spin_us > 0 && Clock::now() < spin_until) {  // try the sockets again before sleeping
+    const size_t moved = std::accumulate(transfers.begin(), transfers.end(), size_t{0},
+                                         [](size_t sum, const TcpTransfer& t) { return sum + t.done; });
+    const Clock::time_point now = Clock::now();
+    if (moved != moved_at_last_look) moved_at_last_look = moved, spin_until = now + spin;
+    if (spin.count() > 0 && now < spin_until) {  // try the sockets again before sleeping
       ::sched_yield();  // where ranks outnumber cores, the peer this rank waits for runs meanwhile
       continue;
     }
