@@ -180,6 +180,55 @@ TEST(TcpAllreduce, APeerThatNeverComesTimesOutNamingIt) {
       << errors[0];
 }
 
+TEST(TcpAllreduce, AbortGetsAWaitingRankOutAndFailsEveryLaterCollective) {
+  // The process group's collective check calls abort() from another thread when the ranks disagree;
+  // a rank waiting for a peer that never joins must leave at once, not at its (here 60 s) deadline.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  auto errors = on_threads(2, [&](int r, Communicator& comm) {
+    if (r == 1) {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return done; });
+      return;
+    }
+    std::thread aborter([&] {
+      std::unique_lock lock(mu);
+      // Most likely rank 0 is waiting in the all-reduce by then; if not, the all-reduce fails as it
+      // starts, which is as right.
+      cv.wait_for(lock, Milliseconds(50), [&] { return done; });
+      comm.abort();
+    });
+    std::vector<float> v(16, 1.f);
+    const auto start = dist::detail::Clock::now();
+    std::string first, later;
+    try {
+      comm.allreduce(Buffer{v.data(), 16, DType::Float32}, ReduceOp::Sum, in(Milliseconds(60000)));
+    } catch (const std::exception& e) {
+      first = e.what();
+    }
+    const auto took = dist::detail::Clock::now() - start;
+    aborter.join();
+    try {
+      comm.barrier(in(Milliseconds(60000)));
+    } catch (const std::exception& e) {
+      later = e.what();
+    }
+    {
+      std::lock_guard lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+    EXPECT_TRUE(comm.abortable());
+    const bool named = first.find("[tcp allreduce] rank 0: aborted while waiting for rank 1") != std::string::npos ||
+                       first.find("[tcp allreduce] rank 0: the process group failed earlier") != std::string::npos;
+    EXPECT_TRUE(named) << first;
+    EXPECT_LT(took, Milliseconds(10000)) << "abort took as long as a timeout";
+    EXPECT_NE(later.find("[tcp barrier] rank 0: the process group failed earlier"), std::string::npos) << later;
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
 TEST(TcpMesh, AStrangerAtTheRendezvousPortIsIgnored) {
   dist::HashStore store(Milliseconds(20000));
   std::vector<dist::detail::TcpMesh> meshes(2);

@@ -56,6 +56,9 @@ class TcpCommunicator : public Communicator {
       : mesh_(std::move(mesh)), point_to_point_(std::move(point_to_point)) {}
 
   const char* backend_name() const override { return "tcp"; }
+  // A collective checks the flag before each sleep in poll, and sleeps at most kTcpAbortSlice.
+  bool abortable() const override { return true; }
+  void abort() override { aborted_.store(true, std::memory_order_relaxed); }
   int rank() const override { return mesh_.rank; }
   int size() const override { return mesh_.size; }
 
@@ -191,7 +194,9 @@ class TcpCommunicator : public Communicator {
     t.peer = peer, t.data = data, t.bytes = bytes;
     return t;
   }
-  void run(TcpCollective c, std::vector<TcpTransfer>& t, Deadline deadline) { detail::run_transfers(mesh_, c, t, deadline); }
+  void run(TcpCollective c, std::vector<TcpTransfer>& t, Deadline deadline) {
+    detail::run_transfers(mesh_, c, t, deadline, aborted_);
+  }
 
   uint8_t* scratch(size_t bytes) {
     if (scratch_.size() < bytes) scratch_.resize(bytes);
@@ -312,6 +317,7 @@ class TcpCommunicator : public Communicator {
   detail::TcpMesh mesh_;
   std::unique_ptr<Communicator> point_to_point_;
   std::vector<uint8_t> scratch_, work_;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace

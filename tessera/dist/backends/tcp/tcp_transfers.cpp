@@ -128,8 +128,10 @@ long spin_microseconds() {
 
 }  // namespace
 
-void run_transfers(TcpMesh& mesh, TcpCollective collective, std::span<TcpTransfer> transfers, Clock::time_point deadline) {
+void run_transfers(TcpMesh& mesh, TcpCollective collective, std::span<TcpTransfer> transfers, Clock::time_point deadline,
+                   const std::atomic<bool>& aborted) {
   Step step{mesh, collective};
+  if (aborted.load(std::memory_order_relaxed)) throw Error(concat(step.what(), ": the process group failed earlier"));
   for (auto& t : transfers) {
     TESSERA_CHECK(t.peer >= 0 && t.peer < mesh.size && t.peer != mesh.rank, step.what(), ": no connection to rank ", t.peer);
     t.done = 0;
@@ -160,7 +162,10 @@ void run_transfers(TcpMesh& mesh, TcpCollective collective, std::span<TcpTransfe
       ::sched_yield();  // where ranks outnumber cores, the peer this rank waits for runs meanwhile
       continue;
     }
-    const int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms(deadline));
+    if (aborted.load(std::memory_order_relaxed))
+      throw Error(concat(step.what(), ": aborted while waiting for ", step.peer(transfers[waiting.front()].peer),
+                         " (the process group failed)"));
+    const int rc = ::poll(fds.data(), fds.size(), std::min(poll_timeout_ms(deadline), static_cast<int>(kTcpAbortSlice.count())));
     if (rc < 0 && errno != EINTR) throw IoError(concat(step.what(), ": poll failed: ", std::strerror(errno)));
     if (rc == 0 && Clock::now() >= deadline) {
       std::string outstanding;

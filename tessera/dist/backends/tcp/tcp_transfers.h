@@ -9,6 +9,7 @@
 // the header before taking the payload: ranks that called different collectives, or the same one
 // with different sizes, get an error naming both instead of a silent wrong answer or a hang.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -41,7 +42,10 @@ struct TcpTransfer {
 
 // Runs every transfer to completion. TimeoutError at `deadline` naming the collective, this rank and
 // the peers still outstanding with their progress; PeerFailureError when a peer closed or reset its
-// connection; Error when a header shows the peer is in another collective or size.
-void run_transfers(TcpMesh& mesh, TcpCollective collective, std::span<TcpTransfer> transfers, Clock::time_point deadline);
+// connection; Error when a header shows the peer is in another collective or size, or within
+// kTcpAbortSlice once `aborted` is set (Communicator::abort).
+constexpr Milliseconds kTcpAbortSlice{20};
+void run_transfers(TcpMesh& mesh, TcpCollective collective, std::span<TcpTransfer> transfers, Clock::time_point deadline,
+                   const std::atomic<bool>& aborted);
 
 }  // namespace tessera::dist::detail
