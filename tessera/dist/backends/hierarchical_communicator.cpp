@@ -34,6 +34,14 @@ class HierarchicalCommunicator : public Communicator {
       : flat_(std::move(flat)), host_(std::move(host)), leaders_(std::move(leaders)) {}
 
   const char* backend_name() const override { return "auto: shm within hosts + tcp between them"; }
+  bool abortable() const override {
+    return flat_->abortable() && host_->abortable() && (!leaders_ || leaders_->abortable());
+  }
+  void abort() override {
+    flat_->abort();
+    host_->abort();
+    if (leaders_) leaders_->abort();
+  }
   int rank() const override { return flat_->rank(); }
   int size() const override { return flat_->size(); }
 

@@ -18,6 +18,7 @@ std::vector<std::string> suite_on_hosts(const std::vector<std::string>& host_of_
   std::mutex mu;
   std::vector<std::string> failures;
   std::vector<std::string> names(static_cast<size_t>(world));
+  std::vector<char> abortable(static_cast<size_t>(world));
   testing::run_on_threads(
       world,
       [&](const dist::BackendContext& context) {
@@ -25,6 +26,7 @@ std::vector<std::string> suite_on_hosts(const std::vector<std::string>& host_of_
         c.bind_host = "127.0.0.1";
         auto comm = dist::make_hierarchical_communicator(c, host_of_rank[static_cast<size_t>(context.rank)]);
         names[static_cast<size_t>(context.rank)] = comm->backend_name();
+        abortable[static_cast<size_t>(context.rank)] = comm->abortable();  // so the group runs it on the waiting thread
         return comm;
       },
       [&](dist::ProcessGroup& group) {
@@ -34,6 +36,7 @@ std::vector<std::string> suite_on_hosts(const std::vector<std::string>& host_of_
       },
       options);
   for (const auto& n : names) EXPECT_EQ(n, "auto: shm within hosts + tcp between them");
+  for (char a : abortable) EXPECT_TRUE(a);
   return failures;
 }
 
