@@ -59,15 +59,20 @@ void FramedClient::send(const Bytes& frame, Clock::time_point deadline, const st
 }
 
 Bytes FramedClient::receive(Clock::time_point deadline, const std::string& what) {
+  Bytes payload;
+  receive(payload, deadline, what);
+  return payload;
+}
+
+void FramedClient::receive(Bytes& payload, Clock::time_point deadline, const std::string& what) {
   uint8_t header[detail::kFrameHeaderBytes];
   check(detail::recv_exact(sock_.fd(), header, sizeof header, deadline), what, "answer");
   uint32_t len = detail::read_u32_le(header);
   if (len == 0 || len > options_.max_message_bytes)
     throw PeerFailureError(concat(description_, " sent a reply to ", what, " of ", len,
                                   " bytes, outside (0, ", options_.max_message_bytes, "]: corrupt stream"));
-  Bytes payload(len);
+  payload.resize(len);
   check(detail::recv_exact(sock_.fd(), payload.data(), len, deadline), what, "answer");
-  return payload;
 }
 
 }  // namespace tessera::dist::net

@@ -33,6 +33,9 @@ class FramedClient {
   void send(const Bytes& frame, detail::Clock::time_point deadline, const std::string& what);
   // One frame's payload: opcode byte, then fields.
   Bytes receive(detail::Clock::time_point deadline, const std::string& what);
+  // The same into `payload`, whose memory is reused (a reply of megabytes every step allocates
+  // nothing once the first one has).
+  void receive(Bytes& payload, detail::Clock::time_point deadline, const std::string& what);
 
   const std::string& description() const { return description_; }  // "ps server 1 at host:port"
 

@@ -14,6 +14,12 @@ FrameWriter::FrameWriter(uint8_t opcode) {
   buf_.push_back(opcode);
 }
 
+FrameWriter::FrameWriter(uint8_t opcode, Bytes recycled) : buf_(std::move(recycled)) {
+  buf_.clear();
+  buf_.resize(kFrameHeaderBytes);
+  buf_.push_back(opcode);
+}
+
 FrameWriter& FrameWriter::u8(uint8_t v) {
   buf_.push_back(v);
   return *this;

@@ -50,21 +50,35 @@ PsClient::PsClient(ClientOptions options) : options_(std::move(options)) {
 PsClient::~PsClient() = default;
 
 std::vector<Bytes> PsClient::round_trip(std::vector<Bytes> frames, const std::string& what) {
-  auto deadline = dist::detail::deadline_after(options_.timeout);
-  for (size_t i = 0; i < frames.size(); ++i)
-    if (!frames[i].empty()) servers_[i]->send(frames[i], deadline, what);
-  auto start = Clock::now();
-  std::vector<Bytes> replies(frames.size());
-  for (size_t i = 0; i < frames.size(); ++i) {
-    if (frames[i].empty()) continue;
-    replies[i] = servers_[i]->receive(deadline, what);
-    if (replies[i][0] == uint8_t(PsReply::kError)) {
-      FrameReader r(replies[i].data() + 1, replies[i].size() - 1);
-      throw PeerFailureError(concat("[ps] worker ", options_.rank, ": ", what, " failed: ", r.str()));
-    }
-  }
-  counters_.wait_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<Bytes> replies;
+  std::vector<Bytes>* requests[] = {&frames};
+  std::vector<Bytes>* answers[] = {&replies};
+  exchange(requests, answers, what);
   return replies;
+}
+
+void PsClient::exchange(std::span<std::vector<Bytes>* const> requests, std::span<std::vector<Bytes>* const> replies,
+                        const std::string& what) {
+  auto deadline = dist::detail::deadline_after(options_.timeout);
+  for (size_t i = 0; i < servers_.size(); ++i)
+    for (const auto* frames : requests)
+      if (!(*frames)[i].empty()) servers_[i]->send((*frames)[i], deadline, what);
+  auto start = Clock::now();
+  for (size_t k = 0; k < requests.size(); ++k) replies[k]->resize(servers_.size());
+  for (size_t i = 0; i < servers_.size(); ++i)
+    for (size_t k = 0; k < requests.size(); ++k) {
+      Bytes& reply = (*replies[k])[i];
+      if ((*requests[k])[i].empty()) {
+        reply.clear();
+        continue;
+      }
+      servers_[i]->receive(reply, deadline, what);
+      if (reply[0] == uint8_t(PsReply::kError)) {
+        FrameReader r(reply.data() + 1, reply.size() - 1);
+        throw PeerFailureError(concat("[ps] worker ", options_.rank, ": ", what, " failed: ", r.str()));
+      }
+    }
+  counters_.wait_seconds += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 void PsClient::expect_ok(const Bytes& reply, size_t server, const std::string& what) {
@@ -134,16 +148,16 @@ std::vector<std::pair<size_t, size_t>> PsClient::split_rows(const SparseRows& ro
   return ranges;
 }
 
-void PsClient::push(int64_t clock, double lr, const std::vector<const float*>& dense_grads,
-                    const std::vector<SparseRows>& rows) {
+void PsClient::write_push(int64_t clock, double lr, const std::vector<const float*>& dense_grads,
+                          const std::vector<SparseRows>& rows) {
   TESSERA_CHECK(plan_, "[ps] push before register_model");
   const auto& specs = plan_->specs();
-  std::vector<Bytes> frames;
+  push_frames_.resize(servers_.size());
   std::vector<float> zeros;
-  std::vector<std::vector<std::pair<size_t, size_t>>> splits;
+  Splits splits;
   for (const auto& r : rows) splits.push_back(split_rows(r));
   for (int s = 0; s < static_cast<int>(servers_.size()); ++s) {
-    FrameWriter w(uint8_t(PsOp::kPush));
+    FrameWriter w(uint8_t(PsOp::kPush), std::move(push_frames_[static_cast<size_t>(s)]));
     w.i64(clock).i64(double_bits(lr));
     uint32_t dense = 0;
     for (int p : plan_->pieces_of(s)) dense += !specs[plan_->pieces()[p].param].sparse;
@@ -173,27 +187,43 @@ void PsClient::push(int64_t clock, double lr, const std::vector<const float*>& d
       counters_.sparse_rows_pushed += static_cast<int64_t>(end - begin);
       counters_.sparse_bytes_pushed += static_cast<int64_t>((end - begin) * (rs * sizeof(float) + sizeof(int64_t)));
     }
-    frames.push_back(w.finish());
+    push_frames_[static_cast<size_t>(s)] = w.finish();
   }
-  auto replies = round_trip(std::move(frames), concat("push of step ", clock));
-  for (size_t i = 0; i < replies.size(); ++i) expect_ok(replies[i], i, concat("push of step ", clock));
 }
 
-void PsClient::pull(int64_t clock, const std::vector<float*>& dense_out, const std::vector<SparseRows>& rows,
-                    bool with_dense) {
+void PsClient::push(int64_t clock, double lr, const std::vector<const float*>& dense_grads,
+                    const std::vector<SparseRows>& rows) {
+  write_push(clock, lr, dense_grads, rows);
+  const std::string what = concat("push of step ", clock);
+  std::vector<Bytes>* requests[] = {&push_frames_};
+  std::vector<Bytes>* replies[] = {&push_replies_};
+  exchange(requests, replies, what);
+  for (size_t i = 0; i < push_replies_.size(); ++i) expect_ok(push_replies_[i], i, what);
+}
+
+void PsClient::push_then_pull(int64_t clock, double lr, const std::vector<const float*>& dense_grads,
+                              const std::vector<SparseRows>& rows, const std::vector<float*>& dense_out) {
+  write_push(clock, lr, dense_grads, rows);
+  write_pull(clock + 1, {}, {}, true);
+  const std::string what = concat("push of step ", clock, " and pull of step ", clock + 1);
+  std::vector<Bytes>* requests[] = {&push_frames_, &pull_frames_};
+  std::vector<Bytes>* replies[] = {&push_replies_, &pull_replies_};
+  exchange(requests, replies, what);
+  for (size_t i = 0; i < push_replies_.size(); ++i) expect_ok(push_replies_[i], i, what);
+  read_values(dense_out, {}, {}, what);
+}
+
+void PsClient::write_pull(int64_t clock, const std::vector<SparseRows>& rows, const Splits& splits, bool with_dense) {
   TESSERA_CHECK(plan_, "[ps] pull before register_model");
-  const auto& specs = plan_->specs();
-  std::vector<std::vector<std::pair<size_t, size_t>>> splits;
-  for (const auto& r : rows) splits.push_back(split_rows(r));
-  std::vector<Bytes> frames;
+  pull_frames_.resize(servers_.size());
   for (size_t s = 0; s < servers_.size(); ++s) {
     uint32_t m = 0;
     for (const auto& split : splits) m += split[s].second > split[s].first;
     if (!with_dense && m == 0) {
-      frames.emplace_back();  // nothing to ask this server
+      pull_frames_[s].clear();  // nothing to ask this server
       continue;
     }
-    FrameWriter w(uint8_t(PsOp::kPull));
+    FrameWriter w(uint8_t(PsOp::kPull), std::move(pull_frames_[s]));
     w.i64(clock).u8(with_dense).u32(m);
     for (size_t k = 0; k < rows.size(); ++k) {
       auto [begin, end] = splits[k][s];
@@ -203,10 +233,26 @@ void PsClient::pull(int64_t clock, const std::vector<float*>& dense_out, const s
       write_ids(w, ids);
       counters_.sparse_bytes_pulled += static_cast<int64_t>(ids.size() * sizeof(int64_t));
     }
-    frames.push_back(w.finish());
+    pull_frames_[s] = w.finish();
   }
+}
+
+void PsClient::pull(int64_t clock, const std::vector<float*>& dense_out, const std::vector<SparseRows>& rows,
+                    bool with_dense) {
+  Splits splits;
+  for (const auto& r : rows) splits.push_back(split_rows(r));
+  write_pull(clock, rows, splits, with_dense);
   const std::string what = concat("pull of step ", clock);
-  auto replies = round_trip(std::move(frames), what);
+  std::vector<Bytes>* requests[] = {&pull_frames_};
+  std::vector<Bytes>* replies[] = {&pull_replies_};
+  exchange(requests, replies, what);
+  read_values(dense_out, rows, splits, what);
+}
+
+void PsClient::read_values(const std::vector<float*>& dense_out, const std::vector<SparseRows>& rows, const Splits& splits,
+                           const std::string& what) {
+  const auto& specs = plan_->specs();
+  const std::vector<Bytes>& replies = pull_replies_;
   for (size_t s = 0; s < replies.size(); ++s) {
     if (replies[s].empty()) continue;
     if (replies[s][0] != uint8_t(PsReply::kValues))

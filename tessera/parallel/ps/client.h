@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,11 @@ class PsClient {
   // Values for step `clock`: every dense parameter into dense_out (in spec order; nullptr entries
   // for sparse ones) when with_dense, and the requested rows. Waits as the servers' mode says.
   void pull(int64_t clock, const std::vector<float*>& dense_out, const std::vector<SparseRows>& rows, bool with_dense = true);
+  // push(clock, ...) then pull(clock + 1, dense_out, {}), with both requests sent before either
+  // reply is awaited: one wait on the servers per step instead of two. A server answers the
+  // requests of one connection in order, so the pull still sees this push applied as its mode says.
+  void push_then_pull(int64_t clock, double lr, const std::vector<const float*>& dense_grads,
+                      const std::vector<SparseRows>& rows, const std::vector<float*>& dense_out);
   // This worker has finished; the servers stop counting on it.
   void done();
 
@@ -74,6 +80,18 @@ class PsClient {
  private:
   // Sends one frame to each server (empty frames are skipped), then reads each reply.
   std::vector<Bytes> round_trip(std::vector<Bytes> frames, const std::string& what);
+  // The same for several requests per server, sent in order before any reply is read:
+  // replies[k][i] answers requests[k][i]. The reply buffers are reused (steps of megabytes
+  // allocate nothing). PeerFailureError for a kError reply.
+  void exchange(std::span<std::vector<Bytes>* const> requests, std::span<std::vector<Bytes>* const> replies,
+                const std::string& what);
+  // The kPush frames of one step into push_frames_, and the kPull frames into pull_frames_.
+  void write_push(int64_t clock, double lr, const std::vector<const float*>& dense_grads, const std::vector<SparseRows>& rows);
+  using Splits = std::vector<std::vector<std::pair<size_t, size_t>>>;
+  void write_pull(int64_t clock, const std::vector<SparseRows>& rows, const Splits& splits, bool with_dense);
+  // Reads the kValues replies in pull_replies_ into dense_out and the rows.
+  void read_values(const std::vector<float*>& dense_out, const std::vector<SparseRows>& rows, const Splits& splits,
+                   const std::string& what);
   void expect_ok(const Bytes& reply, size_t server, const std::string& what);
   // Splits a sparse request over the servers: per server, the [begin, end) index range of ids.
   std::vector<std::pair<size_t, size_t>> split_rows(const SparseRows& rows) const;
@@ -83,6 +101,8 @@ class PsClient {
   std::optional<ShardPlan> plan_;
   ClientCounters counters_;
   int64_t version_ = 0;
+  // Per server, kept from step to step for their memory.
+  std::vector<Bytes> push_frames_, pull_frames_, push_replies_, pull_replies_;
 };
 
 }  // namespace tessera::parallel::ps

@@ -93,7 +93,8 @@ void ServerShard::apply_sums(int pushes, double lr) {
   for (auto& h : held_) {
     if (h.sparse) continue;
     float* sum = h.grad.data<float>();
-    for (int64_t k = 0; k < h.grad.numel(); ++k) sum[k] *= scale;
+    const int64_t n = h.grad.numel();  // not in the loop's condition: it is a call, and the loop would not vectorise
+    for (int64_t k = 0; k < n; ++k) sum[k] *= scale;
   }
   step_dense(lr);
   for (auto& h : held_) {

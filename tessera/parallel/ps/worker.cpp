@@ -68,12 +68,20 @@ void PsWorker::start(int64_t start_step, const std::string& restore_dir) {
   pull_dense();
 }
 
-void PsWorker::pull_dense() {
+std::vector<float*> PsWorker::dense_values() {
   std::vector<float*> out;
   for (size_t i = 0; i < params_.size(); ++i) out.push_back(specs_[i].sparse ? nullptr : params_[i].data<float>());
-  client_.pull(clock_, out, {}, true);
+  return out;
+}
+
+void PsWorker::dense_values_changed() {
   for (size_t i = 0; i < params_.size(); ++i)
     if (!specs_[i].sparse) params_[i].impl()->storage->bump_version();
+}
+
+void PsWorker::pull_dense() {
+  client_.pull(clock_, dense_values(), {}, true);
+  dense_values_changed();
 }
 
 void PsWorker::step(double lr) {
@@ -96,9 +104,9 @@ void PsWorker::step(double lr) {
     keep.push_back(g.contiguous());
     rows.push_back(SparseRows{static_cast<int>(i), &bags_[i]->last_ids(), keep.back().data<float>(), nullptr});
   }
-  client_.push(clock_, lr, grads, rows);
+  client_.push_then_pull(clock_, lr, grads, rows, dense_values());
   ++clock_;
-  pull_dense();
+  dense_values_changed();
 }
 
 void PsWorker::refresh() { pull_dense(); }

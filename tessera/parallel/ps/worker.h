@@ -44,6 +44,10 @@ class PsWorker {
 
  private:
   void pull_dense();
+  // Where pulled dense values land (the parameters' own memory; nullptr for sparse ones), and the
+  // version bump that tells autograd they changed.
+  std::vector<float*> dense_values();
+  void dense_values_changed();
 
   std::shared_ptr<nn::Module> model_;
   ClientOptions options_;
