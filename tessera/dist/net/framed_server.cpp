@@ -5,11 +5,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "tessera/core/error.h"
@@ -34,6 +36,28 @@ constexpr int kReadsPerRound = 16;  // per connection and poll round: one sender
 // not read its replies cannot make the server buffer without bound.
 constexpr size_t kOutHighWater = size_t(4) << 20;
 
+// Received bytes: resize() leaves the new elements uninitialised, since recv() writes them at once
+// (zeroing 256 KiB before each read of a megabyte frame would cost as much as the read's copy).
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using InBuffer = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
+
 struct Connection {
   detail::Socket sock;
   std::string address;
@@ -43,7 +67,8 @@ struct Connection {
   bool closing = false;  // rejected: closed once the rejection is written
   bool dead = false;
   std::string why;       // why it died, for on_disconnect
-  Bytes in, out;
+  InBuffer in;  // received, not yet parsed; read into directly
+  Bytes out;
   size_t out_sent = 0;
   Clock::time_point hello_due{};  // unauthenticated: closed if no hello by then
   size_t pending_out() const { return out.size() - out_sent; }
@@ -62,7 +87,6 @@ struct FramedServer::State {
   std::map<ConnectionId, Connection> connections;
   ConnectionId next_id = 1;
   Handler* handler = nullptr;
-  Bytes read_buf = Bytes(kReadChunk);
   // After accept() fails for want of descriptors the listener stays readable: accepting pauses
   // until then instead of spinning (the pending connections wait in the backlog).
   Clock::time_point accept_paused_until{};
@@ -212,9 +236,11 @@ void FramedServer::State::on_events(ConnectionId id, Connection& c, short revent
 
 void FramedServer::State::read_some(ConnectionId id, Connection& c) {
   for (int n = 0; n < kReadsPerRound && c.reading(); ++n) {
-    ssize_t k = ::recv(c.sock.fd(), read_buf.data(), read_buf.size(), 0);
+    const size_t had = c.in.size();
+    c.in.resize(had + kReadChunk);
+    ssize_t k = ::recv(c.sock.fd(), c.in.data() + had, kReadChunk, 0);
+    c.in.resize(had + static_cast<size_t>(std::max<ssize_t>(k, 0)));
     if (k > 0) {
-      c.in.insert(c.in.end(), read_buf.data(), read_buf.data() + k);
       parse(id, c);
       continue;
     }
@@ -324,6 +350,17 @@ void FramedServer::send(ConnectionId id, const Bytes& frame) {
   Connection& c = it->second;
   if (c.out_sent > 0 && c.out_sent == c.out.size()) c.out.clear(), c.out_sent = 0;
   c.out.insert(c.out.end(), frame.begin(), frame.end());
+  state_->flush(c);
+}
+
+void FramedServer::send_taking(ConnectionId id, Bytes& frame) {
+  auto it = state_->connections.find(id);
+  if (it == state_->connections.end() || it->second.dead) return;
+  Connection& c = it->second;
+  if (c.pending_out() > 0) return send(id, frame);  // behind another reply: copied after it
+  c.out.clear();
+  c.out_sent = 0;
+  std::swap(c.out, frame);
   state_->flush(c);
 }
 

@@ -83,6 +83,9 @@ class FramedServer {
 
   // For the handler (on run()'s thread only):
   void send(ConnectionId id, const Bytes& frame);  // queued; written as the peer reads
+  // The same, taking the frame's memory instead of copying it when nothing else is queued; `frame`
+  // is left with memory to reuse for the next one (its contents unspecified).
+  void send_taking(ConnectionId id, Bytes& frame);
   void hold(ConnectionId id);
   void release(ConnectionId id);
   void close(ConnectionId id, const std::string& why);  // logged; no on_disconnect

@@ -404,7 +404,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
       report.bytes_sent += static_cast<int64_t>(rows.size() * sizeof(float));
     }
     values_frame = out.finish();
-    net.send(w.conn, values_frame);
+    net.send_taking(w.conn, values_frame);
   }
 
   // After anything that can complete a step, unblock a pull or end the job.
