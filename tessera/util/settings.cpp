@@ -67,6 +67,10 @@ constexpr std::array kSettings{
             "reduce-scatter, all-gather and all-reduce of the tcp backend over 4, 8, 16... ranks: auto (by size), ring "
             "or halving-doubling",
             kUser},
+    Setting{"TESSERA_PS_SHM", "1",
+            "0 sends a parameter-server worker's dense values over TCP even to servers on its own machine (else "
+            "they go through shared memory)",
+            kUser},
     Setting{"TESSERA_MPI_EXIT_TIMEOUT_S", "300",
             "seconds an MPI process may spend in MPI_Finalize or MPI_Abort at exit before it leaves by itself "
             "(exit code 1)",

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "tessera/core/error.h"
 #include "tessera/parallel/ps/protocol.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::parallel::ps {
 
@@ -97,6 +99,65 @@ void PsClient::register_model(std::vector<ParamSpec> specs, int64_t start_clock)
   plan_.emplace(std::move(specs), static_cast<int>(servers_.size()));
 }
 
+int PsClient::attach_shared_memory() {
+  TESSERA_CHECK(plan_, "[ps] attach_shared_memory before register_model");
+  shm_.clear();
+  shm_.resize(servers_.size());
+  const char* setting = env_setting("TESSERA_PS_SHM");
+  if (setting != nullptr && std::string(setting) == "0") return 0;
+  const auto& specs = plan_->specs();
+  std::vector<Bytes> frames(servers_.size()), replies;
+  for (int s = 0; s < static_cast<int>(servers_.size()); ++s) {
+    std::vector<std::pair<uint32_t, int64_t>> pieces;
+    int64_t dense = 0;
+    for (int p : plan_->pieces_of(s)) {
+      const Piece& piece = plan_->pieces()[p];
+      if (specs[piece.param].sparse) continue;
+      pieces.emplace_back(static_cast<uint32_t>(p), piece.rows() * specs[piece.param].row_size);
+      dense += pieces.back().second;
+    }
+    if (dense == 0) continue;
+    try {
+      shm_[s] = ShmChannel::create(dense);
+    } catch (const IoError&) {
+      continue;  // no room in /dev/shm: this server's values go over TCP
+    }
+    FrameWriter w(uint8_t(PsOp::kAttachShm));
+    w.str(shm_[s].name()).i64(static_cast<int64_t>(shm_[s].bytes()));
+    w.bytes(shm_[s].nonce().data(), shm_[s].nonce().size()).u32(static_cast<uint32_t>(pieces.size()));
+    for (const auto& [p, n] : pieces) w.u32(p).i64(n);
+    frames[s] = w.finish();
+  }
+  std::vector<Bytes>* requests[] = {&frames};
+  std::vector<Bytes>* answers[] = {&replies};
+  try {
+    exchange(requests, answers, "attach of shared memory");
+  } catch (...) {
+    for (auto& c : shm_)
+      if (c.attached()) dist::detail::ShmSegment::unlink(c.name());
+    throw;
+  }
+  int attached = 0;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    if (!shm_[s].attached()) continue;
+    dist::detail::ShmSegment::unlink(shm_[s].name());  // mapped on both sides now, or never will be
+    bool yes = false;
+    try {
+      if (replies[s].empty() || replies[s][0] != uint8_t(PsReply::kAttached)) throw ProtocolError("not a kAttached reply");
+      FrameReader r(replies[s].data() + 1, replies[s].size() - 1);
+      yes = r.u8() != 0;
+      r.str();
+      r.expect_end();
+    } catch (const ProtocolError& e) {
+      throw PeerFailureError(concat("[ps] worker ", options_.rank, ": malformed reply from ", servers_[s]->description(),
+                                    " to the attach of shared memory: ", e.what()));
+    }
+    if (yes) ++attached;
+    else shm_[s] = ShmChannel();
+  }
+  return attached;
+}
+
 void PsClient::initialize(const std::vector<const float*>& values) {
   TESSERA_CHECK(plan_ && values.size() == plan_->specs().size(), "[ps] initialize needs one array per parameter");
   // Chunks of at most 16 MiB, so that a large embedding table fits the message bound.
@@ -157,21 +218,29 @@ void PsClient::write_push(int64_t clock, double lr, const std::vector<const floa
   Splits splits;
   for (const auto& r : rows) splits.push_back(split_rows(r));
   for (int s = 0; s < static_cast<int>(servers_.size()); ++s) {
-    FrameWriter w(uint8_t(PsOp::kPush), std::move(push_frames_[static_cast<size_t>(s)]));
+    const ShmChannel* channel = shm_.empty() || !shm_[static_cast<size_t>(s)].attached() ? nullptr : &shm_[static_cast<size_t>(s)];
+    FrameWriter w(uint8_t(channel ? PsOp::kPushShm : PsOp::kPush), std::move(push_frames_[static_cast<size_t>(s)]));
     w.i64(clock).i64(double_bits(lr));
     uint32_t dense = 0;
     for (int p : plan_->pieces_of(s)) dense += !specs[plan_->pieces()[p].param].sparse;
-    w.u32(dense);
+    w.u32(channel ? 0 : dense);
+    float* region = channel ? channel->push_region() : nullptr;
     for (int p : plan_->pieces_of(s)) {
       const Piece& piece = plan_->pieces()[p];
       const ParamSpec& spec = specs[piece.param];
       if (spec.sparse) continue;
       const size_t n = static_cast<size_t>(piece.rows() * spec.row_size);
       const float* g = dense_grads[piece.param];
+      counters_.dense_bytes_pushed += static_cast<int64_t>(n * sizeof(float));
+      if (region) {  // the server reads it from there when it handles this frame
+        if (g) std::memcpy(region, g + piece.row_begin * spec.row_size, n * sizeof(float));
+        else std::fill_n(region, n, 0.0f);
+        region += n;
+        continue;
+      }
       if (!g) zeros.assign(n, 0.0f);
       w.u32(static_cast<uint32_t>(p));
       write_floats(w, g ? g + piece.row_begin * spec.row_size : zeros.data(), n);
-      counters_.dense_bytes_pushed += static_cast<int64_t>(n * sizeof(float));
     }
     uint32_t m = 0;
     for (const auto& split : splits) m += split[s].second > split[s].first;
@@ -223,7 +292,8 @@ void PsClient::write_pull(int64_t clock, const std::vector<SparseRows>& rows, co
       pull_frames_[s].clear();  // nothing to ask this server
       continue;
     }
-    FrameWriter w(uint8_t(PsOp::kPull), std::move(pull_frames_[s]));
+    const bool in_shm = with_dense && s < shm_.size() && shm_[s].attached();
+    FrameWriter w(uint8_t(in_shm ? PsOp::kPullShm : PsOp::kPull), std::move(pull_frames_[s]));
     w.i64(clock).u8(with_dense).u32(m);
     for (size_t k = 0; k < rows.size(); ++k) {
       auto [begin, end] = splits[k][s];
@@ -255,13 +325,28 @@ void PsClient::read_values(const std::vector<float*>& dense_out, const std::vect
   const std::vector<Bytes>& replies = pull_replies_;
   for (size_t s = 0; s < replies.size(); ++s) {
     if (replies[s].empty()) continue;
-    if (replies[s][0] != uint8_t(PsReply::kValues))
+    const bool in_shm = replies[s][0] == uint8_t(PsReply::kValuesInShm);
+    if (!in_shm && replies[s][0] != uint8_t(PsReply::kValues))
       throw PeerFailureError(concat("[ps] worker ", options_.rank, ": ", servers_[s]->description(), " answered ", what,
                                     " with opcode ", int(replies[s][0])));
     try {
       FrameReader r(replies[s].data() + 1, replies[s].size() - 1);
       version_ = r.i64();
-      uint32_t n = r.u32();
+      if (in_shm) {
+        if (s >= shm_.size() || !shm_[s].attached()) throw ProtocolError("values in shared memory that was never attached");
+        const float* region = shm_[s].pull_region();
+        for (int p : plan_->pieces_of(static_cast<int>(s))) {
+          const Piece& piece = plan_->pieces()[p];
+          const int64_t rs = specs[piece.param].row_size;
+          if (specs[piece.param].sparse) continue;
+          const int64_t n = piece.rows() * rs;
+          float* dst = dense_out.at(piece.param);
+          if (dst) std::memcpy(dst + piece.row_begin * rs, region, static_cast<size_t>(n) * sizeof(float));
+          region += n;
+          counters_.dense_bytes_pulled += n * static_cast<int64_t>(sizeof(float));
+        }
+      }
+      uint32_t n = in_shm ? 0 : r.u32();
       for (uint32_t i = 0; i < n; ++i) {
         uint32_t p = r.u32();
         if (p >= plan_->pieces().size() || plan_->pieces()[p].server != static_cast<int>(s))

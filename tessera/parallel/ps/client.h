@@ -11,6 +11,7 @@
 
 #include "tessera/dist/net/framed_client.h"
 #include "tessera/parallel/ps/shard_plan.h"
+#include "tessera/parallel/ps/shm_channel.h"
 
 namespace tessera::parallel::ps {
 
@@ -53,6 +54,10 @@ class PsClient {
   // parameter). `start_clock`: the step this worker starts at (0, or the resumed step).
   void register_model(std::vector<ParamSpec> specs, int64_t start_clock);
   const ShardPlan& plan() const { return *plan_; }
+  // After register_model: offers each server a shared-memory channel for the dense values
+  // (shm_channel.h). A server on another machine declines, and that server's values go over TCP.
+  // TESSERA_PS_SHM=0 offers none. Returns how many servers accepted.
+  int attach_shared_memory();
   // Worker 0 only, once: the initial values of every parameter (dense and sparse), in spec order.
   void initialize(const std::vector<const float*>& values);
   // Worker 0 only, instead of initialize(): every server loads its shard of checkpoint `step`.
@@ -103,6 +108,7 @@ class PsClient {
   int64_t version_ = 0;
   // Per server, kept from step to step for their memory.
   std::vector<Bytes> push_frames_, pull_frames_, push_replies_, pull_replies_;
+  std::vector<ShmChannel> shm_;  // per server; attached ones carry the dense values
 };
 
 }  // namespace tessera::parallel::ps

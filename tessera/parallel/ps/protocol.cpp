@@ -14,6 +14,9 @@ const char* op_name(PsOp op) {
     case PsOp::kPull: return "pull";
     case PsOp::kSave: return "save";
     case PsOp::kDone: return "done";
+    case PsOp::kAttachShm: return "attach-shm";
+    case PsOp::kPushShm: return "push-shm";
+    case PsOp::kPullShm: return "pull-shm";
   }
   return "unknown";
 }

@@ -15,7 +15,15 @@
 //   kSave      str checkpoint dir, i64 step                          -> kOk | kError
 //   kDone                                                            -> kOk
 //
+// On one machine the dense values go through shared memory instead (shm_channel.h):
+//   kAttachShm str segment name, i64 bytes, 16-byte nonce, u32 k, k x (u32 piece, i64 floats)
+//              the server's dense pieces in its order                -> kAttached
+//   kPushShm   as kPush, with u32 n = 0: the dense gradients are in the push region
+//   kPullShm   as kPull, with dense: the dense values go to the pull region -> kValuesInShm | kError
+//
 //   kValues    i64 version, u32 n, n x (u32 piece, floats), u32 m, m x floats  (n = 0 without dense)
+//   kAttached  u8 attached, str why not
+//   kValuesInShm  i64 version, u32 m, m x floats (the dense values are in the pull region)
 //
 // A worker's clock is the number of gradients it has pushed; a server's version the number of
 // updates it has applied. Dense pulls return every dense piece the server holds; sparse ones the
@@ -36,10 +44,10 @@ using dist::Milliseconds;
 
 static_assert(std::endian::native == std::endian::little, "the wire format is little-endian float32/int64");
 
-constexpr uint32_t kPsProtocolVersion = 1;
+constexpr uint32_t kPsProtocolVersion = 2;
 
-enum class PsOp : uint8_t { kRegister = 2, kInit, kInitDone, kRestore, kPush, kPull, kSave, kDone };
-enum class PsReply : uint8_t { kOk = 0x80, kValues = 0x81, kError = 0x85 };
+enum class PsOp : uint8_t { kRegister = 2, kInit, kInitDone, kRestore, kPush, kPull, kSave, kDone, kAttachShm, kPushShm, kPullShm };
+enum class PsReply : uint8_t { kOk = 0x80, kValues = 0x81, kAttached = 0x82, kValuesInShm = 0x83, kError = 0x85 };
 
 const char* op_name(PsOp op);
 

@@ -14,6 +14,7 @@
 #include "tessera/io/safetensors.h"
 #include "tessera/ops/ops.h"
 #include "tessera/parallel/ps/protocol.h"
+#include "tessera/parallel/ps/shm_channel.h"
 #include "tessera/parallel/ps/server_shard.h"
 #include "tessera/parallel/ps/shard_plan.h"
 
@@ -59,6 +60,8 @@ struct Worker {
   int64_t pull_clock = 0;
   bool pull_dense = true;
   std::vector<std::pair<int, std::vector<int64_t>>> pull_rows;  // sparse part of the held pull
+  bool pull_in_shm = false;  // the held pull's dense values go to the shared-memory channel
+  ShmChannel shm;            // attached when the worker runs on this machine (shm_channel.h)
   bool active() const { return !done && !lost; }
 };
 
@@ -204,8 +207,11 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
         reply_ok(id);
         return after_change();
       case PsOp::kRestore: return on_restore(id, r);
-      case PsOp::kPush: return on_push(id, rank, r);
-      case PsOp::kPull: return on_pull(id, rank, r);
+      case PsOp::kPush: return on_push(id, rank, r, false);
+      case PsOp::kPull: return on_pull(id, rank, r, false);
+      case PsOp::kAttachShm: return on_attach(id, w, r);
+      case PsOp::kPushShm: return on_push(id, rank, r, true);
+      case PsOp::kPullShm: return on_pull(id, rank, r, true);
       case PsOp::kSave: return on_save(id, r);
       case PsOp::kDone:
         r.expect_end();
@@ -262,7 +268,42 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     reply_ok(id);
   }
 
-  void on_push(ConnectionId id, int rank, FrameReader& r) {
+  // The worker offers a shared-memory channel; anything that keeps it from being used is told back
+  // (kAttached 0), and the worker goes on over TCP.
+  void on_attach(ConnectionId id, Worker& w, FrameReader& r) {
+    const std::string name = r.str();
+    const int64_t bytes = r.i64();
+    auto [nonce_data, nonce_size] = r.bytes_view();
+    if (nonce_size != ShmNonce{}.size()) throw ProtocolError(concat("a shared-memory nonce of ", nonce_size, " bytes"));
+    ShmNonce nonce;
+    std::memcpy(nonce.data(), nonce_data, nonce.size());
+    const uint32_t k = r.u32();
+    std::vector<std::pair<uint32_t, int64_t>> offered;
+    for (uint32_t i = 0; i < k && i <= shard_pieces(); ++i) {
+      const uint32_t piece = r.u32();
+      offered.emplace_back(piece, r.i64());
+    }
+    r.expect_end();
+    std::vector<std::pair<uint32_t, int64_t>> mine;
+    int64_t dense = 0;
+    for (const auto& h : registered("attach").held())
+      if (!h.sparse) mine.emplace_back(static_cast<uint32_t>(h.piece), h.values.numel()), dense += h.values.numel();
+    std::string why;
+    if (offered != mine) {
+      why = "the dense pieces it offered are not this server's";
+    } else {
+      try {
+        w.shm = ShmChannel::open(name, static_cast<size_t>(std::max<int64_t>(bytes, 0)), dense, nonce);
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+    }
+    if (!why.empty()) log(concat("worker ", w.peer, ": no shared-memory channel, values go over TCP: ", why));
+    net.send(id, FrameWriter(uint8_t(PsReply::kAttached)).u8(why.empty()).str(why).finish());
+  }
+  size_t shard_pieces() const { return shard ? shard->plan().pieces().size() : 0; }
+
+  void on_push(ConnectionId id, int rank, FrameReader& r, bool dense_in_shm) {
     Worker& w = workers[rank];
     const int64_t clock = r.i64();
     const double lr = bits_double(r.i64());
@@ -271,6 +312,23 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     if (options.mode == Mode::kSync && clock != version)
       return reply_error(id, concat("worker ", rank, " pushed step ", clock, " while the servers are at step ", version));
     uint32_t n = r.u32();
+    if (dense_in_shm) {
+      if (!w.shm.attached()) throw ProtocolError("a push through shared memory without a channel");
+      if (n != 0) throw ProtocolError("a push through shared memory with dense values in the frame");
+      const float* pushed_here = w.shm.push_region();
+      for (auto& h : registered("push").held()) {
+        if (h.sparse) continue;
+        const size_t count = static_cast<size_t>(h.values.numel());
+        float* grad = h.grad.data<float>();
+        if (options.mode == Mode::kSync) {
+          for (size_t k = 0; k < count; ++k) grad[k] += pushed_here[k];
+        } else {
+          std::memcpy(grad, pushed_here, count * sizeof(float));
+        }
+        pushed_here += count;
+        report.bytes_received += static_cast<int64_t>(count * sizeof(float));
+      }
+    }
     for (uint32_t i = 0; i < n; ++i) {
       uint32_t piece = r.u32();
       HeldPiece& h = registered("push").piece(piece, "push");
@@ -330,10 +388,12 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     ++report.updates;
   }
 
-  void on_pull(ConnectionId id, int rank, FrameReader& r) {
+  void on_pull(ConnectionId id, int rank, FrameReader& r, bool dense_in_shm) {
     Worker& w = workers[rank];
     w.pull_clock = r.i64();
     w.pull_dense = r.u8() != 0;
+    if (dense_in_shm && !w.shm.attached()) throw ProtocolError("a pull through shared memory without a channel");
+    w.pull_in_shm = dense_in_shm && w.pull_dense;
     uint32_t m = r.u32();
     w.pull_rows.clear();
     for (uint32_t i = 0; i < m; ++i) {
@@ -380,8 +440,25 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
   }
 
   void send_values(const Worker& w) {
-    FrameWriter out(uint8_t(PsReply::kValues), std::move(values_frame));
+    if (w.pull_in_shm) {
+      float* values_here = w.shm.pull_region();
+      for (const auto& h : shard->held()) {
+        if (h.sparse) continue;
+        const size_t count = static_cast<size_t>(h.values.numel());
+        std::memcpy(values_here, h.values.data<float>(), count * sizeof(float));
+        values_here += count;
+        report.bytes_sent += static_cast<int64_t>(count * sizeof(float));
+      }
+    }
+    FrameWriter out(uint8_t(w.pull_in_shm ? PsReply::kValuesInShm : PsReply::kValues), std::move(values_frame));
     out.i64(version);
+    if (!w.pull_in_shm) write_dense_values(out, w);
+    write_rows(out, w);
+    values_frame = out.finish();
+    net.send_taking(w.conn, values_frame);
+  }
+
+  void write_dense_values(FrameWriter& out, const Worker& w) {
     uint32_t dense = 0;
     for (const auto& h : shard->held()) dense += !h.sparse && w.pull_dense;
     out.u32(dense);
@@ -391,6 +468,9 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
       write_floats(out, h.values.data<float>(), static_cast<size_t>(h.values.numel()));
       report.bytes_sent += h.values.numel() * static_cast<int64_t>(sizeof(float));
     }
+  }
+
+  void write_rows(FrameWriter& out, const Worker& w) {
     out.u32(static_cast<uint32_t>(w.pull_rows.size()));
     std::vector<float> rows;
     for (const auto& [param, ids] : w.pull_rows) {
@@ -403,8 +483,6 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
       write_floats(out, rows.data(), rows.size());
       report.bytes_sent += static_cast<int64_t>(rows.size() * sizeof(float));
     }
-    values_frame = out.finish();
-    net.send_taking(w.conn, values_frame);
   }
 
   // After anything that can complete a step, unblock a pull or end the job.

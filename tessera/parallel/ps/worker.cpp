@@ -56,6 +56,7 @@ PsWorker::~PsWorker() {
 void PsWorker::start(int64_t start_step, const std::string& restore_dir) {
   clock_ = start_step;
   client_.register_model(specs_, start_step);
+  client_.attach_shared_memory();
   if (options_.rank == 0) {
     if (!restore_dir.empty()) {
       client_.restore(restore_dir, start_step);
