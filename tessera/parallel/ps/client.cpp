@@ -158,6 +158,12 @@ int PsClient::attach_shared_memory() {
   return attached;
 }
 
+int PsClient::shared_memory_servers() const {
+  int n = 0;
+  for (const auto& c : shm_) n += c.attached();
+  return n;
+}
+
 void PsClient::initialize(const std::vector<const float*>& values) {
   TESSERA_CHECK(plan_ && values.size() == plan_->specs().size(), "[ps] initialize needs one array per parameter");
   // Chunks of at most 16 MiB, so that a large embedding table fits the message bound.

@@ -58,6 +58,7 @@ class PsClient {
   // (shm_channel.h). A server on another machine declines, and that server's values go over TCP.
   // TESSERA_PS_SHM=0 offers none. Returns how many servers accepted.
   int attach_shared_memory();
+  int shared_memory_servers() const;
   // Worker 0 only, once: the initial values of every parameter (dense and sparse), in spec order.
   void initialize(const std::vector<const float*>& values);
   // Worker 0 only, instead of initialize(): every server loads its shard of checkpoint `step`.

@@ -40,6 +40,8 @@ class PsWorker {
 
   int64_t clock() const { return clock_; }
   const ClientCounters& counters() const { return client_.counters(); }
+  // Servers that take this worker's dense values through shared memory (on its machine).
+  int shared_memory_servers() const { return client_.shared_memory_servers(); }
   const ShardPlan& plan() const { return client_.plan(); }
 
  private:

@@ -26,6 +26,7 @@
 #include "tessera/optim/adam.h"
 #include "tessera/optim/sgd.h"
 #include "tessera/dist/net/framed_client.h"
+#include "tessera/parallel/ps/shm_channel.h"
 #include "tessera/parallel/ps/protocol.h"
 #include "tessera/parallel/ps/worker.h"
 
@@ -180,6 +181,31 @@ TEST_P(PsSyncEqualsSingleProcess, MlpParametersAfter20Steps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, PsSyncEqualsSingleProcess, ::testing::Values("sgd", "adam"));
+
+TEST(PsSharedMemory, ValuesThroughSharedMemoryAndThroughTcpGiveTheSameBits) {
+  Data data = dense_data(10, 8);
+  auto run_with = [&](const char* shm_setting, std::vector<int>& channels) {
+    ::setenv("TESSERA_PS_SHM", shm_setting, 1);
+    channels.assign(2, -1);
+    PsRun run = train_ps(mlp(), data, 10, 2, 2, server_options(Mode::kSync, "adam"),
+                         [&](int r, int, PsWorker& w) { channels[static_cast<size_t>(r)] = w.shared_memory_servers(); });
+    ::unsetenv("TESSERA_PS_SHM");
+    return run;
+  };
+  std::vector<int> tcp_channels, shm_channels;
+  PsRun tcp = run_with("0", tcp_channels);
+  PsRun shm = run_with("1", shm_channels);
+  EXPECT_EQ(tcp_channels, (std::vector<int>{0, 0}));
+  EXPECT_EQ(shm_channels, (std::vector<int>{2, 2})) << "both servers run in this process's machine";
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(tcp.worker_errors[r], "");
+    ASSERT_EQ(shm.worker_errors[r], "");
+    EXPECT_EQ(testing::max_parameter_difference(*tcp.models[r], *shm.models[r]), 0.0) << "worker " << r;
+    EXPECT_EQ(tcp.counters[r].dense_bytes_pushed, shm.counters[r].dense_bytes_pushed);
+    EXPECT_EQ(tcp.counters[r].dense_bytes_pulled, shm.counters[r].dense_bytes_pulled);
+  }
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(shm.reports[s].updates, 10);
+}
 
 TEST(PsSparse, SyncEmbeddingBagEqualsSingleProcessAndMovesOnlyTouchedRows) {
   const int64_t vocab = 5000;
@@ -402,6 +428,63 @@ TEST(PsProtocol, AWrongTokenIsRejectedAndAModelMismatchNamesTheParameter) {
   } catch (const PeerFailureError& e) {
     EXPECT_NE(std::string(e.what()).find("'fc.weight' 4x5"), std::string::npos) << e.what();
   }
+  servers.servers[0]->stop();
+}
+
+TEST(PsProtocol, ASharedMemoryOfferThatDoesNotCheckOutIsDeclinedAndMisuseDropsTheConnection) {
+  ServerOptions o = server_options(Mode::kAsync, "sgd");
+  o.num_workers = 2;
+  ServerThreads servers(1, o);
+  ClientOptions c;
+  c.servers = servers.addresses();
+  c.token = testing::kPsTestToken;
+  c.timeout = Milliseconds(5000);
+  c.rank = 0;
+  parallel::ps::PsClient good(c);
+  good.register_model({{"b", 4, 1, false}}, 0);
+  EXPECT_EQ(good.attach_shared_memory(), 1);
+  dist::net::FramedClientOptions raw;
+  auto colon = c.servers[0].rfind(':');
+  raw.host = c.servers[0].substr(0, colon);
+  raw.port = static_cast<uint16_t>(std::stoi(c.servers[0].substr(colon + 1)));
+  raw.token = testing::kPsTestToken;
+  raw.protocol_version = parallel::ps::kPsProtocolVersion;
+  raw.rank = 1;
+  dist::net::FramedClient evil(raw);
+  auto deadline = dist::detail::deadline_after(Milliseconds(5000));
+  evil.send(parallel::ps::FrameWriter(uint8_t(parallel::ps::PsOp::kRegister)).i64(0).u32(1).str("b").i64(4).i64(1).u8(0).finish(),
+            deadline, "register");
+  EXPECT_EQ(evil.receive(deadline, "register")[0], uint8_t(parallel::ps::PsReply::kOk));
+  auto offer = [&](const std::string& name, int64_t bytes, const parallel::ps::ShmNonce& nonce, int64_t floats) {
+    parallel::ps::FrameWriter w(uint8_t(parallel::ps::PsOp::kAttachShm));
+    w.str(name).i64(bytes).bytes(nonce.data(), nonce.size()).u32(1).u32(0).i64(floats);
+    evil.send(w.finish(), deadline, "attach");
+    dist::Bytes reply = evil.receive(deadline, "attach");
+    EXPECT_EQ(reply[0], uint8_t(parallel::ps::PsReply::kAttached));
+    parallel::ps::FrameReader r(reply.data() + 1, reply.size() - 1);
+    EXPECT_EQ(r.u8(), 0) << "accepted " << name;
+    return r.str();
+  };
+  const size_t bytes = parallel::ps::ShmChannel::bytes_for(4);
+  // A name that does not exist (a server on another machine sees this), another file's name, and a
+  // segment whose header holds another nonce (not the one this worker made).
+  EXPECT_NE(offer("/tessera-shm-0-0-0", static_cast<int64_t>(bytes), {}, 4).find("cannot open"), std::string::npos);
+  EXPECT_NE(offer("/../etc/passwd", static_cast<int64_t>(bytes), {}, 4).find("not the name of"), std::string::npos);
+  parallel::ps::ShmChannel theirs = parallel::ps::ShmChannel::create(4);
+  parallel::ps::ShmNonce wrong = theirs.nonce();
+  wrong[0] ^= 1;
+  EXPECT_NE(offer(theirs.name(), static_cast<int64_t>(bytes), wrong, 4).find("header differs"), std::string::npos);
+  EXPECT_NE(offer(theirs.name(), static_cast<int64_t>(bytes), theirs.nonce(), 3).find("not this server's"), std::string::npos);
+  dist::detail::ShmSegment::unlink(theirs.name());
+  // Declined, the connection still serves; but a push through shared memory without a channel
+  // drops it.
+  good.initialize({std::vector<float>{1, 2, 3, 4}.data()});
+  evil.send(parallel::ps::FrameWriter(uint8_t(parallel::ps::PsOp::kPushShm)).i64(0).i64(0).u32(0).u32(0).finish(), deadline, "push");
+  EXPECT_THROW(evil.receive(deadline, "push"), PeerFailureError);
+  // The good worker goes on through its channel.
+  std::vector<float> values(4);
+  good.pull(0, {values.data()}, {});
+  EXPECT_EQ(values, (std::vector<float>{1, 2, 3, 4}));
   servers.servers[0]->stop();
 }
 
