@@ -95,7 +95,7 @@ int run_worker(const DdpBenchOptions& o) {
     optimizer_s += seconds_since(t);
   };
   for (int i = 0; i < o.warmup; ++i) step();
-  group->barrier()->wait();
+  group->blocking_barrier();
   forward_s = backward_s = optimizer_s = 0;
   double hidden = 0, comm = 0, exposed = 0;
   auto t0 = Clock::now();
@@ -109,7 +109,7 @@ int run_worker(const DdpBenchOptions& o) {
   }
   Tensor seconds = Tensor::empty({1});
   seconds.data<float>()[0] = static_cast<float>(std::chrono::duration<double>(Clock::now() - t0).count());
-  group->allreduce(seconds, dist::ReduceOp::Max)->wait();
+  group->blocking_allreduce(seconds, dist::ReduceOp::Max);
   if (group->rank() == 0) {
     nlohmann::json j{{"samples_per_s", double(o.batch) * group->size() * o.steps / seconds.data<float>()[0]},
                      {"hidden_fraction", hidden / o.steps},

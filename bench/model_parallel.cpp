@@ -149,7 +149,7 @@ int run_worker(const ModelParallelBenchOptions& o) {
                                        {"bubble", bubble_sum / stages_counted},
                                        {"ranks", ranks}}.dump().c_str());
   }
-  world->barrier()->wait();  // rank 0 reads the store before anyone leaves
+  world->blocking_barrier();  // rank 0 reads the store before anyone leaves
   return 0;
 }
 

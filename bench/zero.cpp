@@ -82,12 +82,12 @@ int run_worker(const ZeroBenchOptions& o) {
     };
     cpu_allocator::reset_peak_allocated_bytes();
     for (int i = 0; i < o.warmup; ++i) step();
-    group->barrier()->wait();
+    group->blocking_barrier();
     const auto t0 = Clock::now();
     for (int i = 0; i < o.steps; ++i) step();
     Tensor seconds = Tensor::empty({1});
     seconds.data<float>()[0] = static_cast<float>(std::chrono::duration<double>(Clock::now() - t0).count());
-    group->allreduce(seconds, dist::ReduceOp::Max)->wait();
+    group->blocking_allreduce(seconds, dist::ReduceOp::Max);
     int64_t params = 0, grads = 0, state = 0;
     if (zero) {
       const auto m = zero->memory(opt.get());

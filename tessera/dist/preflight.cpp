@@ -122,7 +122,7 @@ PreflightReport run_preflight(ProcessGroup& group, const PreflightOptions& o) {
       Tensor figures = from_vector(std::vector<float>{static_cast<float>(measured.median_trip_us), static_cast<float>(measured.quickest_trip_us),
                                                       static_cast<float>(measured.gbytes_per_s)},
                                    {3});
-      group.broadcast(figures, a)->wait();
+      group.blocking_broadcast(figures, a);
       link.round_trip_us = figures.data<float>()[0];
       link.min_round_trip_us = figures.data<float>()[1];
       link.gbytes_per_s = figures.data<float>()[2];

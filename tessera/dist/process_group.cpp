@@ -91,6 +91,15 @@ struct CallSiteScope {
   ~CallSiteScope() { has_call_site = false; }
 };
 
+// Set while a blocking form (blocking_allreduce, ...) issues its operation: its caller waits for it
+// at once, so the worker thread is not woken for it (see enqueue_task).
+thread_local bool issuing_blocking = false;
+
+struct BlockingScope {
+  BlockingScope() { issuing_blocking = true; }
+  ~BlockingScope() { issuing_blocking = false; }
+};
+
 // "parallel/ddp/reducer.cpp:120": the last three parts of the path are enough to find the file.
 std::string call_site_text() {
   if (!has_call_site) return "an unknown place";
@@ -201,10 +210,14 @@ WorkPtr ProcessGroup::enqueue_task(Task task) {
       if (auto g = group.lock()) g->run_queued_through(work);
     });
   }
+  // A blocking form's caller runs the task itself in wait() (or the worker does, after the task it
+  // is running): waking the worker would only cost a context switch, on a core a peer may need
+  // (a 4 KiB all-reduce of 2 processes over shm: 1.4 us without the wake-up, 2.8-4.5 us with it).
+  const bool wake_worker = !(issuing_blocking && task.work->runs_inline());
   WorkPtr work = task.work;
   queue_.push_back(std::move(task));
   lock.unlock();
-  queue_cv_.notify_one();
+  if (wake_worker) queue_cv_.notify_one();
   return work;
 }
 
@@ -360,6 +373,33 @@ WorkPtr ProcessGroup::allreduce(Buffer data, ReduceOp op, std::source_location w
 WorkPtr ProcessGroup::allreduce(const Tensor& tensor, ReduceOp op, std::source_location where) {
   CallSiteScope site(where);
   return allreduce_buffer(checked_buffer(tensor, "allreduce", "tensor"), op, {tensor});
+}
+
+void ProcessGroup::blocking_allreduce(const Tensor& tensor, ReduceOp op, std::source_location where) {
+  WorkPtr work;
+  {
+    BlockingScope blocking;
+    work = allreduce(tensor, op, where);
+  }
+  work->wait();
+}
+
+void ProcessGroup::blocking_broadcast(const Tensor& tensor, int root, std::source_location where) {
+  WorkPtr work;
+  {
+    BlockingScope blocking;
+    work = broadcast(tensor, root, where);
+  }
+  work->wait();
+}
+
+void ProcessGroup::blocking_barrier(std::source_location where) {
+  WorkPtr work;
+  {
+    BlockingScope blocking;
+    work = barrier(where);
+  }
+  work->wait();
 }
 
 WorkPtr ProcessGroup::allreduce_buffer(Buffer data, ReduceOp op, std::vector<Tensor> keep) {

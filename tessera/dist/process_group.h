@@ -125,6 +125,13 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   WorkPtr send(const Tensor& tensor, int dst, int tag = 0);
   WorkPtr recv(const Tensor& tensor, int src, int tag = 0);
   WorkPtr barrier(std::source_location where = std::source_location::current());
+  // Blocking forms (PyTorch's async_op=False): finished when they return; errors are thrown here.
+  // Over a backend that runs an operation on the thread waiting for it (shm, tcp) they wake no
+  // other thread, so a small one costs the exchange alone.
+  void blocking_allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum,
+                          std::source_location where = std::source_location::current());
+  void blocking_broadcast(const Tensor& tensor, int root, std::source_location where = std::source_location::current());
+  void blocking_barrier(std::source_location where = std::source_location::current());
 
   // The same over raw buffers (DDP's flat buckets); the caller keeps them alive until wait().
   WorkPtr allreduce(Buffer data, ReduceOp op = ReduceOp::Sum, std::source_location where = std::source_location::current());

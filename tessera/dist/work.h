@@ -35,6 +35,7 @@ class Work {
   // What wait() calls first, before it blocks: the process group runs the operation on the waiting
   // thread if no thread has started it. Not called by wait(timeout), which must return in time.
   void set_run_inline(std::function<void()> run) { run_inline_ = std::move(run); }
+  bool runs_inline() const { return static_cast<bool>(run_inline_); }
 
  private:
   void wait_until(Deadline deadline);

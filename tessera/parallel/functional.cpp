@@ -15,11 +15,11 @@ Tensor summed_over_ranks(const Tensor& x, dist::ProcessGroup& group, DType wire)
   check_wire_dtype(wire, "[summed_over_ranks] values");
   if (wire == DType::BFloat16) {
     Tensor y = x.to(DType::BFloat16);
-    group.allreduce(y, dist::ReduceOp::Sum)->wait();
+    group.blocking_allreduce(y, dist::ReduceOp::Sum);
     return y.to(DType::Float32);
   }
   Tensor y = clone(x);  // contiguous, and leaves x alone
-  group.allreduce(y, dist::ReduceOp::Sum)->wait();
+  group.blocking_allreduce(y, dist::ReduceOp::Sum);
   return y;
 }
 

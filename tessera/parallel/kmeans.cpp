@@ -26,7 +26,7 @@ void sum_over_ranks(std::vector<double>& values, dist::ProcessGroup* group) {
     parts[2 * i + 1] = static_cast<float>(values[i] - static_cast<double>(parts[2 * i]));
   }
   Tensor t = from_vector(parts, {static_cast<int64_t>(parts.size())});
-  group->allreduce(t)->wait();
+  group->blocking_allreduce(t);
   const std::vector<float> summed = t.to_vector<float>();
   for (size_t i = 0; i < values.size(); ++i) values[i] = double(summed[2 * i]) + double(summed[2 * i + 1]);
 }

@@ -48,7 +48,7 @@ Tensor sync_batch_norm_train(const Tensor& x_in, Tensor& running_mean, Tensor& r
     st[C + c] = static_cast<float>(ss);
   }
   st[2 * C] = static_cast<float>(N * S);
-  group->allreduce(stats, dist::ReduceOp::Sum)->wait();
+  group->blocking_allreduce(stats, dist::ReduceOp::Sum);
   const double count = st[2 * C];
   // Every rank sees the same global count, so all of them raise here together (none is left waiting).
   TESSERA_CHECK(count > 1, "[SyncBatchNorm] training needs more than one value per channel over the group, got ",
@@ -99,7 +99,7 @@ Tensor sync_batch_norm_train(const Tensor& x_in, Tensor& running_mean, Tensor& r
     }
     Tensor gb_t = gb ? sums.slice(0, 0, C).clone() : Tensor();
     Tensor gw_t = gw ? sums.slice(0, C, 2 * C).clone() : Tensor();
-    group->allreduce(sums, dist::ReduceOp::Sum)->wait();
+    group->blocking_allreduce(sums, dist::ReduceOp::Sum);
     Tensor gx = Tensor::empty(x.shape());
     float* dx = gx.data<float>();
     parallel_for(0, N * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(S, 1)), [&](int64_t s0, int64_t s1) {

@@ -57,7 +57,7 @@ std::optional<EvalContribution> LocalStrategy::evaluate_batch(const data::Batch&
 int64_t max_over_job(dist::ProcessGroup& group, int64_t value) {
   Tensor t = Tensor::empty({1}, DType::Int64);
   t.data<int64_t>()[0] = value;
-  group.allreduce(t, dist::ReduceOp::Max)->wait();
+  group.blocking_allreduce(t, dist::ReduceOp::Max);
   return t.data<int64_t>()[0];
 }
 

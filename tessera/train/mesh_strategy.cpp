@@ -92,7 +92,7 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
     }
     costs = parallel::pipeline::measured_costs(chain, sample->inputs);
     Tensor t = from_vector(std::vector<float>(costs.begin(), costs.end()), {static_cast<int64_t>(costs.size())});
-    world_->allreduce(t, dist::ReduceOp::Sum)->wait();
+    world_->blocking_allreduce(t, dist::ReduceOp::Sum);
     for (size_t i = 0; i < costs.size(); ++i) costs[i] = t.data<float>()[i] / world_->size();
   }
   // Interleaved, the chain is cut into pp · v chunks and stage s holds chunks s, pp + s, 2pp + s, ...
@@ -161,9 +161,9 @@ double MeshStrategy::average_gradients_and_loss(double loss) {
                                                       wire_dtype(config_));
     std::copy_n(summed.data<float>(), total - 1, f);
     Tensor loss_sum = grad_flat_.slice(0, total - 1, total);
-    mesh_->dp_group()->allreduce(loss_sum, dist::ReduceOp::Sum)->wait();
+    mesh_->dp_group()->blocking_allreduce(loss_sum, dist::ReduceOp::Sum);
   } else {
-    mesh_->dp_group()->allreduce(grad_flat_, dist::ReduceOp::Sum)->wait();
+    mesh_->dp_group()->blocking_allreduce(grad_flat_, dist::ReduceOp::Sum);
   }
   const float scale = 1.0f / static_cast<float>(dp);
   at = 0;
@@ -191,8 +191,8 @@ void MeshStrategy::clip_gradients(double max_norm) {
     for (int64_t j = 0; j < c.numel(); ++j) sq += static_cast<double>(d[j]) * d[j];
   }
   Tensor t = from_vector(std::vector<float>{static_cast<float>(sq)}, {1});
-  if (mesh_->shape().tp > 1) mesh_->tp_group()->allreduce(t, dist::ReduceOp::Sum)->wait();
-  if (mesh_->shape().pp > 1) mesh_->pp_group()->allreduce(t, dist::ReduceOp::Sum)->wait();
+  if (mesh_->shape().tp > 1) mesh_->tp_group()->blocking_allreduce(t, dist::ReduceOp::Sum);
+  if (mesh_->shape().pp > 1) mesh_->pp_group()->blocking_allreduce(t, dist::ReduceOp::Sum);
   const double norm = std::sqrt(static_cast<double>(t.data<float>()[0]));
   if (norm <= max_norm) return;
   const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // torch's clip_grad_norm_ epsilon
@@ -224,7 +224,7 @@ void MeshStrategy::sum_over_job(EvalSums& sums) {
   Tensor t = from_vector(std::vector<float>{static_cast<float>(sums.loss_sum), static_cast<float>(sums.correct),
                                             static_cast<float>(sums.weight), static_cast<float>(sums.samples)},
                          {4});
-  world_->allreduce(t, dist::ReduceOp::Sum)->wait();
+  world_->blocking_allreduce(t, dist::ReduceOp::Sum);
   const float* s = t.data<float>();
   sums.loss_sum = s[0];
   sums.correct = static_cast<int64_t>(s[1]);

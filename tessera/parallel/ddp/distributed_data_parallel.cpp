@@ -111,7 +111,7 @@ std::pair<int64_t, int64_t> DistributedDataParallel::count_active(bool active, b
   Tensor t = Tensor::empty({2}, DType::Int64);
   t.data<int64_t>()[0] = active ? 1 : 0;
   t.data<int64_t>()[1] = synchronising ? 1 : 0;
-  group_->allreduce(t, dist::ReduceOp::Sum)->wait();
+  group_->blocking_allreduce(t, dist::ReduceOp::Sum);
   return {t.data<int64_t>()[0], t.data<int64_t>()[1]};
 }
 
@@ -137,7 +137,7 @@ void DistributedDataParallel::sync_final_model() {
   // The rank with the most iterations (the highest such rank on a tie) holds the final model.
   Tensor t = Tensor::empty({1}, DType::Int64);
   t.data<int64_t>()[0] = active_iterations_ * group_->size() + group_->rank();
-  group_->allreduce(t, dist::ReduceOp::Max)->wait();
+  group_->blocking_allreduce(t, dist::ReduceOp::Max);
   broadcast_state(static_cast<int>(t.data<int64_t>()[0] % group_->size()), /*with_parameters=*/true);
 }
 

@@ -187,7 +187,7 @@ void PowerSgdHook::finish(dist::ProcessGroup& group, const BucketView& bucket) {
       q_at += m.cols * rank_;
     }
     bytes_ += s.q_numel * 4;
-    group.allreduce(qs, dist::ReduceOp::Sum)->wait();
+    group.blocking_allreduce(qs, dist::ReduceOp::Sum);
     divide(qs, bucket.divisor);
     p_at = q_at = 0;
     for (size_t k = 0; k < s.matrices.size(); ++k) {

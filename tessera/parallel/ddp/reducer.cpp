@@ -186,7 +186,7 @@ std::vector<bool> Reducer::used_anywhere(const std::vector<bool>& used_here) {
   if (!options_.find_unused_parameters) return std::vector<bool>(parameters_.size(), true);
   Tensor used = Tensor::empty({static_cast<int64_t>(parameters_.size())}, DType::Int64);
   for (size_t i = 0; i < parameters_.size(); ++i) used.data<int64_t>()[i] = used_here[i] ? 1 : 0;
-  group_->allreduce(used, dist::ReduceOp::Max)->wait();
+  group_->blocking_allreduce(used, dist::ReduceOp::Max);
   std::vector<bool> out(parameters_.size());
   for (size_t i = 0; i < parameters_.size(); ++i) out[i] = used.data<int64_t>()[i] != 0;
   return out;
@@ -218,7 +218,7 @@ void Reducer::rebuild_buckets() {
     if (!seen[i]) order.push_back(i);
   Tensor shared = Tensor::empty({static_cast<int64_t>(order.size())}, DType::Int64);
   for (size_t k = 0; k < order.size(); ++k) shared.data<int64_t>()[k] = static_cast<int64_t>(order[k]);
-  group_->broadcast(shared, 0)->wait();
+  group_->blocking_broadcast(shared, 0);
   for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<size_t>(shared.data<int64_t>()[k]);
   build_buckets(assign_buckets(order, bytes_, options_.first_bucket_cap_bytes, options_.bucket_cap_bytes));
   ready_order_.clear();

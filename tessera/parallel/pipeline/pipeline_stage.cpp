@@ -123,7 +123,7 @@ StepStats PipelineStage::train_step(const Tensor& inputs, const Tensor& targets)
   // Every stage reports the step's loss: the last stage has it.
   Tensor loss = Tensor::empty({1});
   loss.data<float>()[0] = static_cast<float>(loss_sum_ / static_cast<double>(M));
-  if (stages() > 1) group_->broadcast(loss, stages() - 1)->wait();
+  if (stages() > 1) group_->blocking_broadcast(loss, stages() - 1);
   stats.loss = loss.data<float>()[0];
   return stats;
 }

@@ -44,7 +44,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& ta
   float* mx = row_max.data<float>();
   for (int64_t i = 0; i < N; ++i)
     for (int64_t j = 0; j < V; ++j) mx[i] = std::max(mx[i], x[i * V + j]);
-  group->allreduce(row_max, dist::ReduceOp::Max)->wait();
+  group->blocking_allreduce(row_max, dist::ReduceOp::Max);
 
   Tensor sums = zeros({2, N});  // row 0: Σ exp(x - max); row 1: the target's logit, on the rank that holds it
   float* se = sums.data<float>();
@@ -57,7 +57,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& ta
     se[i] = static_cast<float>(acc);
     if (t[i] >= begin && t[i] < begin + V) tl[i] = x[i * V + (t[i] - begin)];
   }
-  group->allreduce(sums, dist::ReduceOp::Sum)->wait();
+  group->blocking_allreduce(sums, dist::ReduceOp::Sum);
 
   double loss = 0;
   for (int64_t i = 0; i < N; ++i) {

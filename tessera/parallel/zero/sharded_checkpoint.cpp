@@ -151,7 +151,7 @@ void save_sharded(ZeroDataParallel& zero, const optim::Optimizer& optimizer, con
     for (const auto& [name, t] : zero.module().named_buffers()) tensors.emplace_back("buffer/" + name, t);
   fs::create_directories(dir);
   io::save_safetensors((fs::path(dir) / shard_name(rank, world)).string(), tensors, metadata);
-  group.barrier()->wait();  // every shard in place before the index says so
+  group.blocking_barrier();  // every shard in place before the index says so
   if (rank == 0) {
     nlohmann::json j{{"format", kFormat}, {"version", kVersion}, {"world", world}, {"stage", zero.stage()}};
     j["parameters"] = nlohmann::json::array();
@@ -164,7 +164,7 @@ void save_sharded(ZeroDataParallel& zero, const optim::Optimizer& optimizer, con
     j["shards"] = shards;
     io::write_file_atomic((fs::path(dir) / "index.json").string(), j.dump(1));
   }
-  group.barrier()->wait();  // the save is complete on return everywhere
+  group.blocking_barrier();  // the save is complete on return everywhere
 }
 
 void load_sharded(ZeroDataParallel& zero, optim::Optimizer& optimizer, const std::string& dir) {

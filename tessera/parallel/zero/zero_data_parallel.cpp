@@ -233,7 +233,7 @@ void ZeroDataParallel::Impl::bind_parameters_to_units() {
       copy_(slot, params_[unit.params[k]].second.view({unit.sizes[k]}));
     }
     // Every rank starts from rank 0's values (its model may have been built from another seed).
-    group_->broadcast(full, 0)->wait();
+    group_->blocking_broadcast(full, 0);
     // The parameters become views of the flat buffer (their handles, held by the layers, stay valid).
     for (size_t k = 0; k < unit.params.size(); ++k) {
       TensorImpl* p = params_[unit.params[k]].second.impl();
@@ -510,7 +510,7 @@ void ZeroDataParallel::Impl::attach(optim::Optimizer& optimizer) {
     // float32 on the wire (the backends reduce float32): 7 digits are plenty for a trust ratio.
     std::vector<float> values(sums.begin(), sums.end());
     Tensor t = from_vector(values, {static_cast<int64_t>(values.size())});
-    group->allreduce(t, dist::ReduceOp::Sum)->wait();
+    group->blocking_allreduce(t, dist::ReduceOp::Sum);
     const float* r = t.data<float>();
     for (size_t k = 0; k < sums.size(); ++k) sums[k] = r[k];
   };
@@ -526,7 +526,7 @@ double ZeroDataParallel::Impl::clip_grad_norm(double max_norm) {
     for (int64_t k = 0; k < g.numel(); ++k) local += static_cast<double>(d[k]) * d[k];
   }
   Tensor total = from_vector(std::vector<float>{static_cast<float>(local)}, {1});
-  group_->allreduce(total, dist::ReduceOp::Sum)->wait();
+  group_->blocking_allreduce(total, dist::ReduceOp::Sum);
   const double norm = std::sqrt(static_cast<double>(total.data<float>()[0]));
   if (norm > max_norm && norm > 0.0) {
     const float scale = static_cast<float>(max_norm / (norm + 1e-6));
