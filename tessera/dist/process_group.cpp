@@ -205,7 +205,9 @@ WorkPtr ProcessGroup::enqueue_task(Task task) {
   // collective then costs no hand-over between threads (two futex wake-ups, each a context switch).
   // Only over a backend the collective check can abort: it must get the waiting thread out of a
   // mismatched collective, as it gets the caller out when the worker is the one stuck.
-  if (communicator_->abortable()) {
+  // (A group that is not owned by a shared_ptr, as in some tests, cannot hand its Work a way back
+  // to it, and keeps to the worker.)
+  if (communicator_->abortable() && !weak_from_this().expired()) {
     task.work->set_run_inline([group = weak_from_this(), work = task.work.get()] {
       if (auto g = group.lock()) g->run_queued_through(work);
     });

@@ -266,8 +266,10 @@ inline void run_on_threads(int world, const CommunicatorFactory& make,
         context.size = world;
         context.local_size = world;
         context.timeout = options.timeout;
-        dist::ProcessGroup group(make(context), context.store, options);
-        body(group);
+        // Owned by a shared_ptr, as init_process_group makes it: the waiting thread may then run an
+        // operation itself (Work::wait), as in a real job.
+        auto group = std::make_shared<dist::ProcessGroup>(make(context), context.store, options);
+        body(*group);
       } catch (...) {
         std::lock_guard lock(mu);
         if (!first) first = std::current_exception();
