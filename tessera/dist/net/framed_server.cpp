@@ -31,32 +31,41 @@ using tessera::detail::concat;
 
 constexpr size_t kHelloMaxBytes = 64 * 1024;
 constexpr size_t kReadChunk = 256 * 1024;
+constexpr size_t kSmallRead = 4 * 1024;
 constexpr int kReadsPerRound = 16;  // per connection and poll round: one sender cannot starve the rest
 // A connection's requests wait, unread, while this much of its replies is unsent: a peer that does
 // not read its replies cannot make the server buffer without bound.
 constexpr size_t kOutHighWater = size_t(4) << 20;
 
-// Received bytes: resize() leaves the new elements uninitialised, since recv() writes them at once
-// (zeroing 256 KiB before each read of a megabyte frame would cost as much as the read's copy).
-template <class T>
-struct UninitializedAllocator : std::allocator<T> {
-  template <class U>
-  struct rebind {
-    using other = UninitializedAllocator<U>;
-  };
-  UninitializedAllocator() = default;
-  template <class U>
-  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
-  template <class U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
+// Received, not yet parsed bytes, read into directly: growing it leaves the new bytes uninitialised
+// (recv() writes them at once), where a std::vector would zero 256 KiB before every read, and its
+// memory is kept from frame to frame.
+class InBuffer {
+ public:
+  uint8_t* data() { return data_.get(); }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  // Room for `n` more bytes after size(); returns where they go (commit() counts them in).
+  uint8_t* reserve_tail(size_t n) {
+    if (capacity_ - size_ < n) {
+      const size_t grown = std::max(size_ + n, 2 * capacity_);
+      std::unique_ptr<uint8_t[]> bigger(new uint8_t[grown]);
+      if (size_ > 0) std::memcpy(bigger.get(), data_.get(), size_);
+      data_ = std::move(bigger);
+      capacity_ = grown;
+    }
+    return data_.get() + size_;
   }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  void commit(size_t n) { size_ += n; }
+  void drop_front(size_t n) {
+    if (n < size_) std::memmove(data_.get(), data_.get() + n, size_ - n);
+    size_ -= std::min(n, size_);
   }
+
+ private:
+  std::unique_ptr<uint8_t[]> data_;
+  size_t size_ = 0, capacity_ = 0;
 };
-using InBuffer = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
 
 struct Connection {
   detail::Socket sock;
@@ -236,11 +245,18 @@ void FramedServer::State::on_events(ConnectionId id, Connection& c, short revent
 
 void FramedServer::State::read_some(ConnectionId id, Connection& c) {
   for (int n = 0; n < kReadsPerRound && c.reading(); ++n) {
-    const size_t had = c.in.size();
-    c.in.resize(had + kReadChunk);
-    ssize_t k = ::recv(c.sock.fd(), c.in.data() + had, kReadChunk, 0);
-    c.in.resize(had + static_cast<size_t>(std::max<ssize_t>(k, 0)));
+    // A read as large as the rest of the frame under way (up to kReadChunk), else a small one: a
+    // connection's buffer grows with what its peer sends, not by kReadChunk per connection.
+    size_t want = kSmallRead;
+    if (c.in.size() >= detail::kFrameHeaderBytes) {
+      const size_t frame = detail::kFrameHeaderBytes + detail::read_u32_le(c.in.data());
+      const size_t limit = c.authenticated ? options.max_message_bytes : std::min(kHelloMaxBytes, options.max_message_bytes);
+      if (frame > c.in.size() && frame - detail::kFrameHeaderBytes <= limit)
+        want = std::clamp(frame - c.in.size(), kSmallRead, kReadChunk);
+    }
+    ssize_t k = ::recv(c.sock.fd(), c.in.reserve_tail(want), want, 0);
     if (k > 0) {
+      c.in.commit(static_cast<size_t>(k));
       parse(id, c);
       continue;
     }
@@ -286,7 +302,7 @@ void FramedServer::State::parse(ConnectionId id, Connection& c) {
       kill(c, concat("sent a malformed message: ", e.what()));
     }
   }
-  if (!c.dead) c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(pos));
+  if (!c.dead) c.in.drop_front(pos);
 }
 
 void FramedServer::State::hello(ConnectionId id, Connection& c, FrameReader& r) {
