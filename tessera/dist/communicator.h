@@ -70,8 +70,8 @@ class Communicator {
   // Whether abort() works: the process group runs an operation on the thread that waits for it
   // only then, since the collective check must be able to get that thread out of a collective.
   virtual bool abortable() const { return false; }
-  // Makes the collective waiting now, and every later one, fail within about 20 ms (the group is
-  // broken; its first error is what the callers see). Thread-safe. A no-op unless abortable().
+  // Makes the collective waiting now, and every later one, fail within about 20 ms of its next
+  // sleep (the group is broken; its first error is what the callers see). Thread-safe. A no-op unless abortable().
   virtual void abort() {}
 };
 

@@ -377,31 +377,27 @@ WorkPtr ProcessGroup::allreduce(const Tensor& tensor, ReduceOp op, std::source_l
   return allreduce_buffer(checked_buffer(tensor, "allreduce", "tensor"), op, {tensor});
 }
 
-void ProcessGroup::blocking_allreduce(const Tensor& tensor, ReduceOp op, std::source_location where) {
+// Issues with the blocking flag set (enqueue_task then wakes no worker), and waits.
+template <class Issue>
+void issue_and_wait(Issue issue) {
   WorkPtr work;
   {
     BlockingScope blocking;
-    work = allreduce(tensor, op, where);
+    work = issue();
   }
   work->wait();
+}
+
+void ProcessGroup::blocking_allreduce(const Tensor& tensor, ReduceOp op, std::source_location where) {
+  issue_and_wait([&] { return allreduce(tensor, op, where); });
 }
 
 void ProcessGroup::blocking_broadcast(const Tensor& tensor, int root, std::source_location where) {
-  WorkPtr work;
-  {
-    BlockingScope blocking;
-    work = broadcast(tensor, root, where);
-  }
-  work->wait();
+  issue_and_wait([&] { return broadcast(tensor, root, where); });
 }
 
 void ProcessGroup::blocking_barrier(std::source_location where) {
-  WorkPtr work;
-  {
-    BlockingScope blocking;
-    work = barrier(where);
-  }
-  work->wait();
+  issue_and_wait([&] { return barrier(where); });
 }
 
 WorkPtr ProcessGroup::allreduce_buffer(Buffer data, ReduceOp op, std::vector<Tensor> keep) {

@@ -106,7 +106,7 @@ void ProcessGroup::fail_mismatched(std::unique_lock<std::mutex>& lock, const std
   std::fprintf(stderr, "rank %d: %s\n", global_ranks_[static_cast<size_t>(rank_)], message.c_str());
   std::fflush(stderr);
   dump_flight_record(message);
-  // The caller waiting in this collective gets the report now. An abortable backend (shm) leaves the
+  // The caller waiting in this collective gets the report now. An abortable backend (shm, tcp) leaves the
   // collective within a sleep slice, which also frees a caller that runs it on its own thread
   // (Work::wait); another stays inside until the timeout (or the destructor ends the process).
   if (stuck) stuck->finish(error);

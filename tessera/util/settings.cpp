@@ -64,8 +64,8 @@ constexpr std::array kSettings{
             "before it sleeps in poll (0: sleep at once)",
             kUser},
     Setting{"TESSERA_TCP_ALGORITHM", "auto",
-            "reduce-scatter, all-gather and all-reduce of the tcp backend over 4, 8, 16... ranks: auto (by size), ring "
-            "or halving-doubling",
+            "reduce-scatter, all-gather and all-reduce (above 64 KiB) of the tcp backend over 4, 8, 16... ranks: auto "
+            "(by size), ring or halving-doubling; the same on every rank",
             kUser},
     Setting{"TESSERA_PS_SHM", "1",
             "0 sends a parameter-server worker's dense values over TCP even to servers on its own machine (else "

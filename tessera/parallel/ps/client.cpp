@@ -137,10 +137,11 @@ int PsClient::attach_shared_memory() {
       if (c.attached()) dist::detail::ShmSegment::unlink(c.name());
     throw;
   }
+  for (const auto& c : shm_)  // mapped on both sides now, or never will be: nothing stays in /dev/shm
+    if (c.attached()) dist::detail::ShmSegment::unlink(c.name());
   int attached = 0;
   for (size_t s = 0; s < servers_.size(); ++s) {
     if (!shm_[s].attached()) continue;
-    dist::detail::ShmSegment::unlink(shm_[s].name());  // mapped on both sides now, or never will be
     bool yes = false;
     try {
       if (replies[s].empty() || replies[s][0] != uint8_t(PsReply::kAttached)) throw ProtocolError("not a kAttached reply");
@@ -346,7 +347,8 @@ void PsClient::read_values(const std::vector<float*>& dense_out, const std::vect
           const int64_t rs = specs[piece.param].row_size;
           if (specs[piece.param].sparse) continue;
           const int64_t n = piece.rows() * rs;
-          float* dst = dense_out.at(piece.param);
+          if (static_cast<size_t>(piece.param) >= dense_out.size()) throw ProtocolError("dense values nobody asked for");
+          float* dst = dense_out[static_cast<size_t>(piece.param)];
           if (dst) std::memcpy(dst + piece.row_begin * rs, region, static_cast<size_t>(n) * sizeof(float));
           region += n;
           counters_.dense_bytes_pulled += n * static_cast<int64_t>(sizeof(float));
@@ -359,7 +361,8 @@ void PsClient::read_values(const std::vector<float*>& dense_out, const std::vect
           throw ProtocolError(concat("values of piece ", p, ", which that server does not hold"));
         const Piece& piece = plan_->pieces()[p];
         const int64_t rs = specs[piece.param].row_size;
-        float* dst = dense_out.at(piece.param);
+        if (static_cast<size_t>(piece.param) >= dense_out.size()) throw ProtocolError("dense values nobody asked for");
+        float* dst = dense_out[static_cast<size_t>(piece.param)];
         if (!dst) throw ProtocolError(concat("dense values of sparse parameter ", piece.param));
         read_floats(r, dst + piece.row_begin * rs, static_cast<size_t>(piece.rows() * rs), "pulled values");
         counters_.dense_bytes_pulled += piece.rows() * rs * static_cast<int64_t>(sizeof(float));

@@ -95,7 +95,7 @@ class PsClient {
   void write_push(int64_t clock, double lr, const std::vector<const float*>& dense_grads, const std::vector<SparseRows>& rows);
   using Splits = std::vector<std::vector<std::pair<size_t, size_t>>>;
   void write_pull(int64_t clock, const std::vector<SparseRows>& rows, const Splits& splits, bool with_dense);
-  // Reads the kValues replies in pull_replies_ into dense_out and the rows.
+  // Reads the kValues or kValuesInShm replies in pull_replies_ into dense_out and the rows.
   void read_values(const std::vector<float*>& dense_out, const std::vector<SparseRows>& rows, const Splits& splits,
                    const std::string& what);
   void expect_ok(const Bytes& reply, size_t server, const std::string& what);

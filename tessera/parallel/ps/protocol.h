@@ -18,7 +18,7 @@
 // On one machine the dense values go through shared memory instead (shm_channel.h):
 //   kAttachShm str segment name, i64 bytes, 16-byte nonce, u32 k, k x (u32 piece, i64 floats)
 //              the server's dense pieces in its order                -> kAttached
-//   kPushShm   as kPush, with u32 n = 0: the dense gradients are in the push region
+//   kPushShm   as kPush, with u32 n = 0: the dense gradients are in the push region -> kOk | kError
 //   kPullShm   as kPull, with dense: the dense values go to the pull region -> kValuesInShm | kError
 //
 //   kValues    i64 version, u32 n, n x (u32 piece, floats), u32 m, m x floats  (n = 0 without dense)

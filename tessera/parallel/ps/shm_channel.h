@@ -22,6 +22,9 @@
 //     kValuesInShm and read by the worker after it received that frame. Requests and replies of one
 //     connection alternate, and a send/receive pair orders the memory (the kernel's socket lock),
 //     so neither side ever touches a region the other is using.
+//   - the workers are trusted here as over TCP (they hold the job token and run as the same user):
+//     one that shrank its segment after the attach (ftruncate) would make the server's next
+//     access fault.
 //   - a server on another machine cannot open the name (or finds another segment under it: the
 //     nonce differs), so the pair falls back to sending the values over TCP.
 #pragma once

@@ -431,6 +431,18 @@ TEST(PsProtocol, AWrongTokenIsRejectedAndAModelMismatchNamesTheParameter) {
   servers.servers[0]->stop();
 }
 
+// A connection that says hello as worker `rank` and then speaks the protocol by hand.
+dist::net::FramedClientOptions raw_connection(const std::string& server, int rank) {
+  dist::net::FramedClientOptions raw;
+  auto colon = server.rfind(':');
+  raw.host = server.substr(0, colon);
+  raw.port = static_cast<uint16_t>(std::stoi(server.substr(colon + 1)));
+  raw.token = testing::kPsTestToken;
+  raw.protocol_version = parallel::ps::kPsProtocolVersion;
+  raw.rank = rank;
+  return raw;
+}
+
 TEST(PsProtocol, ASharedMemoryOfferThatDoesNotCheckOutIsDeclinedAndMisuseDropsTheConnection) {
   ServerOptions o = server_options(Mode::kAsync, "sgd");
   o.num_workers = 2;
@@ -443,14 +455,7 @@ TEST(PsProtocol, ASharedMemoryOfferThatDoesNotCheckOutIsDeclinedAndMisuseDropsTh
   parallel::ps::PsClient good(c);
   good.register_model({{"b", 4, 1, false}}, 0);
   EXPECT_EQ(good.attach_shared_memory(), 1);
-  dist::net::FramedClientOptions raw;
-  auto colon = c.servers[0].rfind(':');
-  raw.host = c.servers[0].substr(0, colon);
-  raw.port = static_cast<uint16_t>(std::stoi(c.servers[0].substr(colon + 1)));
-  raw.token = testing::kPsTestToken;
-  raw.protocol_version = parallel::ps::kPsProtocolVersion;
-  raw.rank = 1;
-  dist::net::FramedClient evil(raw);
+  dist::net::FramedClient evil(raw_connection(c.servers[0], 1));
   auto deadline = dist::detail::deadline_after(Milliseconds(5000));
   evil.send(parallel::ps::FrameWriter(uint8_t(parallel::ps::PsOp::kRegister)).i64(0).u32(1).str("b").i64(4).i64(1).u8(0).finish(),
             deadline, "register");
@@ -500,14 +505,7 @@ TEST(PsProtocol, AMalformedFrameDropsOnlyThatConnection) {
   parallel::ps::PsClient good(c);
   good.register_model({{"b", 4, 1, false}}, 0);
   // A raw connection that says hello, then sends a push whose float array has the wrong length.
-  dist::net::FramedClientOptions raw;
-  auto colon = c.servers[0].rfind(':');
-  raw.host = c.servers[0].substr(0, colon);
-  raw.port = static_cast<uint16_t>(std::stoi(c.servers[0].substr(colon + 1)));
-  raw.token = testing::kPsTestToken;
-  raw.protocol_version = parallel::ps::kPsProtocolVersion;
-  raw.rank = 1;
-  dist::net::FramedClient evil(raw);
+  dist::net::FramedClient evil(raw_connection(c.servers[0], 1));
   auto deadline = dist::detail::deadline_after(Milliseconds(5000));
   evil.send(parallel::ps::FrameWriter(uint8_t(parallel::ps::PsOp::kRegister)).u32(7).finish(), deadline, "garbage");
   EXPECT_THROW(evil.receive(deadline, "garbage"), PeerFailureError);  // dropped: the server closes it

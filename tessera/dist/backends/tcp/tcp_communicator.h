@@ -8,7 +8,7 @@
 // Algorithms, for p ranks, n bytes, a one-way latency a and a link of b bytes/s per direction:
 //   allreduce, n <= kTcpSmallBytes and p a power of two: recursive doubling, log2(p) exchanges of the
 //       whole buffer: log2(p) * (a + n/b). For p = 2 that is one exchange, about one round trip.
-//   allreduce, p a power of two and at least 4, n <= kTcpHalvingMaxBytes: reduce-scatter by recursive
+//   allreduce, p a power of two and at least 4, kTcpSmallBytes < n <= kTcpHalvingMaxBytes: reduce-scatter by recursive
 //       halving then all-gather by recursive doubling (Rabenseifner), 2 log2(p) steps moving n/2,
 //       n/4, ..., n/p and back: 2 log2(p) a + 2 (p-1)/p * n/b. The same bytes as the ring in fewer
 //       steps, so it wins where the step's latency is a large part of the time.
@@ -23,8 +23,10 @@
 //       else rings of p-1 steps; any counts.
 //   alltoall: p-1 pairwise exchanges, step k with ranks r+k and r-k.
 //   barrier: dissemination, ceil(log2 p) rounds of empty messages.
-// Results are the same bits on every rank: each ring segment is reduced once along the ring and then
-// copied, and recursive doubling combines the lower half's partial with the upper half's on both sides.
+// Results are the same bits on every rank: each ring or halving segment is reduced by one rank and
+// then copied, and recursive doubling combines the lower half's partial with the upper half's on
+// both sides. TESSERA_TCP_ALGORITHM must be the same on every rank (a ring meeting halving-doubling
+// fails with the size mismatch named).
 // Point-to-point (post_send/post_recv, which pipelines overlap with collectives from other threads)
 // goes to a Gloo communicator built beside it.
 //
