@@ -443,17 +443,32 @@ dist::net::FramedClientOptions raw_connection(const std::string& server, int ran
   return raw;
 }
 
-TEST(PsProtocol, ASharedMemoryOfferThatDoesNotCheckOutIsDeclinedAndMisuseDropsTheConnection) {
-  ServerOptions o = server_options(Mode::kAsync, "sgd");
-  o.num_workers = 2;
-  ServerThreads servers(1, o);
+// One asynchronous server for 2 workers, and worker 0 registered with it over a PsClient.
+struct OneServerAndAGoodWorker {
+  OneServerAndAGoodWorker() : servers(1, options()), c(client_options(servers.addresses())), good(c) {
+    good.register_model({{"b", 4, 1, false}}, 0);
+  }
+  static ServerOptions options() {
+    ServerOptions o = server_options(Mode::kAsync, "sgd");
+    o.num_workers = 2;
+    return o;
+  }
+  static ClientOptions client_options(std::vector<std::string> addresses) {
+    ClientOptions c;
+    c.servers = std::move(addresses);
+    c.token = testing::kPsTestToken;
+    c.timeout = Milliseconds(5000);
+    c.rank = 0;
+    return c;
+  }
+  ServerThreads servers;
   ClientOptions c;
-  c.servers = servers.addresses();
-  c.token = testing::kPsTestToken;
-  c.timeout = Milliseconds(5000);
-  c.rank = 0;
-  parallel::ps::PsClient good(c);
-  good.register_model({{"b", 4, 1, false}}, 0);
+  parallel::ps::PsClient good;
+};
+
+TEST(PsProtocol, ASharedMemoryOfferThatDoesNotCheckOutIsDeclinedAndMisuseDropsTheConnection) {
+  OneServerAndAGoodWorker job;
+  auto& [servers, c, good] = job;
   EXPECT_EQ(good.attach_shared_memory(), 1);
   dist::net::FramedClient evil(raw_connection(c.servers[0], 1));
   auto deadline = dist::detail::deadline_after(Milliseconds(5000));
@@ -494,16 +509,8 @@ TEST(PsProtocol, ASharedMemoryOfferThatDoesNotCheckOutIsDeclinedAndMisuseDropsTh
 }
 
 TEST(PsProtocol, AMalformedFrameDropsOnlyThatConnection) {
-  ServerOptions o = server_options(Mode::kAsync, "sgd");
-  o.num_workers = 2;
-  ServerThreads servers(1, o);
-  ClientOptions c;
-  c.servers = servers.addresses();
-  c.token = testing::kPsTestToken;
-  c.timeout = Milliseconds(5000);
-  c.rank = 0;
-  parallel::ps::PsClient good(c);
-  good.register_model({{"b", 4, 1, false}}, 0);
+  OneServerAndAGoodWorker job;
+  auto& [servers, c, good] = job;
   // A raw connection that says hello, then sends a push whose float array has the wrong length.
   dist::net::FramedClient evil(raw_connection(c.servers[0], 1));
   auto deadline = dist::detail::deadline_after(Milliseconds(5000));
