@@ -101,47 +101,43 @@ void PsClient::register_model(std::vector<ParamSpec> specs, int64_t start_clock)
 
 int PsClient::attach_shared_memory() {
   TESSERA_CHECK(plan_, "[ps] attach_shared_memory before register_model");
-  shm_.clear();
-  shm_.resize(servers_.size());
+  shm_.reset();
+  shm_attached_.assign(servers_.size(), false);
   const char* setting = env_setting("TESSERA_PS_SHM");
   if (setting != nullptr && std::string(setting) == "0") return 0;
+  if (plan_->dense_elements() == 0) return 0;
+  try {
+    shm_ = std::make_shared<ShmChannel>(ShmChannel::create(plan_->dense_elements()));
+  } catch (const IoError&) {
+    return 0;  // no room in /dev/shm: the dense values go over TCP
+  }
   const auto& specs = plan_->specs();
   std::vector<Bytes> frames(servers_.size()), replies;
   for (int s = 0; s < static_cast<int>(servers_.size()); ++s) {
-    std::vector<std::pair<uint32_t, int64_t>> pieces;
-    int64_t dense = 0;
-    for (int p : plan_->pieces_of(s)) {
-      const Piece& piece = plan_->pieces()[p];
-      if (specs[piece.param].sparse) continue;
-      pieces.emplace_back(static_cast<uint32_t>(p), piece.rows() * specs[piece.param].row_size);
-      dense += pieces.back().second;
-    }
-    if (dense == 0) continue;
-    try {
-      shm_[s] = ShmChannel::create(dense);
-    } catch (const IoError&) {
-      continue;  // no room in /dev/shm: this server's values go over TCP
-    }
+    std::vector<int> pieces;
+    for (int p : plan_->pieces_of(s))
+      if (!specs[plan_->pieces()[p].param].sparse) pieces.push_back(p);
+    if (pieces.empty()) continue;
     FrameWriter w(uint8_t(PsOp::kAttachShm));
-    w.str(shm_[s].name()).i64(static_cast<int64_t>(shm_[s].bytes()));
-    w.bytes(shm_[s].nonce().data(), shm_[s].nonce().size()).u32(static_cast<uint32_t>(pieces.size()));
-    for (const auto& [p, n] : pieces) w.u32(p).i64(n);
+    w.str(shm_->name()).i64(static_cast<int64_t>(shm_->bytes()));
+    w.bytes(shm_->nonce().data(), shm_->nonce().size()).u32(static_cast<uint32_t>(pieces.size()));
+    for (int p : pieces) {
+      const Piece& piece = plan_->pieces()[p];
+      w.u32(static_cast<uint32_t>(p)).i64(plan_->piece_offset(piece)).i64(piece.rows() * specs[piece.param].row_size);
+    }
     frames[s] = w.finish();
   }
   std::vector<Bytes>* requests[] = {&frames};
   std::vector<Bytes>* answers[] = {&replies};
-  try {
-    exchange(requests, answers, "attach of shared memory");
-  } catch (...) {
-    for (auto& c : shm_)
-      if (c.attached()) dist::detail::ShmSegment::unlink(c.name());
-    throw;
-  }
-  for (const auto& c : shm_)  // mapped on both sides now, or never will be: nothing stays in /dev/shm
-    if (c.attached()) dist::detail::ShmSegment::unlink(c.name());
+  // Mapped by every server that accepts once the replies are in, or never: nothing stays in /dev/shm.
+  struct UnlinkAtEnd {
+    std::string name;
+    ~UnlinkAtEnd() { dist::detail::ShmSegment::unlink(name); }
+  } unlink_at_end{shm_->name()};
+  exchange(requests, answers, "attach of shared memory");
   int attached = 0;
   for (size_t s = 0; s < servers_.size(); ++s) {
-    if (!shm_[s].attached()) continue;
+    if (frames[s].empty()) continue;
     bool yes = false;
     try {
       if (replies[s].empty() || replies[s][0] != uint8_t(PsReply::kAttached)) throw ProtocolError("not a kAttached reply");
@@ -153,17 +149,18 @@ int PsClient::attach_shared_memory() {
       throw PeerFailureError(concat("[ps] worker ", options_.rank, ": malformed reply from ", servers_[s]->description(),
                                     " to the attach of shared memory: ", e.what()));
     }
-    if (yes) ++attached;
-    else shm_[s] = ShmChannel();
+    shm_attached_[s] = yes;
+    attached += yes;
   }
+  if (attached == 0) shm_.reset();
   return attached;
 }
 
 int PsClient::shared_memory_servers() const {
-  int n = 0;
-  for (const auto& c : shm_) n += c.attached();
-  return n;
+  return static_cast<int>(std::count(shm_attached_.begin(), shm_attached_.end(), true));
 }
+
+bool PsClient::through_shm(size_t server) const { return shm_ && server < shm_attached_.size() && shm_attached_[server]; }
 
 void PsClient::initialize(const std::vector<const float*>& values) {
   TESSERA_CHECK(plan_ && values.size() == plan_->specs().size(), "[ps] initialize needs one array per parameter");
@@ -225,13 +222,12 @@ void PsClient::write_push(int64_t clock, double lr, const std::vector<const floa
   Splits splits;
   for (const auto& r : rows) splits.push_back(split_rows(r));
   for (int s = 0; s < static_cast<int>(servers_.size()); ++s) {
-    const ShmChannel* channel = shm_.empty() || !shm_[static_cast<size_t>(s)].attached() ? nullptr : &shm_[static_cast<size_t>(s)];
-    FrameWriter w(uint8_t(channel ? PsOp::kPushShm : PsOp::kPush), std::move(push_frames_[static_cast<size_t>(s)]));
+    const bool in_shm = through_shm(static_cast<size_t>(s));
+    FrameWriter w(uint8_t(in_shm ? PsOp::kPushShm : PsOp::kPush), std::move(push_frames_[static_cast<size_t>(s)]));
     w.i64(clock).i64(double_bits(lr));
     uint32_t dense = 0;
     for (int p : plan_->pieces_of(s)) dense += !specs[plan_->pieces()[p].param].sparse;
-    w.u32(channel ? 0 : dense);
-    float* region = channel ? channel->push_region() : nullptr;
+    w.u32(in_shm ? 0 : dense);
     for (int p : plan_->pieces_of(s)) {
       const Piece& piece = plan_->pieces()[p];
       const ParamSpec& spec = specs[piece.param];
@@ -239,10 +235,11 @@ void PsClient::write_push(int64_t clock, double lr, const std::vector<const floa
       const size_t n = static_cast<size_t>(piece.rows() * spec.row_size);
       const float* g = dense_grads[piece.param];
       counters_.dense_bytes_pushed += static_cast<int64_t>(n * sizeof(float));
-      if (region) {  // the server reads it from there when it handles this frame
-        if (g) std::memcpy(region, g + piece.row_begin * spec.row_size, n * sizeof(float));
-        else std::fill_n(region, n, 0.0f);
-        region += n;
+      if (in_shm) {  // the server reads it from there when it handles this frame
+        float* region = shm_->push_region() + plan_->piece_offset(piece);
+        const float* from = g ? g + piece.row_begin * spec.row_size : nullptr;
+        if (!from) std::fill_n(region, n, 0.0f);
+        else if (from != region) std::memcpy(region, from, n * sizeof(float));  // else backward wrote it there
         continue;
       }
       if (!g) zeros.assign(n, 0.0f);
@@ -299,7 +296,7 @@ void PsClient::write_pull(int64_t clock, const std::vector<SparseRows>& rows, co
       pull_frames_[s].clear();  // nothing to ask this server
       continue;
     }
-    const bool in_shm = with_dense && s < shm_.size() && shm_[s].attached();
+    const bool in_shm = with_dense && through_shm(s);
     FrameWriter w(uint8_t(in_shm ? PsOp::kPullShm : PsOp::kPull), std::move(pull_frames_[s]));
     w.i64(clock).u8(with_dense).u32(m);
     for (size_t k = 0; k < rows.size(); ++k) {
@@ -340,17 +337,18 @@ void PsClient::read_values(const std::vector<float*>& dense_out, const std::vect
       FrameReader r(replies[s].data() + 1, replies[s].size() - 1);
       version_ = r.i64();
       if (in_shm) {
-        if (s >= shm_.size() || !shm_[s].attached()) throw ProtocolError("values in shared memory that was never attached");
-        const float* region = shm_[s].pull_region();
+        if (!through_shm(s)) throw ProtocolError("values in shared memory that was never attached");
         for (int p : plan_->pieces_of(static_cast<int>(s))) {
           const Piece& piece = plan_->pieces()[p];
           const int64_t rs = specs[piece.param].row_size;
           if (specs[piece.param].sparse) continue;
           const int64_t n = piece.rows() * rs;
           if (static_cast<size_t>(piece.param) >= dense_out.size()) throw ProtocolError("dense values nobody asked for");
+          const float* region = shm_->pull_region() + plan_->piece_offset(piece);
           float* dst = dense_out[static_cast<size_t>(piece.param)];
-          if (dst) std::memcpy(dst + piece.row_begin * rs, region, static_cast<size_t>(n) * sizeof(float));
-          region += n;
+          if (dst) dst += piece.row_begin * rs;
+          // Where the parameters live in the segment (PsWorker), the server wrote them in place.
+          if (dst && dst != region) std::memcpy(dst, region, static_cast<size_t>(n) * sizeof(float));
           counters_.dense_bytes_pulled += n * static_cast<int64_t>(sizeof(float));
         }
       }

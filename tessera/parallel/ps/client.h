@@ -59,6 +59,11 @@ class PsClient {
   // TESSERA_PS_SHM=0 offers none. Returns how many servers accepted.
   int attach_shared_memory();
   int shared_memory_servers() const;
+  // The attached segment (null when no server took it): the dense gradients and values of the whole
+  // model in the plan's dense layout. A caller that keeps its parameters and gradients there
+  // (PsWorker) moves them with no copy on this side: push and pull copy only where the pointers
+  // they are given are not the segment's own.
+  const std::shared_ptr<ShmChannel>& shared_memory() const { return shm_; }
   // Worker 0 only, once: the initial values of every parameter (dense and sparse), in spec order.
   void initialize(const std::vector<const float*>& values);
   // Worker 0 only, instead of initialize(): every server loads its shard of checkpoint `step`.
@@ -109,7 +114,9 @@ class PsClient {
   int64_t version_ = 0;
   // Per server, kept from step to step for their memory.
   std::vector<Bytes> push_frames_, pull_frames_, push_replies_, pull_replies_;
-  std::vector<ShmChannel> shm_;  // per server; attached ones carry the dense values
+  bool through_shm(size_t server) const;  // that server's dense values go through shm_
+  std::shared_ptr<ShmChannel> shm_;        // one segment, mapped by every server on this machine
+  std::vector<bool> shm_attached_;         // per server
 };
 
 }  // namespace tessera::parallel::ps

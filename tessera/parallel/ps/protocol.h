@@ -16,8 +16,9 @@
 //   kDone                                                            -> kOk
 //
 // On one machine the dense values go through shared memory instead (shm_channel.h):
-//   kAttachShm str segment name, i64 bytes, 16-byte nonce, u32 k, k x (u32 piece, i64 floats)
-//              the server's dense pieces in its order                -> kAttached
+//   kAttachShm str segment name, i64 bytes, 16-byte nonce, u32 k, k x (u32 piece, i64 offset, i64 floats)
+//              the server's dense pieces in its order, each with where it starts in the
+//              segment's dense layout (ShardPlan::piece_offset)      -> kAttached
 //   kPushShm   as kPush, with u32 n = 0: the dense gradients are in the push region -> kOk | kError
 //   kPullShm   as kPull, with dense: the dense values go to the pull region -> kValuesInShm | kError
 //
@@ -44,7 +45,7 @@ using dist::Milliseconds;
 
 static_assert(std::endian::native == std::endian::little, "the wire format is little-endian float32/int64");
 
-constexpr uint32_t kPsProtocolVersion = 2;
+constexpr uint32_t kPsProtocolVersion = 3;
 
 enum class PsOp : uint8_t { kRegister = 2, kInit, kInitDone, kRestore, kPush, kPull, kSave, kDone, kAttachShm, kPushShm, kPullShm };
 enum class PsReply : uint8_t { kOk = 0x80, kValues = 0x81, kAttached = 0x82, kValuesInShm = 0x83, kError = 0x85 };

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 
 #include "tessera/core/error.h"
@@ -62,6 +63,7 @@ struct Worker {
   std::vector<std::pair<int, std::vector<int64_t>>> pull_rows;  // sparse part of the held pull
   bool pull_in_shm = false;  // the held pull's dense values go to the shared-memory channel
   ShmChannel shm;            // attached when the worker runs on this machine (shm_channel.h)
+  std::vector<int64_t> shm_offsets;  // per held piece: where it is in the segment's dense layout
   bool active() const { return !done && !lost; }
 };
 
@@ -278,22 +280,30 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     ShmNonce nonce;
     std::memcpy(nonce.data(), nonce_data, nonce.size());
     const uint32_t k = r.u32();
-    std::vector<std::pair<uint32_t, int64_t>> offered;
+    using Offer = std::tuple<uint32_t, int64_t, int64_t>;  // piece, offset in the dense layout, floats
+    std::vector<Offer> offered;
     for (uint32_t i = 0; i < k && i <= shard_pieces(); ++i) {
       const uint32_t piece = r.u32();
-      offered.emplace_back(piece, r.i64());
+      const int64_t offset = r.i64();
+      offered.emplace_back(piece, offset, r.i64());
     }
     r.expect_end();
-    std::vector<std::pair<uint32_t, int64_t>> mine;
-    int64_t dense = 0;
-    for (const auto& h : registered("attach").held())
-      if (!h.sparse) mine.emplace_back(static_cast<uint32_t>(h.piece), h.values.numel()), dense += h.values.numel();
+    const ServerShard& holder = registered("attach");
+    const ShardPlan& plan = holder.plan();
+    std::vector<Offer> mine;
+    std::vector<int64_t> offsets;  // per held piece
+    for (const auto& h : holder.held()) {
+      const int64_t offset = h.sparse ? -1 : plan.piece_offset(plan.pieces()[h.piece]);
+      if (!h.sparse) mine.emplace_back(static_cast<uint32_t>(h.piece), offset, h.values.numel());
+      offsets.push_back(offset);
+    }
     std::string why;
     if (offered != mine) {
-      why = "the dense pieces it offered are not this server's";
+      why = "the dense pieces it offered are not this server's, or not where the shard plan puts them";
     } else {
       try {
-        w.shm = ShmChannel::open(name, static_cast<size_t>(std::max<int64_t>(bytes, 0)), dense, nonce);
+        w.shm = ShmChannel::open(name, static_cast<size_t>(std::max<int64_t>(bytes, 0)), plan.dense_elements(), nonce);
+        w.shm_offsets = std::move(offsets);
       } catch (const std::exception& e) {
         why = e.what();
       }
@@ -315,17 +325,18 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     if (dense_in_shm) {
       if (!w.shm.attached()) throw ProtocolError("a push through shared memory without a channel");
       if (n != 0) throw ProtocolError("a push through shared memory with dense values in the frame");
-      const float* pushed_here = w.shm.push_region();
-      for (auto& h : registered("push").held()) {
+      auto& held = registered("push").held();
+      for (size_t i = 0; i < held.size(); ++i) {
+        HeldPiece& h = held[i];
         if (h.sparse) continue;
         const size_t count = static_cast<size_t>(h.values.numel());
+        const float* pushed_here = w.shm.push_region() + w.shm_offsets[i];
         float* grad = h.grad.data<float>();
         if (options.mode == Mode::kSync) {
           for (size_t k = 0; k < count; ++k) grad[k] += pushed_here[k];
         } else {
           std::memcpy(grad, pushed_here, count * sizeof(float));
         }
-        pushed_here += count;
         report.bytes_received += static_cast<int64_t>(count * sizeof(float));
       }
     }
@@ -441,12 +452,11 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
 
   void send_values(const Worker& w) {
     if (w.pull_in_shm) {
-      float* values_here = w.shm.pull_region();
-      for (const auto& h : shard->held()) {
-        if (h.sparse) continue;
-        const size_t count = static_cast<size_t>(h.values.numel());
-        std::memcpy(values_here, h.values.data<float>(), count * sizeof(float));
-        values_here += count;
+      const auto& held = shard->held();
+      for (size_t i = 0; i < held.size(); ++i) {
+        if (held[i].sparse) continue;
+        const size_t count = static_cast<size_t>(held[i].values.numel());
+        std::memcpy(w.shm.pull_region() + w.shm_offsets[i], held[i].values.data<float>(), count * sizeof(float));
         report.bytes_sent += static_cast<int64_t>(count * sizeof(float));
       }
     }

@@ -14,6 +14,8 @@ ShardPlan::ShardPlan(std::vector<ParamSpec> specs, int num_servers)
   for (const auto& s : specs_) {
     TESSERA_CHECK(s.rows >= 1 && s.row_size >= 1, "[ps] parameter '", s.name, "' has shape ", s.rows, "x", s.row_size);
     total += s.numel();
+    dense_offset_.push_back(s.sparse ? -1 : dense_elements_);
+    if (!s.sparse) dense_elements_ += s.numel();
   }
   const int64_t share = (total + num_servers - 1) / num_servers;
   int server = 0;
@@ -47,6 +49,11 @@ int ShardPlan::piece_of_row(int param, int64_t row) const {
   auto it = std::upper_bound(pieces_.begin() + lo, pieces_.begin() + hi, row,
                              [](int64_t r, const Piece& piece) { return r < piece.row_begin; });
   return static_cast<int>(it - pieces_.begin()) - 1;
+}
+
+int64_t ShardPlan::piece_offset(const Piece& piece) const {
+  const int64_t start = dense_offset(piece.param);
+  return start < 0 ? -1 : start + piece.row_begin * specs_[static_cast<size_t>(piece.param)].row_size;
 }
 
 int64_t ShardPlan::elements_of(int server) const {

@@ -43,6 +43,11 @@ class ShardPlan {
   // The piece holding row `row` of parameter `param` (IndexError outside the parameter).
   int piece_of_row(int param, int64_t row) const;
   int64_t elements_of(int server) const;
+  // Dense floats in all (the dense layout's length), and where a dense parameter or piece starts in
+  // it (-1 for a sparse one).
+  int64_t dense_elements() const { return dense_elements_; }
+  int64_t dense_offset(int param) const { return dense_offset_[static_cast<size_t>(param)]; }
+  int64_t piece_offset(const Piece& piece) const;
 
  private:
   std::vector<ParamSpec> specs_;
@@ -50,6 +55,8 @@ class ShardPlan {
   std::vector<Piece> pieces_;
   std::vector<std::vector<int>> by_server_;
   std::vector<int> first_piece_;  // per parameter, its first piece (pieces of one parameter are adjacent)
+  std::vector<int64_t> dense_offset_;  // per parameter
+  int64_t dense_elements_ = 0;
 };
 
 }  // namespace tessera::parallel::ps

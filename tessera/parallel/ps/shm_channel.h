@@ -1,27 +1,33 @@
-// ShmChannel: the bulk half of one worker's connection to one parameter server when both run on
-// the same machine. The worker's dense gradients and the server's dense values then go through a
-// shared-memory segment instead of the TCP connection, which carries only the small frames that
-// say when (protocol.h: kAttachShm, kPushShm, kPullShm, kValuesInShm).
+// ShmChannel: the bulk half of a worker's connections to the parameter servers that run on its
+// machine. The worker's dense gradients and the servers' dense values then go through one
+// shared-memory segment instead of the TCP connections, which carry only the small frames that say
+// when (protocol.h: kAttachShm, kPushShm, kPullShm, kValuesInShm).
 //
 // Why: over loopback TCP every dense value is copied eight times a step (into the frame, into the
-// kernel, out of it, out of the frame, each way). Through the segment it is copied three times: the
-// worker writes its gradients in, the server sums them from there and writes the values in, the
-// worker copies them into its parameters. `tessera bench ps` (docs/benchmarks.md) has the figures.
+// kernel, out of it, out of the frame, each way). Through the segment it is copied twice: the
+// server sums the gradients from it, and writes the new values into it. The worker's parameters
+// and gradients live in the segment itself (PsWorker::bind_to_shared_memory): backward writes the
+// gradients there and forward reads the values from there. `tessera bench ps`
+// (docs/benchmarks.md) has the figures.
 //
 // The contract, in one place:
-//   - the worker creates the segment (ShmSegment: a fresh random name, mode 0600), writes the
-//     header and sends kAttachShm with the name, the size, the nonce and the dense pieces it will
-//     put there in order; the server maps it, checks the size, the header and that the pieces are
-//     exactly its own dense pieces in its order, and answers kAttached (attached or not, and why).
-//     The worker then unlinks the name either way: nothing is left in /dev/shm.
-//   - layout: a 64-byte header (u64 kShmChannelMagic, 16-byte nonce, i64 dense floats D), then the
-//     push region (D floats: the gradients of the server's dense pieces, in its order), then the
-//     pull region (D floats: their values).
-//   - the push region is written by the worker before it sends kPushShm and read by the server
-//     while it handles that frame; the pull region is written by the server before it sends
-//     kValuesInShm and read by the worker after it received that frame. Requests and replies of one
-//     connection alternate, and a send/receive pair orders the memory (the kernel's socket lock),
-//     so neither side ever touches a region the other is using.
+//   - the worker creates one segment (ShmSegment: a fresh random name, mode 0600) for the whole
+//     model, writes the header and sends kAttachShm to each server that holds dense pieces, with
+//     the name, the size, the nonce and that server's dense pieces in its order, each with its
+//     offset in the dense layout; the server maps it, checks the size, the header and that the
+//     pieces and offsets are exactly its own under the shard plan (ShardPlan::piece_offset), and
+//     answers kAttached (attached or not, and why). The worker then unlinks the name either way:
+//     nothing is left in /dev/shm.
+//   - layout: a 64-byte header (u64 kShmChannelMagic, 16-byte nonce, i64 dense floats D: every
+//     dense parameter of the model, ShardPlan::dense_elements), then the push region (D floats: the
+//     gradients, in the plan's dense layout), then the pull region (D floats: the values, same
+//     layout). Each server reads and writes only its own pieces, so servers never share a byte.
+//   - a server's pieces of the push region are written by the worker (its backward, or a copy)
+//     before it sends kPushShm and read by the server while it handles that frame; its pieces of
+//     the pull region are written by the server before it sends kValuesInShm and read by the worker
+//     only after it received every server's reply (the worker's forward reads them as parameters).
+//     Requests and replies of one connection alternate, and a send/receive pair orders the memory
+//     (the kernel's socket lock), so neither side ever touches bytes the other is using.
 //   - the workers are trusted here as over TCP (they hold the job token and run as the same user):
 //     one that shrank its segment after the attach (ftruncate) would make the server's next
 //     access fault.
@@ -43,7 +49,7 @@ using ShmNonce = std::array<uint8_t, 16>;
 class ShmChannel {
  public:
   ShmChannel() = default;
-  // The worker's side: a new segment for `dense` floats each way, with a random nonce.
+  // The worker's side: a new segment for `dense` floats each way (the whole model's), with a random nonce.
   static ShmChannel create(int64_t dense);
   // The server's side: maps `name` and checks its size and header. IoError saying why not.
   static ShmChannel open(const std::string& name, size_t bytes, int64_t dense, const ShmNonce& nonce);

@@ -1,9 +1,11 @@
 #include "tessera/parallel/ps/worker.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 
 #include "tessera/core/error.h"
+#include "tessera/core/storage.h"
 
 namespace tessera::parallel::ps {
 
@@ -57,6 +59,7 @@ void PsWorker::start(int64_t start_step, const std::string& restore_dir) {
   clock_ = start_step;
   client_.register_model(specs_, start_step);
   client_.attach_shared_memory();
+  bind_to_shared_memory();
   if (options_.rank == 0) {
     if (!restore_dir.empty()) {
       client_.restore(restore_dir, start_step);
@@ -67,6 +70,35 @@ void PsWorker::start(int64_t start_step, const std::string& restore_dir) {
     }
   }
   pull_dense();
+}
+
+void PsWorker::bind_to_shared_memory() {
+  const std::shared_ptr<ShmChannel>& channel = client_.shared_memory();
+  if (!channel) return;
+  const ShardPlan& plan = client_.plan();
+  const size_t bytes = static_cast<size_t>(plan.dense_elements()) * sizeof(float);
+  // Each region is one Storage that keeps the mapping alive while any tensor views it (the model may
+  // outlive this worker).
+  auto values = Storage::wrap(channel->pull_region(), bytes, cpu_device(), [channel] {});
+  auto grads = Storage::wrap(channel->push_region(), bytes, cpu_device(), [channel] {});
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (specs_[i].sparse) continue;
+    const int64_t offset = plan.dense_offset(static_cast<int>(i));
+    TensorImpl* p = params_[i].impl();
+    std::memcpy(channel->pull_region() + offset, params_[i].data<float>(), static_cast<size_t>(params_[i].numel()) * sizeof(float));
+    // The parameter becomes a view of its place in the segment (the layers' handles stay valid, as
+    // ZeRO's flat buffers do it).
+    p->storage = values;
+    p->offset = offset;
+    p->strides = contiguous_strides(p->shape);
+    auto grad = std::make_shared<TensorImpl>();
+    grad->storage = grads;
+    grad->offset = offset;
+    grad->shape = p->shape;
+    grad->strides = p->strides;
+    grad->dtype = DType::Float32;
+    params_[i].set_grad_buffer(Tensor(std::move(grad)));
+  }
 }
 
 std::vector<float*> PsWorker::dense_values() {

@@ -42,10 +42,17 @@ class PsWorker {
   const ClientCounters& counters() const { return client_.counters(); }
   // Servers that take this worker's dense values through shared memory (on its machine).
   int shared_memory_servers() const { return client_.shared_memory_servers(); }
+  // The segment the dense parameters and their gradients live in (null: they live in the process).
+  const std::shared_ptr<ShmChannel>& shared_memory() const { return client_.shared_memory(); }
   const ShardPlan& plan() const { return client_.plan(); }
+  const std::vector<Tensor>& parameters() const { return params_; }  // the model's, in spec order
 
  private:
   void pull_dense();
+  // Where the servers on this machine took the shared-memory segment: the dense parameters become
+  // views of its values region and backward writes their gradients into its gradients region, so a
+  // step copies nothing on this side (the servers read the gradients and write the values in place).
+  void bind_to_shared_memory();
   // Where pulled dense values land (the parameters' own memory; nullptr for sparse ones), and the
   // version bump that tells autograd they changed.
   std::vector<float*> dense_values();

@@ -184,11 +184,19 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, PsSyncEqualsSingleProcess, ::testing::Value
 
 TEST(PsSharedMemory, ValuesThroughSharedMemoryAndThroughTcpGiveTheSameBits) {
   Data data = dense_data(10, 8);
+  std::atomic<int> outside_the_segment{0};  // dense parameters or gradients found elsewhere, with shm on
   auto run_with = [&](const char* shm_setting, std::vector<int>& channels) {
     ::setenv("TESSERA_PS_SHM", shm_setting, 1);
     channels.assign(2, -1);
-    PsRun run = train_ps(mlp(), data, 10, 2, 2, server_options(Mode::kSync, "adam"),
-                         [&](int r, int, PsWorker& w) { channels[static_cast<size_t>(r)] = w.shared_memory_servers(); });
+    PsRun run = train_ps(mlp(), data, 10, 2, 2, server_options(Mode::kSync, "adam"), [&](int r, int, PsWorker& w) {
+      channels[static_cast<size_t>(r)] = w.shared_memory_servers();
+      const auto& segment = w.shared_memory();
+      if (!segment) return;
+      auto inside = [&](const float* p, const float* region) { return p >= region && p < region + segment->dense(); };
+      for (const Tensor& p : w.parameters())
+        if (!inside(p.data<float>(), segment->pull_region()) || !inside(p.grad().data<float>(), segment->push_region()))
+          ++outside_the_segment;
+    });
     ::unsetenv("TESSERA_PS_SHM");
     return run;
   };
@@ -197,6 +205,7 @@ TEST(PsSharedMemory, ValuesThroughSharedMemoryAndThroughTcpGiveTheSameBits) {
   PsRun shm = run_with("1", shm_channels);
   EXPECT_EQ(tcp_channels, (std::vector<int>{0, 0}));
   EXPECT_EQ(shm_channels, (std::vector<int>{2, 2})) << "both servers run in this process's machine";
+  EXPECT_EQ(outside_the_segment.load(), 0) << "each step's gradients and values must go through the segment in place";
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(tcp.worker_errors[r], "");
     ASSERT_EQ(shm.worker_errors[r], "");
@@ -475,9 +484,10 @@ TEST(PsProtocol, ASharedMemoryOfferThatDoesNotCheckOutIsDeclinedAndMisuseDropsTh
   evil.send(parallel::ps::FrameWriter(uint8_t(parallel::ps::PsOp::kRegister)).i64(0).u32(1).str("b").i64(4).i64(1).u8(0).finish(),
             deadline, "register");
   EXPECT_EQ(evil.receive(deadline, "register")[0], uint8_t(parallel::ps::PsReply::kOk));
-  auto offer = [&](const std::string& name, int64_t bytes, const parallel::ps::ShmNonce& nonce, int64_t floats) {
+  auto offer = [&](const std::string& name, int64_t bytes, const parallel::ps::ShmNonce& nonce, int64_t floats,
+                   int64_t offset = 0) {
     parallel::ps::FrameWriter w(uint8_t(parallel::ps::PsOp::kAttachShm));
-    w.str(name).i64(bytes).bytes(nonce.data(), nonce.size()).u32(1).u32(0).i64(floats);
+    w.str(name).i64(bytes).bytes(nonce.data(), nonce.size()).u32(1).u32(0).i64(offset).i64(floats);
     evil.send(w.finish(), deadline, "attach");
     dist::Bytes reply = evil.receive(deadline, "attach");
     EXPECT_EQ(reply[0], uint8_t(parallel::ps::PsReply::kAttached));
@@ -495,6 +505,8 @@ TEST(PsProtocol, ASharedMemoryOfferThatDoesNotCheckOutIsDeclinedAndMisuseDropsTh
   wrong[0] ^= 1;
   EXPECT_NE(offer(theirs.name(), static_cast<int64_t>(bytes), wrong, 4).find("header differs"), std::string::npos);
   EXPECT_NE(offer(theirs.name(), static_cast<int64_t>(bytes), theirs.nonce(), 3).find("not this server's"), std::string::npos);
+  EXPECT_NE(offer(theirs.name(), static_cast<int64_t>(bytes), theirs.nonce(), 4, 1).find("not where the shard plan"),
+            std::string::npos);
   dist::detail::ShmSegment::unlink(theirs.name());
   // Declined, the connection still serves; but a push through shared memory without a channel
   // drops it.
