@@ -45,7 +45,7 @@ struct DdpBenchOptions {
   int repeats = 3;
   std::string backend = "auto";
   std::string comm_hook = "none";
-  double bucket_mb = 25;        // DDP's bucket cap (PyTorch's bucket_cap_mb); the first bucket is min(1, this)
+  double bucket_mb = 0;         // DDP's bucket cap (PyTorch's bucket_cap_mb; 0: DDP's auto); the first bucket is min(1, this)
   bool with_torch = true;
   std::string python = "/usr/bin/python3";
   std::string script;  // bench/torch_ddp.py

@@ -61,8 +61,8 @@ Command add_bench_command(CLI::App& app) {
   ddp->add_option("--repeats", dd->repeats, "Runs of each, alternating")->capture_default_str()->check(CLI::Range(1, 100));
   ddp->add_option("--backend", dd->backend, "auto, gloo, tcp, shm or mpi")->capture_default_str();
   ddp->add_option("--comm-hook", dd->comm_hook, "none, fp16, bf16, powersgd or topk")->capture_default_str();
-  ddp->add_option("--bucket-mb", dd->bucket_mb, "DDP bucket cap in MiB (the first bucket: at most 1)")
-      ->check(CLI::Range(0.001, 4096.0))
+  ddp->add_option("--bucket-mb", dd->bucket_mb, "DDP bucket cap in MiB (the first bucket: at most 1); 0: DDP's auto")
+      ->check(CLI::Range(0.0, 4096.0))
       ->capture_default_str();
   ddp->add_flag("!--no-torch", dd->with_torch, "Skip the PyTorch reference");
   ddp->add_option("--python", dd->python, "Python with torch")->capture_default_str();

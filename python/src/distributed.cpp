@@ -4,6 +4,9 @@
 // wraps a Module (written in Python or not) and averages gradients while backward runs.
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "python/src/bindings.h"
 #include "tessera/dist/init.h"
 #include "tessera/parallel/ddp/distributed_data_parallel.h"
@@ -178,10 +181,14 @@ void bind_distributed(py::module_& m) {
       .def("__enter__", [](NoSyncContext& c) { c.guard = c.ddp->no_sync(); })
       .def("__exit__", [](NoSyncContext& c, py::args) { c.guard.reset(); });
   py::class_<Ddp>(m, "DistributedDataParallel")
-      .def(py::init([](const py::object& module, const py::object& group, double bucket_cap_mb, bool find_unused,
-                       bool broadcast_buffers, const std::string& comm_hook, bool uneven_inputs) {
-             parallel::ddp::DdpOptions options;
-             options.bucket_cap_bytes = static_cast<size_t>(bucket_cap_mb * (1 << 20));
+      .def(py::init([](const py::object& module, const py::object& group, std::optional<double> bucket_cap_mb,
+                       bool find_unused, bool broadcast_buffers, const std::string& comm_hook, bool uneven_inputs) {
+             parallel::ddp::DdpOptions options;  // bucket_cap_mb None: auto (parallel/ddp/reducer.h)
+             if (bucket_cap_mb) {
+               TESSERA_CHECK(*bucket_cap_mb > 0, "[DistributedDataParallel] bucket_cap_mb must be positive (or None: "
+                             "auto), got ", *bucket_cap_mb);
+               options.bucket_cap_bytes = std::max<size_t>(1, static_cast<size_t>(*bucket_cap_mb * (1 << 20)));
+             }
              options.find_unused_parameters = find_unused;
              options.broadcast_buffers = broadcast_buffers;
              options.comm_hook = comm_hook;
@@ -191,7 +198,7 @@ void bind_distributed(py::module_& m) {
              py::gil_scoped_release release;
              return new Ddp(held, g, options);
            }),
-           py::arg("module"), py::arg("process_group") = py::none(), py::arg("bucket_cap_mb") = 25.0,
+           py::arg("module"), py::arg("process_group") = py::none(), py::arg("bucket_cap_mb") = py::none(),
            py::arg("find_unused_parameters") = false, py::arg("broadcast_buffers") = true, py::arg("comm_hook") = "none",
            py::arg("uneven_inputs") = false)
       .def("forward", &Ddp::forward, py::call_guard<py::gil_scoped_release>())

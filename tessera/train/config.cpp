@@ -359,7 +359,7 @@ void validate(const TrainConfig& c) {
                 "[config] distributed.reduce_dtype = 'bf16' sets how the plain all-reduce sends gradients; "
                 "distributed.comm_hook = '", c.distributed.comm_hook, "' sends them its own way. Set one of the two");
   positive("distributed.timeout_s", c.distributed.timeout_s);
-  positive("distributed.bucket_cap_mb", c.distributed.bucket_cap_mb);
+  non_negative("distributed.bucket_cap_mb", c.distributed.bucket_cap_mb);
   positive("distributed.powersgd_rank", c.distributed.powersgd_rank);
   non_negative("distributed.powersgd_start_iter", c.distributed.powersgd_start_iter);
   TESSERA_CHECK(c.distributed.topk_ratio > 0 && c.distributed.topk_ratio <= 1,

@@ -107,7 +107,7 @@ struct DistributedConfig {
   std::string zero_checkpoint = "whole";
   std::string backend = "auto";        // auto | gloo | shm | mpi
   double timeout_s = 300;              // rendezvous and every collective
-  double bucket_cap_mb = 25;           // DDP gradient buckets
+  double bucket_cap_mb = 0;            // DDP gradient buckets; 0: auto (parallel/ddp/reducer.h)
   std::string comm_hook = "none";      // none | fp16 | bf16 | powersgd | topk
   // The type gradients and activations travel in between ranks (DDP without a comm_hook, ZeRO's
   // reduce-scatter, the mesh's data-parallel all-reduce, its pipeline's activations and gradients,

@@ -16,7 +16,7 @@ std::vector<Tensor> ZeroStrategy::prepare(std::shared_ptr<nn::Module> model) {
   const auto& d = config_.distributed;
   parallel::zero::ZeroOptions o;
   o.stage = static_cast<int>(d.zero_stage);
-  o.bucket_cap_bytes = static_cast<size_t>(d.bucket_cap_mb * (1 << 20));
+  if (d.bucket_cap_mb > 0) o.bucket_cap_bytes = static_cast<size_t>(d.bucket_cap_mb * (1 << 20));  // else ZeRO's own
   o.wrap_policy = d.zero_wrap_policy;
   o.min_unit_bytes = static_cast<size_t>(d.zero_min_unit_mb * (1 << 20));
   o.reduce_dtype = wire_dtype(config_);

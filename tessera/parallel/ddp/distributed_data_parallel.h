@@ -24,7 +24,7 @@
 namespace tessera::parallel::ddp {
 
 struct DdpOptions {
-  size_t bucket_cap_bytes = 25u << 20;
+  size_t bucket_cap_bytes = kAutoBucketCap;  // 0: auto_bucket_cap (reducer.h)
   size_t first_bucket_cap_bytes = 1u << 20;
   bool find_unused_parameters = false;
   // Each parameter's .grad is a view of its slot in the bucket (PyTorch's gradient_as_bucket_view,

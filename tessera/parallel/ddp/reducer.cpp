@@ -27,6 +27,11 @@ std::shared_ptr<Reducer> Reducer::create(nn::StateDict parameters, dist::Process
   return reducer;
 }
 
+size_t auto_bucket_cap(size_t gradient_bytes) {
+  constexpr size_t kMin = size_t(1) << 20, kMax = size_t(25) << 20;
+  return std::clamp(gradient_bytes / 4, kMin, kMax);
+}
+
 Reducer::Reducer(nn::StateDict parameters, dist::ProcessGroupPtr group, ReducerOptions options,
                  std::unique_ptr<CommHook> hook)
     : parameters_(std::move(parameters)), group_(std::move(group)), options_(options), hook_(std::move(hook)) {
@@ -36,6 +41,10 @@ Reducer::Reducer(nn::StateDict parameters, dist::ProcessGroupPtr group, ReducerO
     TESSERA_CHECK(p.dtype() == DType::Float32, "[DistributedDataParallel] parameter ", name, " is ",
                   dtype_name(p.dtype()), "; DDP averages float32 parameters");
     bytes_.push_back(static_cast<size_t>(p.numel()) * 4);
+  }
+  if (options_.bucket_cap_bytes == kAutoBucketCap) {
+    options_.bucket_cap_bytes = auto_bucket_cap(std::accumulate(bytes_.begin(), bytes_.end(), size_t{0}));
+    options_.first_bucket_cap_bytes = std::min(options_.first_bucket_cap_bytes, options_.bucket_cap_bytes);
   }
   std::vector<size_t> reverse(parameters_.size());
   std::iota(reverse.rbegin(), reverse.rend(), size_t{0});

@@ -157,6 +157,34 @@ TEST(DdpGradientAsBucketView, EqualsCopyingTheGradientsBitForBit) {
   for (int r = 0; r < world; ++r) EXPECT_EQ(max_difference(*viewed[static_cast<size_t>(r)], *copied[static_cast<size_t>(r)]), 0.0);
 }
 
+// The default bucket cap is a quarter of the model's gradients within [1 MiB, 25 MiB], so a model
+// of a few MB gets several buckets whose all-reduces overlap backward (one 25 MiB bucket would be
+// ready only when backward ends); an explicit cap is kept as given.
+TEST(DdpBuckets, TheAutoCapIsAQuarterOfTheGradientsWithinOneAnd25MiB) {
+  constexpr size_t MiB = size_t(1) << 20;
+  EXPECT_EQ(parallel::ddp::auto_bucket_cap(100 * 1024), 1 * MiB);
+  EXPECT_EQ(parallel::ddp::auto_bucket_cap(8 * MiB), 2 * MiB);
+  EXPECT_EQ(parallel::ddp::auto_bucket_cap(400 * MiB), 25 * MiB);
+  std::vector<std::shared_ptr<nn::Module>> models;
+  for (int r = 0; r < 2; ++r) {
+    manual_seed(3);
+    models.push_back(nn::make_mlp({1024, 1024, 1024, 10}));  // 8.4 MB of float32 gradients
+  }
+  testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& group) {
+    auto model = models[static_cast<size_t>(group.rank())];
+    DistributedDataParallel automatic(model, testing::borrow(group));
+    size_t bytes = 0;
+    for (const auto& p : model->parameters()) bytes += static_cast<size_t>(p.numel()) * sizeof(float);
+    EXPECT_EQ(automatic.reducer().bucket_cap_bytes(), parallel::ddp::auto_bucket_cap(bytes));
+    EXPECT_GE(automatic.reducer().buckets().size(), 4u);
+    DdpOptions given;
+    given.bucket_cap_bytes = 25 * MiB;
+    DistributedDataParallel fixed(model, testing::borrow(group), given);
+    EXPECT_EQ(fixed.reducer().bucket_cap_bytes(), 25 * MiB);
+    EXPECT_EQ(fixed.reducer().buckets().size(), 2u) << "the 1 MiB first bucket, then the rest";
+  });
+}
+
 // The gradients a synchronised backward leaves are the buckets' memory, whether .grad was unset
 // (backward writes into the slot) or kept from the step before by zero_grad(set_to_none = false).
 TEST(DdpGradientAsBucketView, GradientsAreBucketSlotsAndAKeptGradientIsMovedIntoOne) {
