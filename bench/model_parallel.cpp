@@ -85,15 +85,22 @@ int run_worker(const ModelParallelBenchOptions& o) {
   Tensor inputs = randint(0, vocab, {o.batch, o.context}, gen), targets = randint(0, vocab, {o.batch, o.context}, gen);
   const data::Batch batch{inputs, targets};
   for (int i = 0; i < o.warmup; ++i) trainer.train_step(batch);
-  double bubble = 0, seconds = 0;
+  double bubble = 0, seconds = 0, forward_s = 0, backward_s = 0, weight_s = 0;
   int64_t peak_activations = 0;
   for (int i = 0; i < o.steps; ++i) {
     auto t0 = Clock::now();
     trainer.train_step(batch);
     seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-    bubble += mesh.last_step().bubble_fraction();
-    peak_activations = std::max(peak_activations, mesh.last_step().peak_activations);
+    const auto& step = mesh.last_step();
+    bubble += step.bubble_fraction();
+    forward_s += step.forward_seconds;
+    backward_s += step.backward_seconds;
+    weight_s += step.weight_seconds;
+    peak_activations = std::max(peak_activations, step.peak_activations);
   }
+  // One pass of one micro-batch through one of this stage's chunks, by kind.
+  const int chunks = o.schedule == "interleaved" ? static_cast<int>(o.virtual_stages) : 1;
+  const double passes = static_cast<double>(o.steps) * static_cast<double>(o.microbatches) * chunks;
   // The one-way cost of one micro-batch's activation between stages 0 and 1.
   double p2p_one_way_us = 0;
   int64_t p2p_bytes = 0;
@@ -125,6 +132,7 @@ int run_worker(const ModelParallelBenchOptions& o) {
   nlohmann::json mine{{"rank", rank},
                       {"stage", mesh.stage().stage()},
                       {"bubble", bubble / o.steps},
+                      {"pass_seconds", {forward_s / passes, backward_s / passes, weight_s / passes}},
                       {"seconds", seconds},
                       {"peak_tensor_bytes", cpu_allocator::peak_allocated_bytes()},
                       {"peak_rss_bytes", peak_rss_bytes()},
@@ -136,17 +144,26 @@ int run_worker(const ModelParallelBenchOptions& o) {
     nlohmann::json ranks = nlohmann::json::array();
     double slowest = 0, bubble_sum = 0;
     std::vector<bool> stage_seen(mesh.mesh().shape().pp, false);
+    std::vector<parallel::pipeline::PassTimes> pass_times(stage_seen.size());
     int stages_counted = 0;
     for (int r = 0; r < size; ++r) {
       auto j = nlohmann::json::parse(store->get_string("bench/mp/" + std::to_string(r)));
       slowest = std::max(slowest, j["seconds"].get<double>());
       const int s = j["stage"].get<int>();
-      if (!stage_seen[s]) stage_seen[s] = true, bubble_sum += j["bubble"].get<double>(), ++stages_counted;
+      if (!stage_seen[s]) {
+        stage_seen[s] = true, bubble_sum += j["bubble"].get<double>(), ++stages_counted;
+        const auto& t = j["pass_seconds"];
+        pass_times[s] = {t[0].get<double>(), t[1].get<double>(), t[2].get<double>()};
+      }
       ranks.push_back(j);
     }
     const double tokens = static_cast<double>(o.batch * o.context) * mesh.mesh().shape().dp * o.steps;
+    // The bubble these passes would leave with messages that cost nothing (schedule.h).
+    const double simulated = parallel::pipeline::simulated_bubble(parallel::pipeline::parse_schedule(o.schedule),
+                                                                  o.microbatches, chunks, pass_times);
     std::printf("%s\n", nlohmann::json{{"tokens_per_s", tokens / slowest},
                                        {"bubble", bubble_sum / stages_counted},
+                                       {"simulated_bubble", simulated},
                                        {"ranks", ranks}}.dump().c_str());
   }
   world->blocking_barrier();  // rank 0 reads the store before anyone leaves
@@ -204,18 +221,20 @@ int model_parallel(const ModelParallelBenchOptions& o) {
     std::stringstream ss(o.schedules);
     for (std::string item; std::getline(ss, item, ',');) schedules.emplace_back(item, parallel::pipeline::parse_schedule(item));
   }
-  std::printf("Pipeline bubble, PP=%d (mean idle fraction of the stages' steps; in brackets the schedule's theory; "
-              "interleaved with v=%lld chunks per stage)\n",
+  std::printf("Pipeline bubble, PP=%d (mean idle fraction of the stages' steps; in brackets the schedule's theory with "
+              "equal passes, then simulated with this run's measured pass times and free messages (schedule.h: "
+              "simulated_bubble); interleaved with v=%lld chunks per stage)\n",
               P, static_cast<long long>(o.virtual_stages));
   std::printf("| M |");
   for (const auto& [name, kind] : schedules) std::printf(" %s |", name.c_str());
-  std::printf(" measured / theory | peak micro-batches held on stage 0 | p2p message: bytes, one-way µs |\n|---|");
+  std::printf(" measured / theory (/ simulated) | stage 0's passes F / B / W ms | peak micro-batches held on stage 0 | "
+              "p2p message: bytes, one-way µs |\n|---|");
   for (size_t i = 0; i < schedules.size(); ++i) std::printf("---|");
-  std::printf("---|---|---|\n");
+  std::printf("---|---|---|---|\n");
   std::stringstream ms(o.bubble_microbatches);
   for (std::string item; std::getline(ms, item, ',');) {
     const int64_t m = std::stoll(item);
-    std::string cells, ratios, peaks, p2p;
+    std::string cells, ratios, peaks, p2p, passes;
     for (const auto& [name, kind] : schedules) {
       const int v = kind == parallel::pipeline::ScheduleKind::Interleaved ? static_cast<int>(o.virtual_stages) : 1;
       if (kind == parallel::pipeline::ScheduleKind::Interleaved && m % P != 0) {
@@ -229,12 +248,17 @@ int model_parallel(const ModelParallelBenchOptions& o) {
         continue;
       }
       const double theory = parallel::pipeline::theoretical_bubble(kind, P, m, v), got = j["bubble"].get<double>();
-      char cell[96];
-      std::snprintf(cell, sizeof cell, " %.3f (%.3f) |", got, theory);
+      const double simulated = j["simulated_bubble"].get<double>();
+      char cell[128];
+      std::snprintf(cell, sizeof cell, " %.3f (%.3f; %.3f) |", got, theory, simulated);
       cells += cell;
-      std::snprintf(cell, sizeof cell, "%s%s %.2f×", ratios.empty() ? "" : ", ", name.c_str(),
-                    theory > 0 ? got / theory : 0.0);
+      std::snprintf(cell, sizeof cell, "%s%s %.2f× (/ %.2f×)", ratios.empty() ? "" : ", ", name.c_str(),
+                    theory > 0 ? got / theory : 0.0, simulated > 0 ? got / simulated : 0.0);
       ratios += cell;
+      const auto& t = j["ranks"][0]["pass_seconds"];
+      std::snprintf(cell, sizeof cell, "%s%s %.2f / %.2f / %.2f", passes.empty() ? "" : ", ", name.c_str(),
+                    1e3 * t[0].get<double>(), 1e3 * t[1].get<double>(), 1e3 * t[2].get<double>());
+      passes += cell;
       std::snprintf(cell, sizeof cell, "%s%lld", peaks.empty() ? "" : " / ", j["ranks"][0]["peak_activations"].get<long long>());
       peaks += cell;
       if (p2p.empty()) {
@@ -243,8 +267,8 @@ int model_parallel(const ModelParallelBenchOptions& o) {
         p2p = cell;
       }
     }
-    std::printf("| %lld |%s %s | %s | %s |\n", static_cast<long long>(m), cells.c_str(), ratios.c_str(), peaks.c_str(),
-                p2p.c_str());
+    std::printf("| %lld |%s %s | %s | %s | %s |\n", static_cast<long long>(m), cells.c_str(), ratios.c_str(),
+                passes.c_str(), peaks.c_str(), p2p.c_str());
   }
   if (o.no_layouts) return failures ? 1 : 0;
   // 2. Memory and 3. throughput per layout.

@@ -105,15 +105,21 @@ StepStats PipelineStage::train_step(const Tensor& inputs, const Tensor& targets)
   StepStats stats;
   int64_t held = 0;
   for (const Action& a : actions_) {
+    const auto started = Clock::now();
+    const double waited = link_.wait_seconds();
+    double* pass_seconds = &stats.weight_seconds;
     if (a.kind == Action::Kind::Forward) {
       run_forward(a.chunk, a.microbatch, inputs, targets, rows);
       stats.peak_activations = std::max(stats.peak_activations, ++held);
+      pass_seconds = &stats.forward_seconds;
     } else if (a.kind == Action::Kind::Backward) {
       run_backward(a.chunk, a.microbatch);
       --held;
+      pass_seconds = &stats.backward_seconds;
     } else {
       run_weight(a.chunk, a.microbatch);
     }
+    *pass_seconds += std::chrono::duration<double>(Clock::now() - started).count() - (link_.wait_seconds() - waited);
   }
   link_.wait_sends();
   stats.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -47,6 +47,9 @@ struct StepStats {
   double loss = 0.0;              // mean over the micro-batches, on every stage
   double wall_seconds = 0.0;      // the step on this stage
   double compute_seconds = 0.0;   // wall time not spent waiting for other stages
+  // The compute of each kind of pass, summed over the step's micro-batches and chunks (waits left
+  // out): backward is B under ZB-H1 and the whole backward otherwise; weight is ZB-H1's W.
+  double forward_seconds = 0.0, backward_seconds = 0.0, weight_seconds = 0.0;
   int64_t peak_activations = 0;   // micro-batches whose activations were held at once
   int64_t bytes_sent = 0, bytes_received = 0;
   // The fraction of the step this stage sat idle (waiting to receive or to send).

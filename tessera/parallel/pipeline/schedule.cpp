@@ -181,4 +181,55 @@ double theoretical_bubble(int stages, int64_t microbatches) {
   return theoretical_bubble(ScheduleKind::OneForwardOneBackward, stages, microbatches);
 }
 
+double simulated_bubble(ScheduleKind kind, int64_t microbatches, int chunks, const std::vector<PassTimes>& stages) {
+  const int P = static_cast<int>(stages.size());
+  TESSERA_CHECK(P >= 1, "[pipeline] simulated_bubble needs at least one stage");
+  const int64_t M = microbatches;
+  const int V = P * chunks;  // virtual stages: chunk c of stage s is c·P + s
+  constexpr double kPending = -1;
+  std::vector<std::vector<double>> forward_end(V, std::vector<double>(M, kPending));
+  std::vector<std::vector<double>> backward_end(V, std::vector<double>(M, kPending));
+  std::vector<std::vector<Action>> orders;
+  for (int s = 0; s < P; ++s) orders.push_back(make_schedule(kind, s, P, M, chunks));
+  std::vector<size_t> next(P, 0);
+  std::vector<double> clock(P, 0), busy(P, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < P; ++s) {
+      while (next[s] < orders[s].size()) {  // run this stage's actions as far as their inputs have arrived
+        const Action& a = orders[s][next[s]];
+        const int vs = a.chunk * P + s;
+        const size_t m = static_cast<size_t>(a.microbatch);
+        double ready = 0, length = 0;
+        if (a.kind == Action::Kind::Forward) {
+          ready = vs == 0 ? 0 : forward_end[vs - 1][m];
+          length = stages[s].forward;
+        } else if (a.kind == Action::Kind::Backward) {
+          ready = vs == V - 1 ? forward_end[vs][m] : backward_end[vs + 1][m];
+          length = stages[s].backward;
+        } else {
+          ready = backward_end[vs][m];
+          length = stages[s].weight;
+        }
+        if (ready == kPending) break;
+        const double end = std::max(clock[s], ready) + length;
+        if (a.kind == Action::Kind::Forward) forward_end[vs][m] = end;
+        else if (a.kind == Action::Kind::Backward) backward_end[vs][m] = end;
+        clock[s] = end;
+        busy[s] += length;
+        ++next[s];
+        progress = true;
+      }
+    }
+  }
+  for (int s = 0; s < P; ++s)
+    TESSERA_ASSERT(next[s] == orders[s].size(), "the ", schedule_name(kind), " schedule deadlocked in simulation at stage ", s);
+  // Steps run back to back and the stages stay coupled, so every stage's step lasts as long as the
+  // slowest stage's (the step's end), which is what each stage's wall time measures.
+  const double step = *std::max_element(clock.begin(), clock.end());
+  double idle = 0;
+  for (int s = 0; s < P; ++s) idle += step > 0 ? 1.0 - busy[s] / step : 0.0;
+  return idle / P;
+}
+
 }  // namespace tessera::parallel::pipeline

@@ -55,4 +55,19 @@ int64_t peak_in_flight(const std::vector<Action>& actions);
 double theoretical_bubble(ScheduleKind kind, int stages, int64_t microbatches, int chunks = 1);
 double theoretical_bubble(int stages, int64_t microbatches);  // GPipe and 1F1B
 
+// How long one pass of a micro-batch through one of a stage's model chunks takes, by kind: forward,
+// backward (B under ZB-H1; the whole backward under the other schedules) and W (ZB-H1 only).
+struct PassTimes {
+  double forward = 1, backward = 1, weight = 0;
+};
+
+// The idle fraction of the step the schedule would have with these pass times (one entry per
+// stage) and messages that cost nothing: every stage runs its make_schedule() order, a forward
+// waits for the previous virtual stage's forward of its micro-batch, a backward for the next one's
+// backward; idle = 1 - busy / step per stage (the step ends with the last stage to finish; steps
+// run back to back, so that is each stage's measured wall time), averaged over the stages.
+// With equal passes it is theoretical_bubble(); with measured ones it separates what the passes'
+// unequal lengths cost from what the messages and the runtime cost (`tessera bench model-parallel`).
+double simulated_bubble(ScheduleKind kind, int64_t microbatches, int chunks, const std::vector<PassTimes>& stages);
+
 }  // namespace tessera::parallel::pipeline
