@@ -31,16 +31,52 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
   return fn_(grad_output);
 }
 
+namespace {
+
+// The same elements, laid out the same way, in the same memory.
+bool aliases(const Tensor& a, const Tensor& b) {
+  return a.shares_storage_with(b) && a.offset() == b.offset() && a.shape() == b.shape() && a.strides() == b.strides();
+}
+
+// Whether `g` is the only handle on its memory, so that keeping it cannot alias anything: one Tensor
+// (the engine's, passed here) on one TensorImpl that alone holds the Storage, contiguous, whole, with
+// no history.
+bool owned_only_here(const Tensor& g) {
+  const auto& impl = g.impl_ptr();
+  return impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->grad_fn && !impl->requires_grad &&
+         impl->offset == 0 && g.is_contiguous() &&
+         impl->storage->nbytes() == static_cast<size_t>(g.numel()) * dtype_size(g.dtype());
+}
+
+}  // namespace
+
+Tensor gradient_destination(const Tensor& leaf, const Shape& shape) {
+  TensorImpl* impl = leaf.defined() ? leaf.impl() : nullptr;
+  if (impl && !impl->grad_fn && impl->requires_grad && !impl->grad && impl->grad_buffer && !impl->grad_buffer_claimed &&
+      impl->grad_buffer->shape == shape && impl->grad_buffer->dtype == DType::Float32) {
+    impl->grad_buffer_claimed = true;
+    return Tensor(impl->grad_buffer);
+  }
+  return Tensor::empty(shape);
+}
+
 std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
   auto impl = leaf_.lock();
   if (!impl) return {};
+  impl->grad_buffer_claimed = false;  // whoever claimed it has delivered (or its gradient was summed with others)
   Tensor leaf(impl);
   {
     NoGradGuard no_grad;
     if (!impl->grad && impl->grad_buffer) {
       Tensor buffer(impl->grad_buffer);
-      copy_(buffer, grad_output);
+      // A linear layer computes its weight gradient straight into the buffer when it may
+      // (gradient_destination, below); then there is nothing to copy.
+      if (!aliases(grad_output, buffer)) copy_(buffer, grad_output);
       impl->grad = impl->grad_buffer;
+    } else if (!impl->grad && owned_only_here(grad_output)) {
+      // Nothing else can see the incoming gradient (a product's fresh result): keep it as .grad
+      // rather than copying it, as PyTorch's AccumulateGrad does.
+      impl->grad = grad_output.impl_ptr();
     } else if (!impl->grad) {
       // Own the memory: the incoming gradient may alias another tensor (add passes one buffer to both
       // inputs), and optimizers update .grad in place.

@@ -71,6 +71,14 @@ class AccumulateGrad final : public Node {
   std::weak_ptr<TensorImpl> leaf_;
 };
 
+// Where a backward op that computes a leaf's whole gradient afresh (linear's weight product) should
+// write it: the leaf's gradient buffer (Tensor::set_grad_buffer) when AccumulateGrad would copy the
+// gradient into it anyway (a leaf without .grad, and no other use of it in this backward has claimed
+// the buffer: a weight used twice gets a fresh tensor for its second use), else a new tensor of
+// `shape`. AccumulateGrad then finds the gradient in place: DDP's bucket slot or the parameter
+// server's segment is written once, by the product itself.
+Tensor gradient_destination(const Tensor& leaf, const Shape& shape);
+
 // The edge through which a gradient for `t` should flow (null when t needs none).
 std::shared_ptr<Node> gradient_edge(const Tensor& t);
 

@@ -36,6 +36,7 @@ struct TensorImpl {
   std::weak_ptr<autograd::Node> grad_accumulator;     // leaves: shared by every use in one graph
   std::vector<GradReadyHook> grad_ready_hooks;        // leaves: see Tensor::register_grad_ready_hook
   std::shared_ptr<TensorImpl> grad_buffer;            // leaves: see Tensor::set_grad_buffer
+  bool grad_buffer_claimed = false;  // leaves: a backward op is writing into grad_buffer (autograd::gradient_destination)
 };
 
 class Tensor {

@@ -121,3 +121,36 @@ TEST(Autograd, InPlaceChangeOfASavedInputIsDetected) {
   y.backward();
   expect_near(a.grad(), {1, 1});
 }
+
+// A linear layer writes its weight gradient straight into the weight's gradient buffer (DDP's bucket
+// slot) when AccumulateGrad would copy it there; a weight used twice in one backward gets a fresh
+// tensor for its second use, so the two gradients are summed, not written over each other; a leaf
+// without a buffer keeps the product's fresh gradient without a copy. Each equals the gradient of
+// the same graph without any of this.
+TEST(Autograd, GradientsGoStraightIntoTheirBufferAndATwiceUsedWeightIsStillSummed) {
+  Generator gen(5);
+  Tensor x1 = randn({4, 3}, gen), x2 = randn({4, 3}, gen), w0 = randn({2, 3}, gen);
+  auto grad_of = [&](bool twice, bool with_buffer, Tensor* buffer_out) {
+    Tensor w = w0.clone().set_requires_grad(true);
+    Tensor buffer = zeros({2, 3});
+    if (with_buffer) w.set_grad_buffer(buffer);
+    Tensor y = linear(x1, w);
+    if (twice) y = add(y, linear(x2, w));
+    sum(mul(y, y)).backward();
+    if (buffer_out) *buffer_out = buffer;
+    return w.grad();
+  };
+  for (bool twice : {false, true}) {
+    // The reference: the same product written out, which never writes into a buffer.
+    Tensor w = w0.clone().set_requires_grad(true);
+    Tensor y = matmul(x1, transpose(w, 0, 1));
+    if (twice) y = add(y, matmul(x2, transpose(w, 0, 1)));
+    sum(mul(y, y)).backward();
+    const std::vector<float> want = w.grad().to_vector<float>();
+    Tensor buffer;
+    Tensor in_buffer = grad_of(twice, true, &buffer);
+    EXPECT_TRUE(in_buffer.shares_storage_with(buffer)) << "twice " << twice;
+    expect_near(in_buffer, want, 1e-5);
+    expect_near(grad_of(twice, false, nullptr), want, 1e-5);
+  }
+}
