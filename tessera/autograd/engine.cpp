@@ -70,6 +70,7 @@ void queue_callback(std::function<void()> callback) {
 }
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  if (current_callbacks == nullptr) begin_outermost_backward();
   CallbackScope scope;
   run_graph(roots, grads, retain_graph);
   scope.run();

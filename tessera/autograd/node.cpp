@@ -43,18 +43,33 @@ bool aliases(const Tensor& a, const Tensor& b) {
 // no history.
 bool owned_only_here(const Tensor& g) {
   const auto& impl = g.impl_ptr();
-  return impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->grad_fn && !impl->requires_grad &&
+  return impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->storage->wraps_external() &&
+         !impl->grad_fn && !impl->requires_grad &&
          impl->offset == 0 && g.is_contiguous() &&
          impl->storage->nbytes() == static_cast<size_t>(g.numel()) * dtype_size(g.dtype());
 }
 
 }  // namespace
 
+namespace {
+
+// This thread's outermost backward passes, counted; a claim names the pass and the thread.
+thread_local uint64_t backward_pass = 0;
+
+bool claimed(const TensorImpl& impl) {
+  return impl.grad_buffer_claimer == &backward_pass && impl.grad_buffer_claim_pass == backward_pass;
+}
+
+}  // namespace
+
+void begin_outermost_backward() { ++backward_pass; }
+
 Tensor gradient_destination(const Tensor& leaf, const Shape& shape) {
   TensorImpl* impl = leaf.defined() ? leaf.impl() : nullptr;
-  if (impl && !impl->grad_fn && impl->requires_grad && !impl->grad && impl->grad_buffer && !impl->grad_buffer_claimed &&
+  if (impl && !impl->grad_fn && impl->requires_grad && !impl->grad && impl->grad_buffer && !claimed(*impl) &&
       impl->grad_buffer->shape == shape && impl->grad_buffer->dtype == DType::Float32) {
-    impl->grad_buffer_claimed = true;
+    impl->grad_buffer_claimer = &backward_pass;
+    impl->grad_buffer_claim_pass = backward_pass;
     return Tensor(impl->grad_buffer);
   }
   return Tensor::empty(shape);
@@ -63,15 +78,17 @@ Tensor gradient_destination(const Tensor& leaf, const Shape& shape) {
 std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
   auto impl = leaf_.lock();
   if (!impl) return {};
-  impl->grad_buffer_claimed = false;  // whoever claimed it has delivered (or its gradient was summed with others)
   Tensor leaf(impl);
   {
     NoGradGuard no_grad;
-    if (!impl->grad && impl->grad_buffer) {
+    const bool in_buffer = impl->grad_buffer && aliases(grad_output, Tensor(impl->grad_buffer));
+    if (in_buffer) impl->grad_buffer_claimer = nullptr;  // the claimant delivers
+    if (!impl->grad && in_buffer) {
+      // A linear layer computed the gradient straight into the buffer (gradient_destination).
+      impl->grad = impl->grad_buffer;
+    } else if (!impl->grad && impl->grad_buffer && !claimed(*impl)) {
       Tensor buffer(impl->grad_buffer);
-      // A linear layer computes its weight gradient straight into the buffer when it may
-      // (gradient_destination, below); then there is nothing to copy.
-      if (!aliases(grad_output, buffer)) copy_(buffer, grad_output);
+      copy_(buffer, grad_output);
       impl->grad = impl->grad_buffer;
     } else if (!impl->grad && owned_only_here(grad_output)) {
       // Nothing else can see the incoming gradient (a product's fresh result): keep it as .grad

@@ -77,7 +77,13 @@ class AccumulateGrad final : public Node {
 // the buffer: a weight used twice gets a fresh tensor for its second use), else a new tensor of
 // `shape`. AccumulateGrad then finds the gradient in place: DDP's bucket slot or the parameter
 // server's segment is written once, by the product itself.
+// A claim lasts until the claimant delivers the gradient to AccumulateGrad; a gradient that arrives
+// meanwhile from elsewhere (a nested backward, as nn::checkpoint runs) goes to a fresh .grad and the
+// claimant's is added to it. A claim left by a pass that failed lapses when the thread's next
+// outermost backward begins (begin_outermost_backward).
 Tensor gradient_destination(const Tensor& leaf, const Shape& shape);
+// Called by autograd::backward when no other backward runs on this thread.
+void begin_outermost_backward();
 
 // The edge through which a gradient for `t` should flow (null when t needs none).
 std::shared_ptr<Node> gradient_edge(const Tensor& t);

@@ -27,6 +27,7 @@ class Storage {
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
   size_t nbytes() const { return nbytes_; }
+  bool wraps_external() const { return static_cast<bool>(external_release_); }  // made by wrap()
   Device device() const { return device_; }
 
   // ZeRO-3 frees a unit's gathered parameters between their uses and gathers them again into the same

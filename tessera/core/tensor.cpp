@@ -151,6 +151,27 @@ std::string Tensor::str() const {
   return out.str();
 }
 
+Tensor view_of_storage(std::shared_ptr<Storage> storage, const Shape& shape, int64_t offset, DType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->offset = offset;
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+void rebind_storage(const Tensor& t, std::shared_ptr<Storage> storage, int64_t offset) {
+  TensorImpl* impl = t.impl();
+  TESSERA_CHECK(impl != nullptr, "[rebind_storage] undefined tensor");
+  TESSERA_CHECK(offset >= 0 && static_cast<size_t>(offset + t.numel()) * dtype_size(impl->dtype) <= storage->nbytes(),
+                "[rebind_storage] ", shape_str(impl->shape), " at element ", offset, " does not fit in ",
+                storage->nbytes(), " bytes");
+  impl->storage = std::move(storage);
+  impl->offset = offset;
+  impl->strides = contiguous_strides(impl->shape);
+}
+
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.impl()->storage;

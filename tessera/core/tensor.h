@@ -36,7 +36,10 @@ struct TensorImpl {
   std::weak_ptr<autograd::Node> grad_accumulator;     // leaves: shared by every use in one graph
   std::vector<GradReadyHook> grad_ready_hooks;        // leaves: see Tensor::register_grad_ready_hook
   std::shared_ptr<TensorImpl> grad_buffer;            // leaves: see Tensor::set_grad_buffer
-  bool grad_buffer_claimed = false;  // leaves: a backward op is writing into grad_buffer (autograd::gradient_destination)
+  // leaves: which backward claimed grad_buffer for a gradient it is computing there
+  // (autograd::gradient_destination): its thread's pass marker and the pass; null when unclaimed.
+  const void* grad_buffer_claimer = nullptr;
+  uint64_t grad_buffer_claim_pass = 0;
 };
 
 class Tensor {
@@ -119,5 +122,12 @@ class Tensor {
 
 // Makes a tensor that views `base`'s storage with another shape, strides and offset.
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset);
+// A contiguous `shape` tensor at element `offset` of `storage` (memory made elsewhere: a flat
+// buffer, a shared-memory segment).
+Tensor view_of_storage(std::shared_ptr<Storage> storage, const Shape& shape, int64_t offset, DType dtype = DType::Float32);
+// Points `t` itself at that place in `storage`, contiguous: every handle on it (the layers' own)
+// sees the new memory. The caller copies the values over first. ZeRO's flat buffers and the
+// parameter server's shared segment bind parameters so.
+void rebind_storage(const Tensor& t, std::shared_ptr<Storage> storage, int64_t offset);
 
 }  // namespace tessera

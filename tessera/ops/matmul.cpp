@@ -210,10 +210,10 @@ Tensor linear_2d_bf16(const Tensor& x_in, const Tensor& w_in, const Tensor& bias
                     grad_x = Tensor::empty({N, in_features});
                     cpu::gemm_bf16(gb, wb, grad_x.data<float>(), in_features);
                   }
-                  auto weight_grads = [gb, xb, g, out_features, in_features, gw, gbias] {
+                  auto weight_grads = [gb, xb, g, w_in, out_features, in_features, gw, gbias] {
                     Tensor grad_w, grad_b;
                     if (gw) {
-                      grad_w = Tensor::empty({out_features, in_features});
+                      grad_w = autograd::gradient_destination(w_in, {out_features, in_features});
                       cpu::gemm_bf16(gb.transposed(), xb, grad_w.data<float>(), in_features);
                     }
                     if (gbias) grad_b = sum(g, {0});

@@ -32,9 +32,9 @@ constexpr size_t kAutoBucketCap = 0;
 
 // A quarter of the model's gradient bytes, within [1 MiB, 25 MiB]. PyTorch's fixed 25 MiB makes a
 // model of a few MB one bucket (after the first), ready only when backward ends, so its all-reduce
-// overlaps nothing: `tessera bench ddp` (2 processes x 1 thread) hid 57% of the CNN's (1.7 MB)
-// communication and 58% of the GPT's (3.3 MB) with 25 MiB, 90% and 86% with 1 MiB buckets. A large
-// model keeps 25 MiB, where a collective's fixed cost is nothing.
+// overlaps nothing: `tessera bench ddp` (2 processes x 1 thread, runs of 3 repeats) hid 57-74% of
+// the CNN's (1.7 MB) communication and 58-70% of the GPT's (3.3 MB) with 25 MiB, 65-90% and 83-94%
+// with 1 MiB buckets. A large model keeps 25 MiB, where a collective's fixed cost is nothing.
 size_t auto_bucket_cap(size_t gradient_bytes);
 
 struct ReducerOptions {

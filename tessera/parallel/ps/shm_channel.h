@@ -4,10 +4,11 @@
 // when (protocol.h: kAttachShm, kPushShm, kPullShm, kValuesInShm).
 //
 // Why: over loopback TCP every dense value is copied eight times a step (into the frame, into the
-// kernel, out of it, out of the frame, each way). Through the segment it is copied twice: the
-// server sums the gradients from it, and writes the new values into it. The worker's parameters
-// and gradients live in the segment itself (PsWorker::bind_to_shared_memory): backward writes the
-// gradients there and forward reads the values from there. `tessera bench ps`
+// kernel, out of it, out of the frame, each way). Through the segment the server reads the
+// gradients once (its sum) and writes the values once. The worker's parameters and gradients live
+// in the segment itself (PsWorker::bind_to_shared_memory): backward writes the gradients there (a
+// linear layer's weight product straight there, others with one copy) and forward reads the values
+// from there, so pushing and pulling copy nothing on the worker's side. `tessera bench ps`
 // (docs/benchmarks.md) has the figures.
 //
 // The contract, in one place:
@@ -28,6 +29,8 @@
 //     only after it received every server's reply (the worker's forward reads them as parameters).
 //     Requests and replies of one connection alternate, and a send/receive pair orders the memory
 //     (the kernel's socket lock), so neither side ever touches bytes the other is using.
+//   - a worker whose exchange failed (an error reply, a timeout) stops training: a server that
+//     answers its held pull later still writes that worker's parameters.
 //   - the workers are trusted here as over TCP (they hold the job token and run as the same user):
 //     one that shrank its segment after the attach (ftruncate) would make the server's next
 //     access fault.

@@ -84,20 +84,9 @@ void PsWorker::bind_to_shared_memory() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (specs_[i].sparse) continue;
     const int64_t offset = plan.dense_offset(static_cast<int>(i));
-    TensorImpl* p = params_[i].impl();
     std::memcpy(channel->pull_region() + offset, params_[i].data<float>(), static_cast<size_t>(params_[i].numel()) * sizeof(float));
-    // The parameter becomes a view of its place in the segment (the layers' handles stay valid, as
-    // ZeRO's flat buffers do it).
-    p->storage = values;
-    p->offset = offset;
-    p->strides = contiguous_strides(p->shape);
-    auto grad = std::make_shared<TensorImpl>();
-    grad->storage = grads;
-    grad->offset = offset;
-    grad->shape = p->shape;
-    grad->strides = p->strides;
-    grad->dtype = DType::Float32;
-    params_[i].set_grad_buffer(Tensor(std::move(grad)));
+    rebind_storage(params_[i], values, offset);  // the layers' handles now read the segment
+    params_[i].set_grad_buffer(view_of_storage(grads, params_[i].shape(), offset));
   }
 }
 

@@ -50,8 +50,9 @@ class PsWorker {
  private:
   void pull_dense();
   // Where the servers on this machine took the shared-memory segment: the dense parameters become
-  // views of its values region and backward writes their gradients into its gradients region, so a
-  // step copies nothing on this side (the servers read the gradients and write the values in place).
+  // views of its values region and backward writes their gradients into its gradients region, so
+  // push and pull copy nothing on this side (the servers read the gradients and write the values in
+  // place).
   void bind_to_shared_memory();
   // Where pulled dense values land (the parameters' own memory; nullptr for sparse ones), and the
   // version bump that tells autograd they changed.

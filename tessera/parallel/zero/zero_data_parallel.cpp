@@ -235,12 +235,8 @@ void ZeroDataParallel::Impl::bind_parameters_to_units() {
     // Every rank starts from rank 0's values (its model may have been built from another seed).
     group_->blocking_broadcast(full, 0);
     // The parameters become views of the flat buffer (their handles, held by the layers, stay valid).
-    for (size_t k = 0; k < unit.params.size(); ++k) {
-      TensorImpl* p = params_[unit.params[k]].second.impl();
-      p->storage = full.impl()->storage;
-      p->offset = full.impl()->offset + unit.offsets[k];
-      p->strides = contiguous_strides(p->shape);
-    }
+    for (size_t k = 0; k < unit.params.size(); ++k)
+      rebind_storage(params_[unit.params[k]].second, full.impl()->storage, full.impl()->offset + unit.offsets[k]);
     Tensor mine = full.slice(0, rank_ * unit.chunk, (rank_ + 1) * unit.chunk);
     // Stages 1 and 2 keep the whole parameters: this rank's chunk is a view of them. Stage 3 keeps
     // the chunk on its own, so the whole buffer can be freed.
