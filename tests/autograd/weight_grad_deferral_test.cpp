@@ -101,3 +101,50 @@ TEST(WeightGradDeferral, WithoutAScopeNothingIsDeferredAndScopesNest) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// ZB-H1 under DDP: the weights have gradient buffers (bucket slots), and the deferred W passes of
+// two micro-batches write the first weight gradient straight into the slot and add the second to
+// it. The gradients equal two ordinary backward passes without buffers, bit for bit, in float32 and
+// bf16, and .grad is the slot.
+TEST(WeightGradDeferral, DeferredWeightGradientsGoIntoTheirBufferAndAccumulateAcrossMicrobatches) {
+  for (DType precision : {DType::Float32, DType::BFloat16}) {
+    auto grads = [&](bool defer_into_buffers, Tensor* w_out, Tensor* buffer_out) {
+      Generator gen(21);
+      Tensor w = randn({3, 4}, gen).set_requires_grad(true);
+      Tensor buffer = zeros({3, 4});
+      if (defer_into_buffers) w.set_grad_buffer(buffer);
+      for (int microbatch = 0; microbatch < 2; ++microbatch) {
+        Tensor x = randn({5, 4}, gen);
+        Tensor loss;
+        {
+          Autocast autocast(precision);
+          Tensor y = linear(x, w, Tensor());
+          loss = sum(mul(y, y));
+        }
+        autograd::WeightGradQueue queue;
+        if (defer_into_buffers) {
+          {
+            autograd::DeferWeightGrads scope(queue);
+            loss.backward();
+          }
+          queue.run();
+        } else {
+          loss.backward();
+        }
+      }
+      if (w_out) *w_out = w;
+      if (buffer_out) *buffer_out = buffer;
+      return w.grad().to_vector<float>();
+    };
+    const std::vector<float> want = grads(false, nullptr, nullptr);
+    Tensor w, buffer;
+    EXPECT_EQ(grads(true, &w, &buffer), want) << dtype_name(precision);
+    EXPECT_TRUE(w.grad().shares_storage_with(buffer)) << dtype_name(precision);
+  }
+}
+
+}  // namespace
+}  // namespace tessera
