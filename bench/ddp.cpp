@@ -64,7 +64,7 @@ int run_worker(const DdpBenchOptions& o) {
   std::shared_ptr<nn::Module> model = bench_model(o.model);
   parallel::ddp::DdpOptions options;
   options.comm_hook = o.comm_hook;
-  options.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * (1 << 20));  // 0: auto
+  options.bucket_cap_bytes = parallel::ddp::bucket_cap_from_mb(o.bucket_mb);  // 0: auto
   if (o.bucket_mb > 0) options.first_bucket_cap_bytes = std::min(options.bucket_cap_bytes, options.first_bucket_cap_bytes);
   // One process is the reference: the model alone, no reducer.
   const bool alone = group->size() == 1;

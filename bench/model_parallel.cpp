@@ -99,7 +99,7 @@ int run_worker(const ModelParallelBenchOptions& o) {
     peak_activations = std::max(peak_activations, step.peak_activations);
   }
   // One pass of one micro-batch through one of this stage's chunks, by kind.
-  const int chunks = o.schedule == "interleaved" ? static_cast<int>(o.virtual_stages) : 1;
+  const int chunks = mesh.stage().chunks();
   const double passes = static_cast<double>(o.steps) * static_cast<double>(o.microbatches) * chunks;
   // The one-way cost of one micro-batch's activation between stages 0 and 1.
   double p2p_one_way_us = 0;

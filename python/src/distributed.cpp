@@ -4,7 +4,6 @@
 // wraps a Module (written in Python or not) and averages gradients while backward runs.
 #include <pybind11/stl.h>
 
-#include <algorithm>
 #include <optional>
 
 #include "python/src/bindings.h"
@@ -187,7 +186,7 @@ void bind_distributed(py::module_& m) {
              if (bucket_cap_mb) {
                TESSERA_CHECK(*bucket_cap_mb > 0, "[DistributedDataParallel] bucket_cap_mb must be positive (or None: "
                              "auto), got ", *bucket_cap_mb);
-               options.bucket_cap_bytes = std::max<size_t>(1, static_cast<size_t>(*bucket_cap_mb * (1 << 20)));
+               options.bucket_cap_bytes = parallel::ddp::bucket_cap_from_mb(*bucket_cap_mb);
              }
              options.find_unused_parameters = find_unused;
              options.broadcast_buffers = broadcast_buffers;

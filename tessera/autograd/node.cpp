@@ -49,10 +49,6 @@ bool owned_only_here(const Tensor& g) {
          impl->storage->nbytes() == static_cast<size_t>(g.numel()) * dtype_size(g.dtype());
 }
 
-}  // namespace
-
-namespace {
-
 // This thread's outermost backward passes, counted; a claim names the pass and the thread.
 thread_local uint64_t backward_pass = 0;
 

@@ -1,7 +1,5 @@
 #include "tessera/train/ddp_strategy.h"
 
-#include <algorithm>
-
 #include "tessera/parallel/sync_batch_norm.h"
 
 namespace tessera::train {
@@ -15,8 +13,7 @@ std::vector<Tensor> DdpStrategy::prepare(std::shared_ptr<nn::Module> model) {
   const auto& d = config_.distributed;
   if (d.sync_batchnorm) model = parallel::convert_sync_batchnorm(model, group_);
   parallel::ddp::DdpOptions o;
-  // 0: auto (parallel/ddp/reducer.h); a positive cap is at least one byte.
-  if (d.bucket_cap_mb > 0) o.bucket_cap_bytes = std::max<size_t>(1, static_cast<size_t>(d.bucket_cap_mb * (1 << 20)));
+  o.bucket_cap_bytes = parallel::ddp::bucket_cap_from_mb(d.bucket_cap_mb);
   o.comm_hook = d.comm_hook;
   // Mixed precision's gradients travel in bf16 (a hook of the user's choosing decides for itself).
   o.comm_hook_options.allreduce_dtype = wire_dtype(config_);

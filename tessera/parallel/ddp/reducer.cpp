@@ -32,6 +32,11 @@ size_t auto_bucket_cap(size_t gradient_bytes) {
   return std::clamp(gradient_bytes / 4, kMin, kMax);
 }
 
+size_t bucket_cap_from_mb(double mb) {
+  TESSERA_CHECK(mb >= 0, "[DistributedDataParallel] the bucket cap must be positive, or 0 for auto; got ", mb, " MiB");
+  return mb == 0 ? kAutoBucketCap : std::max<size_t>(1, static_cast<size_t>(mb * (1 << 20)));
+}
+
 Reducer::Reducer(nn::StateDict parameters, dist::ProcessGroupPtr group, ReducerOptions options,
                  std::unique_ptr<CommHook> hook)
     : parameters_(std::move(parameters)), group_(std::move(group)), options_(options), hook_(std::move(hook)) {

@@ -36,6 +36,8 @@ constexpr size_t kAutoBucketCap = 0;
 // the CNN's (1.7 MB) communication and 58-70% of the GPT's (3.3 MB) with 25 MiB, 65-90% and 83-94%
 // with 1 MiB buckets. A large model keeps 25 MiB, where a collective's fixed cost is nothing.
 size_t auto_bucket_cap(size_t gradient_bytes);
+// A cap given in MiB (config, Python, benches): 0 is kAutoBucketCap, a positive one at least a byte.
+size_t bucket_cap_from_mb(double mb);
 
 struct ReducerOptions {
   size_t bucket_cap_bytes = kAutoBucketCap;
