@@ -9,6 +9,7 @@
 #include <csignal>
 #include <thread>
 
+#include "tessera/core/error.h"
 #include "tessera/dist/process_group.h"
 #include "tessera/util/settings.h"
 
@@ -39,23 +40,23 @@ FlightEntry* FlightRecorder::find(uint64_t sequence) {
   return nullptr;
 }
 
-void FlightRecorder::queued(uint64_t sequence, const std::string& op, const std::string& description,
-                            const std::string& signature, const std::string& call_site) {
+void FlightRecorder::queued(uint64_t sequence, CallTextPtr call, int64_t now_us) {
+  TESSERA_ASSERT(call != nullptr, "a flight entry without its call");
   std::lock_guard<std::mutex> lock(mutex_);
-  ring_.push_back({sequence, op, description, signature, call_site, unix_micros(), 0, 0, ""});
+  ring_.push_back({sequence, std::move(call), now_us, 0, 0, ""});
   if (ring_.size() > capacity_) ring_.pop_front();
 }
 
-void FlightRecorder::started(uint64_t sequence) {
+void FlightRecorder::started(uint64_t sequence, int64_t now_us) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (FlightEntry* e = find(sequence)) e->started_us = unix_micros();
+  if (FlightEntry* e = find(sequence)) e->started_us = now_us;
 }
 
-void FlightRecorder::finished(uint64_t sequence, const std::string& error) {
+void FlightRecorder::finished(uint64_t sequence, int64_t now_us, const std::string& error) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (FlightEntry* e = find(sequence)) {
-    e->finished_us = unix_micros();
-    e->error = error.substr(0, 2000);
+    e->finished_us = now_us;
+    if (!error.empty()) e->error = error.substr(0, 2000);
   }
 }
 
@@ -64,9 +65,9 @@ nlohmann::json FlightRecorder::entries() const {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& e : ring_) {
     const char* state = e.finished_us ? (e.error.empty() ? "done" : "failed") : e.started_us ? "running" : "queued";
-    out.push_back({{"sequence", e.sequence}, {"op", e.op}, {"description", e.description}, {"state", state},
-                   {"queued_us", e.queued_us}, {"started_us", e.started_us}, {"finished_us", e.finished_us},
-                   {"error", e.error}, {"call_site", e.call_site}});
+    out.push_back({{"sequence", e.sequence}, {"op", e.call->op}, {"description", e.call->description(e.sequence)},
+                   {"state", state}, {"queued_us", e.queued_us}, {"started_us", e.started_us},
+                   {"finished_us", e.finished_us}, {"error", e.error}, {"call_site", e.call->call_site}});
   }
   return out;
 }

@@ -16,16 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "tessera/dist/call_text.h"
 #include "tessera/util/clock.h"
 
 namespace tessera::dist {
 
 struct FlightEntry {
   uint64_t sequence = 0;
-  std::string op;           // "allreduce"
-  std::string description;  // "allreduce #3 (sum, float32 x 10)"
-  std::string signature;    // "allreduce (sum, float32 x 10)": what the ranks must agree on
-  std::string call_site;    // "parallel/ddp/reducer.cpp:120"
+  CallTextPtr call;  // op, signature (what the ranks must agree on), call site; shared, never null
   int64_t queued_us = 0, started_us = 0, finished_us = 0;  // Unix microseconds; 0: not yet
   std::string error;        // how it failed ("" when it did not, or has not ended)
 };
@@ -33,10 +31,10 @@ struct FlightEntry {
 class FlightRecorder {
  public:
   explicit FlightRecorder(size_t capacity = 512);
-  void queued(uint64_t sequence, const std::string& op, const std::string& description,
-              const std::string& signature = "", const std::string& call_site = "");
-  void started(uint64_t sequence);
-  void finished(uint64_t sequence, const std::string& error = "");
+  // The times are Unix microseconds (unix_micros()), read by the caller, which needs them too.
+  void queued(uint64_t sequence, CallTextPtr call, int64_t now_us);
+  void started(uint64_t sequence, int64_t now_us);
+  void finished(uint64_t sequence, int64_t now_us, const std::string& error = "");
   // The entries, oldest first, each with its state: "queued", "running", "done" or "failed".
   nlohmann::json entries() const;
   // The newest `count` entries, oldest first (the collective check's fingerprints).

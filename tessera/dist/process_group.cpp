@@ -67,7 +67,7 @@ class TransferKeepingTensors : public PendingTransfer {
 
 std::string buffer_details(const Buffer& b) { return concat(dtype_name(b.dtype), " x ", b.count); }
 
-std::string counts_text(const std::vector<int64_t>& counts) {
+std::string counts_text(std::span<const int64_t> counts) {
   std::string s = "[";
   for (size_t i = 0; i < counts.size(); ++i) {
     if (i > 0) s += ',';
@@ -101,13 +101,33 @@ struct BlockingScope {
 };
 
 // "parallel/ddp/reducer.cpp:120": the last three parts of the path are enough to find the file.
-std::string call_site_text() {
-  if (!has_call_site) return "an unknown place";
-  std::string_view file = current_call_site.file_name();
+std::string call_site_text(const char* file_name, uint32_t line) {
+  if (file_name == nullptr) return "an unknown place";
+  std::string_view file = file_name;
   size_t cut = file.size();
   for (int parts = 0; parts < 3 && cut != std::string_view::npos && cut > 0; ++parts) cut = file.rfind('/', cut - 1);
   if (cut != std::string_view::npos) file.remove_prefix(cut + 1);
-  return concat(file, ":", current_call_site.line());
+  return concat(file, ":", line);
+}
+
+// The key of a call issued from this thread's current call site (CallSiteScope).
+detail::CallKey call_key(const char* op, std::array<int64_t, 4> numbers = {}, std::span<const int64_t> counts = {}) {
+  detail::CallKey key;
+  key.op = op;
+  key.numbers = numbers;
+  key.counts = counts;
+  if (has_call_site) {
+    key.file = current_call_site.file_name();
+    key.line = current_call_site.line();
+  }
+  return key;
+}
+
+bool same_call(const detail::CallKey& a, const detail::CallKey& b) {
+  // op and file are string literals: the same pointer is the same text (different pointers with
+  // the same text only cost a second interned copy).
+  return a.op == b.op && a.file == b.file && a.line == b.line && a.numbers == b.numbers &&
+         std::equal(a.counts.begin(), a.counts.end(), b.counts.begin(), b.counts.end());
 }
 
 }  // namespace
@@ -151,7 +171,7 @@ ProcessGroup::~ProcessGroup() {
     std::lock_guard lock(mu_);
     mismatched = mismatched_;
     stuck = in_flight_;
-    stuck_call = in_flight_description_;
+    if (in_flight_call_) stuck_call = in_flight_call_->description(in_flight_sequence_);
   }
   if (mismatched) {
     // Every rank's caller has had the report before any rank leaves (a rank that left first would
@@ -173,15 +193,26 @@ ProcessGroup::~ProcessGroup() {
 
 // ---- queue ----------------------------------------------------------------------------------
 
-WorkPtr ProcessGroup::enqueue(std::string op, std::string details, std::vector<Tensor> keep,
+WorkPtr ProcessGroup::enqueue(const detail::CallKey& key, detail::DetailsText details, std::vector<Tensor> keep,
                               std::function<void(Deadline)> body) {
   Task task;
-  task.op = std::move(op);
   task.keep = std::move(keep);
-  task.signature = concat(task.op, " (", details, ")");
-  task.call_site = call_site_text();
   task.body = std::move(body);
-  return enqueue_task(std::move(task));
+  return enqueue_task(std::move(task), &key, &details);
+}
+
+CallTextPtr ProcessGroup::intern_call(const detail::CallKey& key, detail::DetailsText details) {
+  // Newest first: a loop's calls come back in the order they were interned.
+  for (auto it = call_texts_.rbegin(); it != call_texts_.rend(); ++it)
+    if (same_call(it->key, key)) return it->text;
+  auto text = std::make_shared<CallText>();
+  text->op = key.op;
+  text->signature = concat(key.op, " (", details(), ")");
+  text->call_site = call_site_text(key.file, key.line);
+  if (call_texts_.size() == kCallTextsKept) call_texts_.pop_front();
+  InternedCall& kept = call_texts_.emplace_back(InternedCall{key, {key.counts.begin(), key.counts.end()}, text});
+  kept.key.counts = kept.counts;
+  return text;
 }
 
 std::vector<std::pair<uint64_t, int64_t>> ProcessGroup::recent_arrivals() const {
@@ -189,28 +220,25 @@ std::vector<std::pair<uint64_t, int64_t>> ProcessGroup::recent_arrivals() const 
   return {arrivals_.begin(), arrivals_.end()};
 }
 
-WorkPtr ProcessGroup::enqueue_task(Task task) {
+WorkPtr ProcessGroup::enqueue_task(Task task, const detail::CallKey* key, const detail::DetailsText* details) {
   std::unique_lock lock(mu_);
+  if (key != nullptr) task.call = intern_call(*key, *details);
   if (task.collective) {
     task.sequence = next_sequence_++;
-    arrivals_.emplace_back(task.sequence, unix_micros());
+    const int64_t now_us = unix_micros();
+    arrivals_.emplace_back(task.sequence, now_us);
     if (arrivals_.size() > kArrivalsKept) arrivals_.pop_front();
-    task.description = concat(task.op, " #", task.sequence, " ", task.signature.substr(task.op.size() + 1));
-    flight_.queued(task.sequence, task.op, task.description, task.signature, task.call_site);
-  } else {
-    task.description = task.signature;
+    flight_.queued(task.sequence, task.call, now_us);
   }
-  task.work = std::make_shared<Work>(task.description);
+  task.work = std::make_shared<Work>(task.call, task.sequence);
   // wait() runs the task on the waiting thread when the worker has not started it yet: a small
   // collective then costs no hand-over between threads (two futex wake-ups, each a context switch).
   // Only over a backend the collective check can abort: it must get the waiting thread out of a
   // mismatched collective, as it gets the caller out when the worker is the one stuck.
   // (A group that is not owned by a shared_ptr, as in some tests, cannot hand its Work a way back
   // to it, and keeps to the worker.)
-  if (communicator_->abortable() && !weak_from_this().expired()) {
-    task.work->set_run_inline([group = weak_from_this(), work = task.work.get()] {
-      if (auto g = group.lock()) g->run_queued_through(work);
-    });
+  if (communicator_->abortable()) {
+    if (std::weak_ptr<InlineRunner> runner = weak_from_this(); !runner.expired()) task.work->set_run_inline(std::move(runner));
   }
   // A blocking form's caller runs the task itself in wait() (or the worker does, after the task it
   // is running): waking the worker would only cost a context switch, on a core a peer may need
@@ -246,15 +274,14 @@ void ProcessGroup::run_front(std::unique_lock<std::mutex>& lock) {
   if (!broken && task.collective) {
     in_flight_ = true;
     in_flight_sequence_ = task.sequence;
-    in_flight_op_ = task.op;
-    in_flight_description_ = task.description;
+    in_flight_call_ = task.call;
     in_flight_work_ = task.work;
   }
   running_ = true;
   lock.unlock();
   try {
     if (broken) {
-      task.work->finish(with_context(broken, concat("[", task.description, "] not run: the group failed earlier in ",
+      task.work->finish(with_context(broken, concat("[", task.description(), "] not run: the group failed earlier in ",
                                                     broken_by, ": "),
                                      ""));
     } else {
@@ -268,6 +295,9 @@ void ProcessGroup::run_front(std::unique_lock<std::mutex>& lock) {
   task = Task{};  // drops the kept tensors before the next task, as the worker always has
   lock.lock();
   running_ = false;
+  in_flight_ = false;  // (the work has finished already: a waiter may have gone on)
+  in_flight_work_.reset();
+  in_flight_call_.reset();
 }
 
 void ProcessGroup::run_queued_through(const Work* work) {
@@ -289,12 +319,15 @@ void ProcessGroup::run_queued_through(const Work* work) {
 
 void ProcessGroup::run_task(Task& task) {
   const auto started = std::chrono::steady_clock::now();
-  Deadline deadline = detail::deadline_after(options_.timeout);
+  const Deadline deadline = started + options_.timeout;
   std::exception_ptr error;
-  if (task.collective) flight_.started(task.sequence);
+  const int64_t started_us = unix_micros();
+  if (task.collective) flight_.started(task.sequence, started_us);
   {
     // Ends before the work is marked finished: a waiter woken by it starts after the span's end.
-    observe::TraceSpan span(task.description, "comm");
+    // The description is built only when a timeline is recorded.
+    const std::string traced = observe::tracing_enabled() ? task.description() : std::string();
+    observe::TraceSpan span(traced, "comm");
     try {
       if (options_.debug && task.collective && size_ > 1) check_same_call(task, deadline);
       task.body(deadline);
@@ -302,20 +335,20 @@ void ProcessGroup::run_task(Task& task) {
       error = std::current_exception();
     }
   }
-  busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
+  const int64_t took_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
+  busy_ns_ += took_ns;
+  // One clock read less per call: the end is the start plus what the steady clock measured.
+  const int64_t finished_us = started_us + took_ns / 1000;
   if (!error) {
-    if (task.collective) flight_.finished(task.sequence);
-    {
-      std::lock_guard lock(mu_);
-      in_flight_ = false;
-      in_flight_work_.reset();
-    }
-    task.work->finish(nullptr);
+    if (task.collective) flight_.finished(task.sequence, finished_us);
+    task.work->finish(nullptr);  // run_front clears in_flight_ under the lock it takes next anyway
     return;
   }
   std::string report;
   if (task.collective && size_ > 1 && is_communication_failure(error)) report = describe_stragglers(task);
-  std::string prefix = concat("[", task.description, "] rank ", rank_, " of ", size_, " (", backend_name(), "): ");
+  const std::string description = task.description();
+  std::string prefix = concat("[", description, "] rank ", rank_, " of ", size_, " (", backend_name(), "): ");
   std::exception_ptr contextual = with_context(error, prefix, report);
   if (task.collective) {
     std::string message;
@@ -326,16 +359,14 @@ void ProcessGroup::run_task(Task& task) {
     } catch (...) {
       message = "an unknown error";
     }
-    flight_.finished(task.sequence, message);
+    flight_.finished(task.sequence, finished_us, message);
     dump_flight_record("failed: " + message);
   }
   {
     std::lock_guard lock(mu_);
-    in_flight_ = false;
-    in_flight_work_.reset();
     if (!broken_) {
       broken_ = contextual;
-      broken_by_ = task.description;
+      broken_by_ = description;
     }
   }
   task.work->finish(contextual);
@@ -401,7 +432,8 @@ void ProcessGroup::blocking_barrier(std::source_location where) {
 }
 
 WorkPtr ProcessGroup::allreduce_buffer(Buffer data, ReduceOp op, std::vector<Tensor> keep) {
-  return enqueue("allreduce", concat(reduce_op_name(op), ", ", buffer_details(data)), std::move(keep),
+  return enqueue(call_key("allreduce", {static_cast<int64_t>(op), static_cast<int64_t>(data.dtype), data.count}),
+                 [&] { return concat(reduce_op_name(op), ", ", buffer_details(data)); }, std::move(keep),
                  [this, data, op](Deadline d) {
                    if (data.count == 0) return;
                    communicator_->allreduce(data, backend_op(op), d);
@@ -421,7 +453,8 @@ WorkPtr ProcessGroup::broadcast(const Tensor& tensor, int root, std::source_loca
 
 WorkPtr ProcessGroup::broadcast_buffer(Buffer data, int root, std::vector<Tensor> keep) {
   check_rank(root, "broadcast", "root");
-  return enqueue("broadcast", concat("root ", root, ", ", buffer_details(data)), std::move(keep),
+  return enqueue(call_key("broadcast", {root, static_cast<int64_t>(data.dtype), data.count}),
+                 [&] { return concat("root ", root, ", ", buffer_details(data)); }, std::move(keep),
                  [this, data, root](Deadline d) {
                    if (data.count > 0) communicator_->broadcast(data, root, d);
                  });
@@ -431,7 +464,8 @@ WorkPtr ProcessGroup::reduce(const Tensor& tensor, ReduceOp op, int root, std::s
   CallSiteScope site(where);
   Buffer data = checked_buffer(tensor, "reduce", "tensor");
   check_rank(root, "reduce", "root");
-  return enqueue("reduce", concat(reduce_op_name(op), ", root ", root, ", ", buffer_details(data)), {tensor},
+  return enqueue(call_key("reduce", {static_cast<int64_t>(op), root, static_cast<int64_t>(data.dtype), data.count}),
+                 [&] { return concat(reduce_op_name(op), ", root ", root, ", ", buffer_details(data)); }, {tensor},
                  [this, data, op, root](Deadline d) {
                    if (data.count == 0) return;
                    communicator_->reduce(data, backend_op(op), root, d);
@@ -469,8 +503,9 @@ WorkPtr ProcessGroup::allgather_buffer(Buffer input, Buffer output, std::vector<
                 " elements; the counts add up to ", total(counts));
   TESSERA_CHECK(input.dtype == output.dtype, "[allgather] input is ", dtype_name(input.dtype), " but output is ",
                 dtype_name(output.dtype));
-  std::string details = concat(dtype_name(input.dtype), ", counts ", counts_text(counts));
-  return enqueue("allgather", details, std::move(keep), [this, input, output, counts = std::move(counts)](Deadline d) {
+  const detail::CallKey key = call_key("allgather", {static_cast<int64_t>(input.dtype)}, counts);
+  return enqueue(key, [&] { return concat(dtype_name(input.dtype), ", counts ", counts_text(key.counts)); }, std::move(keep),
+                 [this, input, output, counts = std::move(counts)](Deadline d) {
     if (total(counts) > 0) communicator_->allgather(input, output, counts, d);
   });
 }
@@ -509,8 +544,11 @@ WorkPtr ProcessGroup::reduce_scatter_buffer(Buffer input, Buffer output, std::ve
                 " elements; the counts add up to ", total(counts));
   TESSERA_CHECK(input.dtype == output.dtype, "[reduce_scatter] input is ", dtype_name(input.dtype),
                 " but output is ", dtype_name(output.dtype));
-  std::string details = concat(reduce_op_name(op), ", ", dtype_name(input.dtype), ", counts ", counts_text(counts));
-  return enqueue("reduce_scatter", details, std::move(keep),
+  const detail::CallKey key =
+      call_key("reduce_scatter", {static_cast<int64_t>(op), static_cast<int64_t>(input.dtype)}, counts);
+  return enqueue(key,
+                 [&] { return concat(reduce_op_name(op), ", ", dtype_name(input.dtype), ", counts ", counts_text(key.counts)); },
+                 std::move(keep),
                  [this, input, output, op, counts = std::move(counts)](Deadline d) {
                    if (total(counts) == 0) return;
                    communicator_->reduce_scatter(input, output, counts, backend_op(op), d);
@@ -527,14 +565,15 @@ WorkPtr ProcessGroup::alltoall(const Tensor& input, const Tensor& output, std::s
                 " equal blocks");
   TESSERA_CHECK(in.dtype == out.dtype, "[alltoall] input is ", dtype_name(in.dtype), " but output is ",
                 dtype_name(out.dtype));
-  return enqueue("alltoall", buffer_details(in), {input, output}, [this, in, out](Deadline d) {
+  return enqueue(call_key("alltoall", {static_cast<int64_t>(in.dtype), in.count}), [&] { return buffer_details(in); },
+                 {input, output}, [this, in, out](Deadline d) {
     if (in.count > 0) communicator_->alltoall(in, out, d);
   });
 }
 
 WorkPtr ProcessGroup::barrier(std::source_location where) {
   CallSiteScope site(where);
-  return enqueue("barrier", "", {}, [this](Deadline d) {
+  return enqueue(call_key("barrier"), [] { return std::string(); }, {}, [this](Deadline d) {
     if (size_ > 1) communicator_->barrier(d);
   });
 }
@@ -597,8 +636,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks) {
   std::unique_ptr<Communicator> child;
   Task task;
   task.collective = false;
-  task.op = "new_group";
-  task.signature = concat("new_group #", id, " (", ranks.size(), " ranks)");
+  auto call = std::make_shared<CallText>();
+  call->op = "new_group";
+  call->signature = concat("new_group #", id, " (", ranks.size(), " ranks)");
+  call->call_site = "new_group";
+  call->numbered = false;
+  task.call = std::move(call);
   // Runs on the worker thread, in order with the collectives (backends such as MPI create
   // communicators collectively, and must not do so concurrently with another call).
   task.body = [&](Deadline) { child = communicator_->split(ranks, group_store, options_.timeout); };

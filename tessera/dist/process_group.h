@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "tessera/core/tensor.h"
+#include "tessera/dist/call_text.h"
 #include "tessera/dist/communicator.h"
 #include "tessera/dist/flight_recorder.h"
 #include "tessera/dist/work.h"
@@ -70,7 +71,7 @@ class ProcessGroup;
 void register_flight_group(const ProcessGroup* group);
 void unregister_flight_group(const ProcessGroup* group);
 
-class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
+class ProcessGroup : public std::enable_shared_from_this<ProcessGroup>, public InlineRunner {
  public:
   // `store` is private to this group (a PrefixStore) and reachable by all its ranks; `global_ranks`
   // maps this group's ranks to the world's (empty: the identity).
@@ -145,21 +146,27 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // group, the others nullptr.
   std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks);
 
+  // Work::wait()'s inline run: while no task runs, runs the queued tasks up to and including `work`'s.
+  void run_queued_through(const Work* work) override;
+
  private:
   struct Task {
     uint64_t sequence = 0;
-    std::string op;           // "allreduce"
-    std::string description;  // "allreduce #3 (sum, float32 x 10)"
-    std::string signature;    // what debug mode and the collective check compare across ranks
-    std::string call_site;    // "ddp/reducer.cpp:120", for the collective check's report
+    // op, signature (what debug mode and the collective check compare across ranks), call site
+    CallTextPtr call;
     std::function<void(Deadline)> body;
     WorkPtr work;
     bool collective = true;  // false for new_group's split, which has no sequence number
     std::vector<Tensor> keep;  // alive until the task has run
+    std::string description() const { return call->description(sequence); }  // "allreduce #3 (sum, float32 x 10)"
   };
 
-  WorkPtr enqueue(std::string op, std::string details, std::vector<Tensor> keep,
+  // Queues a collective; `key` and `details` describe it (the text is built once per distinct call).
+  WorkPtr enqueue(const detail::CallKey& key, detail::DetailsText details, std::vector<Tensor> keep,
                   std::function<void(Deadline)> body);
+  // The shared text of the call `key` describes, built with `details` the first time (call_text.h).
+  // Under mu_.
+  CallTextPtr intern_call(const detail::CallKey& key, detail::DetailsText details);
   WorkPtr allreduce_buffer(Buffer data, ReduceOp op, std::vector<Tensor> keep);
   WorkPtr broadcast_buffer(Buffer data, int root, std::vector<Tensor> keep);
   WorkPtr allgather_buffer(Buffer input, Buffer output, std::vector<int64_t> counts, std::vector<Tensor> keep);
@@ -168,12 +175,12 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void check_counts(const char* op, const std::vector<int64_t>& counts) const;
   ReduceOp backend_op(ReduceOp op) const;  // what the communicator is asked for
   bool divides_after(ReduceOp op) const;   // whether its result still needs dividing by the size
-  WorkPtr enqueue_task(Task task);
+  // `key` and `details`: the call to intern as task.call (under the queue's lock); null when the
+  // task comes with its call.
+  WorkPtr enqueue_task(Task task, const detail::CallKey* key = nullptr, const detail::DetailsText* details = nullptr);
   void run_worker();
   // Runs the task at the head of the queue (lock held on entry and on return; released while it runs).
   void run_front(std::unique_lock<std::mutex>& lock);
-  // Work::wait()'s inline run: while no task runs, runs the queued tasks up to and including `work`'s.
-  void run_queued_through(const Work* work);
   void run_watchdog();
   void run_task(Task& task);
   void check_same_call(const Task& task, Deadline deadline);
@@ -207,13 +214,20 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // The collective now running, for the watchdog.
   bool in_flight_ = false;
   uint64_t in_flight_sequence_ = 0;
-  std::string in_flight_op_;
-  std::string in_flight_description_;
+  CallTextPtr in_flight_call_;
   WorkPtr in_flight_work_;      // failed early by the collective check
   uint64_t published_through_ = UINT64_MAX;  // the newest sequence the check has published
   bool mismatched_ = false;     // the check found two calls under one number
-  std::deque<std::pair<uint64_t, int64_t>> arrivals_;  // recent_arrivals()  // "allreduce #3 (sum, float32 x 10)"
+  std::deque<std::pair<uint64_t, int64_t>> arrivals_;  // recent_arrivals()
   FlightRecorder flight_;
+  // intern_call's texts, newest at the back; at most kCallTextsKept, the oldest dropped first.
+  struct InternedCall {
+    detail::CallKey key;  // its counts span points into `counts`
+    std::vector<int64_t> counts;
+    CallTextPtr text;
+  };
+  static constexpr size_t kCallTextsKept = 64;
+  std::deque<InternedCall> call_texts_;  // under mu_
   std::condition_variable watchdog_cv_;
   std::thread worker_;
   std::thread watchdog_;

@@ -61,7 +61,7 @@ void ProcessGroup::check_fingerprints(std::unique_lock<std::mutex>& lock) {
     const std::vector<FlightEntry> mine = flight_.newest(kPublished);
     if (issued > 0 && issued - 1 != published_through_) {  // only the watchdog thread touches it
       std::string text;
-      for (const auto& e : mine) text += concat(e.sequence, "\t", e.call_site, "\t", e.signature, "\n");
+      for (const auto& e : mine) text += concat(e.sequence, "\t", e.call->call_site, "\t", e.call->signature, "\n");
       store_->set(fingerprint_key(rank_), text);
       published_through_ = issued - 1;
     }
@@ -72,13 +72,13 @@ void ProcessGroup::check_fingerprints(std::unique_lock<std::mutex>& lock) {
       const auto theirs = parse_fingerprints(store_->get_string(fingerprint_key(next)));
       for (const auto& e : mine) {
         auto it = theirs.find(e.sequence);
-        if (it == theirs.end() || it->second.signature == e.signature) continue;
+        if (it == theirs.end() || it->second.signature == e.call->signature) continue;
         auto who = [&](int r) {
           const int global = global_ranks_[static_cast<size_t>(r)];
           return global == r ? concat("rank ", r) : concat("rank ", r, " (global rank ", global, ")");
         };
         message = concat("[collective check] collective #", e.sequence, " differs across ranks: ", who(rank_),
-                         " called ", e.signature, " at ", e.call_site, ", ", who(next), " called ",
+                         " called ", e.call->signature, " at ", e.call->call_site, ", ", who(next), " called ",
                          it->second.signature, " at ", it->second.call_site,
                          ". Every rank must call the same collectives in the same order, with the same sizes, dtype "
                          "and root (TESSERA_DIST_DEBUG=1 compares every call before it runs)");

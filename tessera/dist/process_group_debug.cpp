@@ -13,7 +13,7 @@ using tessera::detail::concat;
 
 void ProcessGroup::check_same_call(const Task& task, Deadline deadline) {
   auto key = [&](uint64_t sequence, int r) { return concat("debug/", sequence, "/", r); };
-  store_->set(key(task.sequence, rank_), task.signature);
+  store_->set(key(task.sequence, rank_), task.call->signature);
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(key(task.sequence, r));
   auto left = std::chrono::ceil<Milliseconds>(deadline - detail::Clock::now());

@@ -56,8 +56,9 @@ void ProcessGroup::run_watchdog() {
       beat.busy_us = static_cast<int64_t>(busy_ns_.load() / 1000);
       beat.in_flight = in_flight_;
       beat.sequence = static_cast<int64_t>(in_flight_ ? in_flight_sequence_ : next_sequence_.load());
-      beat.op = in_flight_ ? in_flight_op_ : std::string("idle");
-      beat.call = in_flight_ ? in_flight_description_ : std::string();  // op, sequence, dtype, size
+      const bool described = in_flight_ && in_flight_call_;
+      beat.op = described ? in_flight_call_->op : std::string("idle");
+      beat.call = described ? in_flight_call_->description(in_flight_sequence_) : std::string();  // op, sequence, dtype, size
       for (const auto& [sequence, us] : arrivals_) beat.arrivals[static_cast<int64_t>(sequence)] = us;
       const std::string value = format_heartbeat(beat);
       lock.unlock();
@@ -86,8 +87,9 @@ void ProcessGroup::run_watchdog() {
     }
     uint64_t sequence = in_flight_sequence_;
     if (sequence == seen && sequence != published) {
-      std::string value = concat(sequence, " ", in_flight_op_);
-      const std::string stuck = concat("stuck in ", in_flight_description_, " for over ", interval.count(), " ms");
+      std::string value = concat(sequence, " ", in_flight_call_ ? in_flight_call_->op : std::string("?"));
+      const std::string stuck = concat("stuck in ", in_flight_call_ ? in_flight_call_->description(sequence) : std::string("?"),
+                                       " for over ", interval.count(), " ms");
       published = sequence;
       lock.unlock();
       try {
@@ -110,7 +112,7 @@ std::string ProcessGroup::describe_stragglers(const Task& task) {
   std::vector<bool> arrived(static_cast<size_t>(size_), false);
   arrived[static_cast<size_t>(rank_)] = true;
   try {
-    store_->set(concat("progress/", rank_), concat(task.sequence, " ", task.op));
+    store_->set(concat("progress/", rank_), concat(task.sequence, " ", task.call->op));
     Deadline until = detail::deadline_after(3 * interval);
     for (;;) {
       bool all = true;

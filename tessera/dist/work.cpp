@@ -8,7 +8,15 @@ Work::Work(std::string description, std::unique_ptr<PendingTransfer> transfer, D
     : description_(std::move(description)), transfer_(std::move(transfer)), transfer_deadline_(deadline) {}
 
 void Work::wait() {
-  if (run_inline_ && !is_completed()) run_inline_();
+  if (runs_inline_ && !is_completed()) {
+    if (auto runner = runner_.lock()) runner->run_queued_through(this);
+  }
+  // done_ is set after error_ and never cleared, and a transfer's Work is done only once its
+  // transfer has been waited for: nothing is left to do but report.
+  if (is_completed()) {
+    if (error_) std::rethrow_exception(error_);
+    return;
+  }
   wait_until(Deadline::max());
 }
 
@@ -27,28 +35,23 @@ void Work::wait_until(Deadline deadline) {
     } catch (...) {
       error = std::current_exception();
     }
-    done_ = true;
     error_ = error;
+    done_.store(true, std::memory_order_release);
     transfer_.reset();
     done_cv_.notify_all();
   }
-  if (!done_cv_.wait_until(lock, deadline, [&] { return done_; })) {
-    throw TimeoutError(tessera::detail::concat("[", description_, "] Work::wait timed out; the operation is still running"));
+  if (!done_cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_acquire); })) {
+    throw TimeoutError(tessera::detail::concat("[", description(), "] Work::wait timed out; the operation is still running"));
   }
   if (error_) std::rethrow_exception(error_);
-}
-
-bool Work::is_completed() const {
-  std::lock_guard lock(mu_);
-  return done_;
 }
 
 void Work::finish(std::exception_ptr error) {
   {
     std::lock_guard lock(mu_);
     if (done_) return;  // the collective check failed it first; the backend's late end changes nothing
-    done_ = true;
     error_ = std::move(error);
+    done_.store(true, std::memory_order_release);
   }
   done_cv_.notify_all();
 }

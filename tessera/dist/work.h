@@ -2,6 +2,7 @@
 // operation has finished and rethrows its error on the caller's thread, with its type kept
 // (TimeoutError, PeerFailureError, ValueError, ...), so recovery code can catch by type.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -9,13 +10,26 @@
 #include <mutex>
 #include <string>
 
+#include "tessera/dist/call_text.h"
 #include "tessera/dist/communicator.h"
 
 namespace tessera::dist {
 
+class Work;
+
+// What runs a queued operation on the thread that waits for it (the process group).
+class InlineRunner {
+ public:
+  virtual ~InlineRunner() = default;
+  // Runs the queued operations up to and including `work`'s, if no thread has started them.
+  virtual void run_queued_through(const Work* work) = 0;
+};
+
 class Work {
  public:
   explicit Work(std::string description) : description_(std::move(description)) {}
+  // A collective: its description is built from the call's shared text only when asked for.
+  Work(CallTextPtr call, uint64_t sequence) : call_(std::move(call)), sequence_(sequence) {}
   // A send or recv: wait() waits on `transfer` until `deadline` (the group's timeout).
   Work(std::string description, std::unique_ptr<PendingTransfer> transfer, Deadline deadline);
 
@@ -26,28 +40,37 @@ class Work {
   // As wait(), but gives up after `timeout`: TimeoutError naming the operation (which keeps
   // running; a later wait() may still succeed).
   void wait(Milliseconds timeout);
-  bool is_completed() const;
+  bool is_completed() const { return done_.load(std::memory_order_acquire); }
   // e.g. "allreduce #17 (sum, float32 x 1000)".
-  const std::string& description() const { return description_; }
+  std::string description() const { return call_ ? call_->description(sequence_) : description_; }
 
   // For the process group's threads; the first call decides how the operation ended.
   void finish(std::exception_ptr error);
   // What wait() calls first, before it blocks: the process group runs the operation on the waiting
   // thread if no thread has started it. Not called by wait(timeout), which must return in time.
-  void set_run_inline(std::function<void()> run) { run_inline_ = std::move(run); }
-  bool runs_inline() const { return static_cast<bool>(run_inline_); }
+  // A weak reference: a Work may outlive its group.
+  void set_run_inline(std::weak_ptr<InlineRunner> runner) {
+    runner_ = std::move(runner);
+    runs_inline_ = true;
+  }
+  bool runs_inline() const { return runs_inline_; }
 
  private:
   void wait_until(Deadline deadline);
 
-  std::string description_;
+  std::string description_;  // when not a collective's (call_ null)
+  CallTextPtr call_;
+  uint64_t sequence_ = 0;
   mutable std::mutex mu_;
   std::condition_variable done_cv_;
-  bool done_ = false;
+  // Set under mu_ (for done_cv_'s waiters), after error_; read without it by is_completed() and by
+  // wait()'s fast path (an operation run inline is done when wait() looks: no lock, no sleep).
+  std::atomic<bool> done_{false};
   std::exception_ptr error_;
   std::unique_ptr<PendingTransfer> transfer_;  // guarded by mu_; null for collectives
   Deadline transfer_deadline_{};
-  std::function<void()> run_inline_;  // set once, before the Work is shared
+  std::weak_ptr<InlineRunner> runner_;  // set once, before the Work is shared
+  bool runs_inline_ = false;
 };
 
 using WorkPtr = std::shared_ptr<Work>;

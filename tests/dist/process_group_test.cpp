@@ -80,6 +80,46 @@ TEST(ProcessGroup, NumbersCollectivesInOrderAndDescribesThem) {
   });
 }
 
+// Each distinct call's text is built once and shared (call_text.h): a repeated call, and calls from
+// one line that differ only in size, dtype, reduce op, root or counts, must still each be described
+// as what they are, here and in the flight record the collective check compares.
+TEST(ProcessGroup, DescribesEveryCallAsItIsWhenTheirTextsAreShared) {
+  testing::run_on_threads(2, threaded(2), [](ProcessGroup& g) {
+    std::vector<std::string> got;
+    for (int64_t n : {4, 4, 6, 4}) {
+      auto w = g.allreduce(ones({n}), n == 6 ? dist::ReduceOp::Max : dist::ReduceOp::Sum);  // one call site
+      got.push_back(w->description());
+      w->wait();
+    }
+    EXPECT_EQ(got, (std::vector<std::string>{"allreduce #0 (sum, float32 x 4)", "allreduce #1 (sum, float32 x 4)",
+                                             "allreduce #2 (max, float32 x 6)", "allreduce #3 (sum, float32 x 4)"}));
+    for (int root : {0, 1}) {
+      auto w = g.broadcast(ones({3}), root);
+      EXPECT_EQ(w->description(), "broadcast #" + std::to_string(4 + root) + " (root " + std::to_string(root) +
+                                      ", float32 x 3)");
+      w->wait();
+    }
+    // The counts move into the queued operation; its text is still theirs.
+    for (std::vector<int64_t> counts : {std::vector<int64_t>{1, 2}, std::vector<int64_t>{2, 1}}) {
+      const std::string want = "allgather #" + std::to_string(counts[0] == 1 ? 6 : 7) + " (float32, counts [" +
+                               std::to_string(counts[0]) + "," + std::to_string(counts[1]) + "])";
+      auto w = g.allgather(ones({counts[static_cast<size_t>(g.rank())]}), ones({3}), counts);
+      EXPECT_EQ(w->description(), want);
+      w->wait();
+    }
+    auto rs = g.reduce_scatter(ones({3}), ones({g.rank() == 0 ? 1 : 2}), std::vector<int64_t>{1, 2}, dist::ReduceOp::Avg);
+    EXPECT_EQ(rs->description(), "reduce_scatter #8 (avg, float32, counts [1,2])");
+    rs->wait();
+    auto record = g.flight_record("test")["entries"];
+    ASSERT_EQ(record.size(), 9u);
+    EXPECT_EQ(record[2]["description"], "allreduce #2 (max, float32 x 6)");
+    EXPECT_EQ(record[7]["description"], "allgather #7 (float32, counts [2,1])");
+    EXPECT_EQ(record[8]["op"], "reduce_scatter");
+    EXPECT_EQ(record[8]["state"], "done");
+    EXPECT_NE(record[0]["call_site"].get<std::string>().find("process_group_test.cpp:"), std::string::npos);
+  });
+}
+
 TEST(ProcessGroup, SubgroupsRunIndependently) {
   testing::run_on_threads(4, threaded(4), [](ProcessGroup& g) {
     auto low = g.new_group({0, 1});
