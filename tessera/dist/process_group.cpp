@@ -100,6 +100,13 @@ struct BlockingScope {
   ~BlockingScope() { issuing_blocking = false; }
 };
 
+// The tensors an operation keeps alive until it has run. A blocking form's caller holds its tensor
+// until the operation has finished, so it needs no second reference (nor the allocation).
+std::vector<Tensor> kept(const Tensor& tensor) {
+  if (issuing_blocking) return {};
+  return {tensor};
+}
+
 // "parallel/ddp/reducer.cpp:120": the last three parts of the path are enough to find the file.
 std::string call_site_text(const char* file_name, uint32_t line) {
   if (file_name == nullptr) return "an unknown place";
@@ -405,7 +412,7 @@ WorkPtr ProcessGroup::allreduce(Buffer data, ReduceOp op, std::source_location w
 
 WorkPtr ProcessGroup::allreduce(const Tensor& tensor, ReduceOp op, std::source_location where) {
   CallSiteScope site(where);
-  return allreduce_buffer(checked_buffer(tensor, "allreduce", "tensor"), op, {tensor});
+  return allreduce_buffer(checked_buffer(tensor, "allreduce", "tensor"), op, kept(tensor));
 }
 
 // Issues with the blocking flag set (enqueue_task then wakes no worker), and waits.
@@ -448,7 +455,7 @@ WorkPtr ProcessGroup::broadcast(Buffer data, int root, std::source_location wher
 
 WorkPtr ProcessGroup::broadcast(const Tensor& tensor, int root, std::source_location where) {
   CallSiteScope site(where);
-  return broadcast_buffer(checked_buffer(tensor, "broadcast", "tensor"), root, {tensor});
+  return broadcast_buffer(checked_buffer(tensor, "broadcast", "tensor"), root, kept(tensor));
 }
 
 WorkPtr ProcessGroup::broadcast_buffer(Buffer data, int root, std::vector<Tensor> keep) {

@@ -22,8 +22,8 @@ namespace tessera::dist::detail {
 struct alignas(128) ShmCounter {
   std::atomic<uint32_t> value{0};
   std::atomic<uint32_t> sleepers{0};  // waiters in futex_wait on `value`; publish wakes only if > 0
-  // When `value` was last published (CLOCK_MONOTONIC, the same in every process): a waiter that
-  // slept learns from it how long spinning would have had to last (ShmSync::wait_one).
+  // When `value` was last published to a sleeping waiter (CLOCK_MONOTONIC, the same in every
+  // process): the waiter learns from it how long spinning would have had to last (ShmSync::wait_one).
   std::atomic<int64_t> published_ns{0};
 };
 
