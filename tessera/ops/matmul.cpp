@@ -1,7 +1,7 @@
-// matmul and linear over OpenBLAS sgemm, oneDNN's bf16 matmul under Autocast(BFloat16), or fp16
-// operands under Autocast(Float16) (autograd/autocast.h). Backward products reuse the forward
-// operands through transposed views, which gemm() turns into BLAS transpose flags instead of
-// copies, and run in the precision their forward ran in (bf16 keeps the forward's rounded copies).
+// matmul and linear over cpu::gemm (oneDNN's float32 matmul, or OpenBLAS sgemm: gemm.h), oneDNN's
+// bf16 matmul under Autocast(BFloat16), or fp16 operands under Autocast(Float16)
+// (autograd/autocast.h). Backward products reuse the forward operands through transposed views,
+// which gemm() passes as column-major operands instead of copies, and run in the precision their forward ran in (bf16 keeps the forward's rounded copies).
 #include "tessera/autograd/autocast.h"
 #include "tessera/autograd/node.h"
 #include "tessera/autograd/weight_grad_deferral.h"
@@ -12,6 +12,7 @@
 #include "tessera/util/thread_pool.h"
 
 #include <map>
+#include <tuple>
 #include <vector>
 
 namespace tessera {
@@ -68,7 +69,21 @@ Tensor batched_matmul(Tensor a, Tensor b, const Shape& batch) {
   b = blas_ready(b);
   int64_t n = a.shape()[a.dim() - 2], m = b.shape()[b.dim() - 1];
   Tensor out = batched_output(batch, n, m);
-  for (int64_t i = 0; i < shape_numel(batch); ++i)
+  const int64_t count = shape_numel(batch);
+  // Items at one step from each other (attention's heads and batch, contiguous or transposed views of
+  // it): one batched product, which oneDNN runs far faster than a call per item (gemm.h).
+  auto uniform_step = [&](const Tensor& t) -> int64_t {
+    const int64_t step = count > 1 ? batch_offset(t, batch, 1) : 0;
+    for (int64_t i = 2; i < count; ++i)
+      if (batch_offset(t, batch, i) != i * step) return -1;
+    return step;
+  };
+  const int64_t a_step = uniform_step(a), b_step = uniform_step(b);
+  if (count > 1 && a_step > 0 && b_step > 0 && autocast_dtype() != DType::Float16) {
+    cpu::gemm_batched(matrix_at(a, 0), a_step, matrix_at(b, 0), b_step, out.data<float>(), m, n * m, count);
+    return out;
+  }
+  for (int64_t i = 0; i < count; ++i)
     product(matrix_at(a, batch_offset(a, batch, i)), matrix_at(b, batch_offset(b, batch, i)),
             out.data<float>() + i * n * m, m);
   return out;
@@ -232,8 +247,17 @@ Tensor linear_2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   if (precision == DType::BFloat16) return linear_2d_bf16(x_in, w_in, bias);
   Tensor x = blas_ready(x_in), w = blas_ready(w_in);
   int64_t N = x.shape()[0], out_features = w.shape()[0];
-  auto [out, beta] = linear_output(N, out_features, bias);
-  product(matrix_at(x, 0), transposed(matrix_at(w, 0)), out.data<float>(), out_features, 1.0f, beta);
+  Tensor out;
+  if (bias.defined() && precision != DType::Float16) {
+    out = Tensor::empty({N, out_features});
+    const Tensor bias_values = detail::as_contiguous(bias);
+    cpu::gemm_bias(matrix_at(x, 0), transposed(matrix_at(w, 0)), bias_values.data<float>(), out.data<float>(),
+                   out_features);
+  } else {
+    float beta = 0.0f;
+    std::tie(out, beta) = linear_output(N, out_features, bias);
+    product(matrix_at(x, 0), transposed(matrix_at(w, 0)), out.data<float>(), out_features, 1.0f, beta);
+  }
   bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gbias = bias.defined() && bias.requires_grad();
   return record(out, "LinearBackward", {x_in, w_in, bias},
                 [x, w, w_in, bias, gx, gw, gbias, precision](const Tensor& g_in) {

@@ -29,6 +29,8 @@ constexpr std::array kSettings{
             "it raises OutOfMemoryError",
             kUser},
     Setting{"TESSERA_CONV", "onednn", "convolution kernels: onednn, or im2col (im2col + OpenBLAS GEMM)", kUser},
+    Setting{"TESSERA_GEMM", "onednn", "float32 matrix products (matmul, linear, im2col convolution): onednn, or openblas",
+            kUser},
     Setting{"TESSERA_FLIGHT_DIR", "unset; tessera train uses <output_dir>/flight",
             "directory where each rank's process groups write their flight record (the last collectives) when one "
             "is stuck, fails, or on SIGUSR2; tessera trace analyze DIR reads them",

@@ -2,9 +2,11 @@
 // draws, and `tessera tune` itself (trials as processes, a crashed trial recorded, a restart resumed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "tessera/core/error.h"
@@ -144,9 +146,32 @@ Summary summary_of(const std::string& out) {
   return m.size() == 3 ? Summary{std::stod(m[1]), std::stoll(m[2])} : Summary{};
 }
 
+// The grid's learning rates whose accuracy is the best's within the seed-to-seed spread: one seed
+// cannot tell them apart, so each is "the best of the grid". Measured for this MLP (27 epochs) with
+// `tessera tune mlp.toml --grid` over lr 0.03 and 0.1 and train.seed 1-5: 0.8795 +- 0.0016 and
+// 0.8820 +- 0.0057 (sd), so two single runs of equally good rates differ by about
+// sqrt(2) x 0.0042 (pooled sd) = 0.006. (This grid's seed gave 0.03 0.8799 and 0.1 0.8795, in
+// either order as the products' rounding changed.)
+std::vector<double> best_grid_rates(const std::string& table_path) {
+  constexpr double kSpread = 0.006;
+  std::vector<std::pair<double, double>> trials;  // lr, accuracy
+  std::ifstream in(table_path);
+  for (std::string line; std::getline(in, line);) {
+    const auto row = nlohmann::json::parse(line);
+    trials.emplace_back(std::stod(row["params"]["optimizer.lr"].get<std::string>()), row["metric"].get<double>());
+  }
+  double best = -1;
+  for (const auto& [lr, accuracy] : trials) best = std::max(best, accuracy);
+  std::vector<double> rates;
+  for (const auto& [lr, accuracy] : trials)
+    if (accuracy >= best - kSpread) rates.push_back(lr);
+  return rates;
+}
+
 // The target, on the MLP and Fashion-MNIST (27 epochs at most): ASHA over 16 random learning
-// rates finds one within 2x of the best of a 10-value grid trained to the end, with < 40% of the
-// grid's training steps. --parallel 1 keeps ASHA's decisions (and so the test) deterministic.
+// rates finds one within 2x of the best of a 10-value grid trained to the end (any of the rates
+// tied for best, above), with < 40% of the grid's training steps. --parallel 1 keeps ASHA's
+// decisions (and so the test) deterministic.
 TEST(LongTierTune, AshaFindsTheGridsLearningRateWithUnderFortyPercentOfItsSteps) {
   const std::string dir = tessera::testing::fresh_dir("tune", "asha_vs_grid");
   std::ofstream(dir + "/mlp.toml") << "[model]\nname = \"mlp\"\nhidden = [64]\n"
@@ -159,7 +184,16 @@ TEST(LongTierTune, AshaFindsTheGridsLearningRateWithUnderFortyPercentOfItsSteps)
   const Summary asha = summary_of(run(tune + " --trials 16 --parallel 1 --seed 0 --out " + dir + "/asha", dir + "/asha.log"));
   ASSERT_GT(grid.lr, 0);
   ASSERT_GT(asha.lr, 0);
-  EXPECT_LE(std::max(asha.lr / grid.lr, grid.lr / asha.lr), 2.0) << "ASHA " << asha.lr << ", grid " << grid.lr;
+  const std::vector<double> best = best_grid_rates(dir + "/grid/tune.jsonl");
+  ASSERT_FALSE(best.empty());
+  EXPECT_NE(std::find(best.begin(), best.end(), grid.lr), best.end()) << grid.lr;  // the table is the summary's
+  std::string tied;
+  bool near_one = false;
+  for (double lr : best) {
+    near_one = near_one || std::max(asha.lr / lr, lr / asha.lr) <= 2.0;
+    tied += std::to_string(lr) + " ";
+  }
+  EXPECT_TRUE(near_one) << "ASHA " << asha.lr << ", the grid's best (within the seed-to-seed spread): " << tied;
   EXPECT_LT(static_cast<double>(asha.steps), 0.4 * static_cast<double>(grid.steps)) << asha.steps << " of " << grid.steps;
 }
 
