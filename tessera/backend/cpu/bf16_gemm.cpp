@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "oneapi/dnnl/dnnl.hpp"
+#include "tessera/backend/cpu/onednn_matmul.h"
 #include "tessera/core/cpu_allocator.h"
 #include "tessera/core/dtype.h"
 #include "tessera/core/half_codec.h"
@@ -19,10 +20,7 @@ namespace {
 
 using dnnl::memory;
 
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
+using onednn::engine;
 
 memory::dims strides_of(int64_t rows, int64_t cols, bool column_major) {
   return column_major ? memory::dims{1, rows} : memory::dims{cols, 1};
@@ -52,13 +50,7 @@ dnnl::matmul primitive_for(const Key& key) {
   std::lock_guard lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   const auto [m, n, k, ldc, a_columns, b_columns, alpha, beta, with_bias, threads] = key;
-  dnnl::primitive_attr attr;
-  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.0f) {
-    dnnl::post_ops ops;
-    ops.append_sum(beta);
-    attr.set_post_ops(ops);
-  }
+  const dnnl::primitive_attr attr = onednn::product_attr(alpha, beta);
   dnnl::matmul prim(
       dnnl::matmul::primitive_desc(matmul_desc(m, n, k, ldc, a_columns, b_columns, with_bias), attr, engine()));
   if (cache.size() >= 512) cache.clear();  // a bound, for programs of ever-new shapes

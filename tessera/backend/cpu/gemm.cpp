@@ -8,7 +8,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "oneapi/dnnl/dnnl.hpp"
+#include "tessera/backend/cpu/onednn_matmul.h"
 #include "tessera/core/error.h"
 #include "tessera/util/settings.h"
 
@@ -52,10 +52,7 @@ namespace f32 {
 
 using dnnl::memory;
 
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
+using onednn::engine;
 
 // An operand's layout: (batch,) rows x cols, row-major with leading dimension ld, or column-major
 // (a transposed view) with leading dimension ld; items `step` elements apart.
@@ -85,13 +82,7 @@ Product& product_for(const Key& key) {
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   const auto [batch, m, n, k, a_cols, lda, a_step, b_cols, ldb, b_step, ldc, c_step, alpha, beta, with_bias, threads] =
       key;
-  dnnl::primitive_attr attr;
-  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.0f) {
-    dnnl::post_ops ops;
-    ops.append_sum(beta);
-    attr.set_post_ops(ops);
-  }
+  const dnnl::primitive_attr attr = onednn::product_attr(alpha, beta);
   const memory::desc ad = operand_desc(batch, m, k, a_cols, lda, a_step);
   const memory::desc bd = operand_desc(batch, k, n, b_cols, ldb, b_step);
   const memory::desc cd = operand_desc(batch, m, n, false, ldc, c_step);
