@@ -100,12 +100,6 @@ struct BlockingScope {
   ~BlockingScope() { issuing_blocking = false; }
 };
 
-// The tensors an operation keeps alive until it has run. A blocking form's caller holds its tensor
-// until the operation has finished, so it needs no second reference (nor the allocation).
-std::vector<Tensor> kept(const Tensor& tensor) {
-  if (issuing_blocking) return {};
-  return {tensor};
-}
 
 // "parallel/ddp/reducer.cpp:120": the last three parts of the path are enough to find the file.
 std::string call_site_text(const char* file_name, uint32_t line) {
@@ -302,9 +296,6 @@ void ProcessGroup::run_front(std::unique_lock<std::mutex>& lock) {
   task = Task{};  // drops the kept tensors before the next task, as the worker always has
   lock.lock();
   running_ = false;
-  in_flight_ = false;  // (the work has finished already: a waiter may have gone on)
-  in_flight_work_.reset();
-  in_flight_call_.reset();
 }
 
 void ProcessGroup::run_queued_through(const Work* work) {
@@ -326,7 +317,7 @@ void ProcessGroup::run_queued_through(const Work* work) {
 
 void ProcessGroup::run_task(Task& task) {
   const auto started = std::chrono::steady_clock::now();
-  const Deadline deadline = started + options_.timeout;
+  const Deadline deadline = started + detail::clamp_timeout(options_.timeout);
   std::exception_ptr error;
   const int64_t started_us = unix_micros();
   if (task.collective) flight_.started(task.sequence, started_us);
@@ -349,7 +340,14 @@ void ProcessGroup::run_task(Task& task) {
   const int64_t finished_us = started_us + took_ns / 1000;
   if (!error) {
     if (task.collective) flight_.finished(task.sequence, finished_us);
-    task.work->finish(nullptr);  // run_front clears in_flight_ under the lock it takes next anyway
+    {
+      // Before the waiter can go on (and destroy the group, whose destructor reads in_flight_).
+      std::lock_guard lock(mu_);
+      in_flight_ = false;
+      in_flight_work_.reset();
+      in_flight_call_.reset();
+    }
+    task.work->finish(nullptr);
     return;
   }
   std::string report;
@@ -371,6 +369,9 @@ void ProcessGroup::run_task(Task& task) {
   }
   {
     std::lock_guard lock(mu_);
+    in_flight_ = false;
+    in_flight_work_.reset();
+    in_flight_call_.reset();
     if (!broken_) {
       broken_ = contextual;
       broken_by_ = description;
@@ -412,7 +413,7 @@ WorkPtr ProcessGroup::allreduce(Buffer data, ReduceOp op, std::source_location w
 
 WorkPtr ProcessGroup::allreduce(const Tensor& tensor, ReduceOp op, std::source_location where) {
   CallSiteScope site(where);
-  return allreduce_buffer(checked_buffer(tensor, "allreduce", "tensor"), op, kept(tensor));
+  return allreduce_buffer(checked_buffer(tensor, "allreduce", "tensor"), op, {tensor});
 }
 
 // Issues with the blocking flag set (enqueue_task then wakes no worker), and waits.
@@ -455,7 +456,7 @@ WorkPtr ProcessGroup::broadcast(Buffer data, int root, std::source_location wher
 
 WorkPtr ProcessGroup::broadcast(const Tensor& tensor, int root, std::source_location where) {
   CallSiteScope site(where);
-  return broadcast_buffer(checked_buffer(tensor, "broadcast", "tensor"), root, kept(tensor));
+  return broadcast_buffer(checked_buffer(tensor, "broadcast", "tensor"), root, {tensor});
 }
 
 WorkPtr ProcessGroup::broadcast_buffer(Buffer data, int root, std::vector<Tensor> keep) {

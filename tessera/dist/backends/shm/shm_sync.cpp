@@ -134,8 +134,8 @@ void ShmSync::wait_one(int peer, uint32_t value, const char* op, Deadline deadli
   ShmCounter& c = counters_[peer];
   if (reached(c.value.load(std::memory_order_acquire), value)) return;
   // A peer running alongside usually arrives within a few hundred ns: look before reading the
-  // clock (24 ns here), which the budget then counts from.
-  for (int i = 0; i < 16; ++i) {
+  // clock (24 ns here), which the budget then counts from. (Not when told never to spin.)
+  for (int i = 0; i < (max_spin_ns_ > 0 ? 16 : 0); ++i) {
     _mm_pause();
     if (reached(c.value.load(std::memory_order_acquire), value)) {
       spin_ns_ = std::min(max_spin_ns_, std::max(2 * spin_ns_, kMinSpinNs));
@@ -164,11 +164,14 @@ void ShmSync::wait_one(int peer, uint32_t value, const char* op, Deadline deadli
   }
   // Called once the wait is satisfied after sleeping: how long the peer took decides the budget.
   // The peer stamps its publish only when it sees a sleeper; a stamp older than this wait means it
-  // published just as we went to sleep (or was between its store and its stamp), and our own
-  // clock, which slept little if at all, tells the gap instead.
+  // published while we were not registered as one: after the spin ended, or after a sleep slice
+  // ran out (or between its store and its stamp). The start of that window is then the gap's best
+  // estimate: the time since also holds the idle hook's work and any time we were descheduled,
+  // which are not the peer's lateness.
+  int64_t unregistered_since = monotonic_ns();
   auto adapt_after_sleep = [&] {
     const int64_t stamped = c.published_ns.load(std::memory_order_relaxed);
-    const int64_t gap = stamped >= start ? stamped - start : monotonic_ns() - start;
+    const int64_t gap = stamped >= start ? stamped - start : unregistered_since - start;
     spin_ns_ = gap < max_spin_ns_ ? std::min(max_spin_ns_, std::max(2 * gap, kMinSpinNs))
                                   : std::max(std::min(kMinSpinNs, max_spin_ns_), spin_ns_ / 2);
   };
@@ -187,6 +190,7 @@ void ShmSync::wait_one(int peer, uint32_t value, const char* op, Deadline deadli
     shm_futex_wait(&c.value, seen, slice);
     c.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (reached(c.value.load(std::memory_order_acquire), value)) return adapt_after_sleep();
+    unregistered_since = monotonic_ns();
     // Only after a slice without progress: a syscall and a /proc read per wakeup would cost more
     // than the wait itself when ranks outnumber cores and sleep every round.
     if (Clock::now() - now >= kSlice) check_alive(peer, op);
