@@ -171,8 +171,8 @@ ProcessGroup::~ProcessGroup() {
   {
     std::lock_guard lock(mu_);
     mismatched = mismatched_;
-    stuck = in_flight_;
-    if (in_flight_call_) stuck_call = in_flight_call_->description(in_flight_sequence_);
+    stuck = in_flight_call_ != nullptr;
+    if (stuck) stuck_call = in_flight_call_->description(in_flight_sequence_);
   }
   if (mismatched) {
     // Every rank's caller has had the report before any rank leaves (a rank that left first would
@@ -273,7 +273,6 @@ void ProcessGroup::run_front(std::unique_lock<std::mutex>& lock) {
   std::exception_ptr broken = broken_;
   std::string broken_by = broken_by_;
   if (!broken && task.collective) {
-    in_flight_ = true;
     in_flight_sequence_ = task.sequence;
     in_flight_call_ = task.call;
     in_flight_work_ = task.work;
@@ -341,11 +340,8 @@ void ProcessGroup::run_task(Task& task) {
   if (!error) {
     if (task.collective) flight_.finished(task.sequence, finished_us);
     {
-      // Before the waiter can go on (and destroy the group, whose destructor reads in_flight_).
       std::lock_guard lock(mu_);
-      in_flight_ = false;
-      in_flight_work_.reset();
-      in_flight_call_.reset();
+      clear_in_flight();
     }
     task.work->finish(nullptr);
     return;
@@ -369,9 +365,7 @@ void ProcessGroup::run_task(Task& task) {
   }
   {
     std::lock_guard lock(mu_);
-    in_flight_ = false;
-    in_flight_work_.reset();
-    in_flight_call_.reset();
+    clear_in_flight();
     if (!broken_) {
       broken_ = contextual;
       broken_by_ = description;

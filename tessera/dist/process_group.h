@@ -211,11 +211,16 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup>, public I
   bool running_ = false;  // a task runs, on the worker or on a waiting thread
   std::exception_ptr broken_;  // the first failure; later operations rethrow it
   std::string broken_by_;
-  // The collective now running, for the watchdog.
-  bool in_flight_ = false;
+  // The collective now running, for the watchdog (none while in_flight_call_ is null).
   uint64_t in_flight_sequence_ = 0;
   CallTextPtr in_flight_call_;
   WorkPtr in_flight_work_;      // failed early by the collective check
+  // Under mu_; before the task's Work finishes, so that a waiter that goes on (and destroys the
+  // group, whose destructor reads it) sees the collective over.
+  void clear_in_flight() {
+    in_flight_call_.reset();
+    in_flight_work_.reset();
+  }
   uint64_t published_through_ = UINT64_MAX;  // the newest sequence the check has published
   bool mismatched_ = false;     // the check found two calls under one number
   std::deque<std::pair<uint64_t, int64_t>> arrivals_;  // recent_arrivals()

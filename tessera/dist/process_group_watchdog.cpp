@@ -54,11 +54,10 @@ void ProcessGroup::run_watchdog() {
       Heartbeat beat;
       beat.count = static_cast<int64_t>(++beats);
       beat.busy_us = static_cast<int64_t>(busy_ns_.load() / 1000);
-      beat.in_flight = in_flight_;
-      beat.sequence = static_cast<int64_t>(in_flight_ ? in_flight_sequence_ : next_sequence_.load());
-      const bool described = in_flight_ && in_flight_call_;
-      beat.op = described ? in_flight_call_->op : std::string("idle");
-      beat.call = described ? in_flight_call_->description(in_flight_sequence_) : std::string();  // op, sequence, dtype, size
+      beat.in_flight = in_flight_call_ != nullptr;
+      beat.sequence = static_cast<int64_t>(beat.in_flight ? in_flight_sequence_ : next_sequence_.load());
+      beat.op = beat.in_flight ? in_flight_call_->op : std::string("idle");
+      beat.call = beat.in_flight ? in_flight_call_->description(in_flight_sequence_) : std::string();  // op, sequence, dtype, size
       for (const auto& [sequence, us] : arrivals_) beat.arrivals[static_cast<int64_t>(sequence)] = us;
       const std::string value = format_heartbeat(beat);
       lock.unlock();
@@ -81,15 +80,14 @@ void ProcessGroup::run_watchdog() {
     }
     if (std::chrono::steady_clock::now() < next_check) continue;
     next_check = std::chrono::steady_clock::now() + interval;
-    if (!in_flight_) {
+    if (!in_flight_call_) {
       seen = UINT64_MAX;
       continue;
     }
     uint64_t sequence = in_flight_sequence_;
     if (sequence == seen && sequence != published) {
-      std::string value = concat(sequence, " ", in_flight_call_ ? in_flight_call_->op : std::string("?"));
-      const std::string stuck = concat("stuck in ", in_flight_call_ ? in_flight_call_->description(sequence) : std::string("?"),
-                                       " for over ", interval.count(), " ms");
+      std::string value = concat(sequence, " ", in_flight_call_->op);
+      const std::string stuck = concat("stuck in ", in_flight_call_->description(sequence), " for over ", interval.count(), " ms");
       published = sequence;
       lock.unlock();
       try {

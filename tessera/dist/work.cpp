@@ -8,7 +8,7 @@ Work::Work(std::string description, std::unique_ptr<PendingTransfer> transfer, D
     : description_(std::move(description)), transfer_(std::move(transfer)), transfer_deadline_(deadline) {}
 
 void Work::wait() {
-  if (runs_inline_ && !is_completed()) {
+  if (!is_completed()) {
     if (auto runner = runner_.lock()) runner->run_queued_through(this);
   }
   // done_ is set after error_ and never cleared, and a transfer's Work is done only once its

@@ -49,11 +49,8 @@ class Work {
   // What wait() calls first, before it blocks: the process group runs the operation on the waiting
   // thread if no thread has started it. Not called by wait(timeout), which must return in time.
   // A weak reference: a Work may outlive its group.
-  void set_run_inline(std::weak_ptr<InlineRunner> runner) {
-    runner_ = std::move(runner);
-    runs_inline_ = true;
-  }
-  bool runs_inline() const { return runs_inline_; }
+  void set_run_inline(std::weak_ptr<InlineRunner> runner) { runner_ = std::move(runner); }
+  bool runs_inline() const { return !runner_.expired(); }
 
  private:
   void wait_until(Deadline deadline);
@@ -70,7 +67,6 @@ class Work {
   std::unique_ptr<PendingTransfer> transfer_;  // guarded by mu_; null for collectives
   Deadline transfer_deadline_{};
   std::weak_ptr<InlineRunner> runner_;  // set once, before the Work is shared
-  bool runs_inline_ = false;
 };
 
 using WorkPtr = std::shared_ptr<Work>;

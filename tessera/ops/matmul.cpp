@@ -1,7 +1,8 @@
 // matmul and linear over cpu::gemm (oneDNN's float32 matmul, or OpenBLAS sgemm: gemm.h), oneDNN's
 // bf16 matmul under Autocast(BFloat16), or fp16 operands under Autocast(Float16)
 // (autograd/autocast.h). Backward products reuse the forward operands through transposed views,
-// which gemm() passes as column-major operands instead of copies, and run in the precision their forward ran in (bf16 keeps the forward's rounded copies).
+// which gemm() passes as column-major operands instead of copies, and run in the precision their
+// forward ran in (bf16 keeps the forward's rounded copies).
 #include "tessera/autograd/autocast.h"
 #include "tessera/autograd/node.h"
 #include "tessera/autograd/weight_grad_deferral.h"

@@ -7,6 +7,7 @@
 #include <map>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "tessera/backend/cpu/onednn_matmul.h"
 #include "tessera/core/error.h"
@@ -124,27 +125,31 @@ void scale_only(int64_t M, int64_t N, float* c, int64_t ldc, float beta) {
     for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
 }
 
+// A and B as BLAS and oneDNN take them, once their shapes are checked to agree.
+std::pair<BlasOperand, BlasOperand> operands_of(const MatrixRef& a, const MatrixRef& b) {
+  TESSERA_ASSERT(a.cols == b.rows, "gemm inner dims ", a.cols, " vs ", b.rows);
+  BlasOperand oa = blas_operand(a), ob = blas_operand(b);
+  TESSERA_ASSERT(oa.ld > 0 && ob.ld > 0, "gemm operand is not BLAS-compatible");
+  return {oa, ob};
+}
+
 }  // namespace
 
 bool blas_compatible(const MatrixRef& m) { return blas_operand(m).ld > 0; }
 
 void gemm(const MatrixRef& a, const MatrixRef& b, float* c, int64_t ldc, float alpha, float beta) {
-  TESSERA_ASSERT(a.cols == b.rows, "gemm inner dims ", a.cols, " vs ", b.rows);
+  const auto [oa, ob] = operands_of(a, b);
   const int64_t M = a.rows, N = b.cols, K = a.cols;
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_only(M, N, c, ldc, beta);
-  BlasOperand oa = blas_operand(a), ob = blas_operand(b);
-  TESSERA_ASSERT(oa.ld > 0 && ob.ld > 0, "gemm operand is not BLAS-compatible");
   if (use_onednn()) return f32::onednn_gemm(a, oa, 0, b, ob, 0, c, ldc, 0, 1, alpha, beta);
   blas_gemm(a, oa, b, ob, c, ldc, alpha, beta);
 }
 
 void gemm_bias(const MatrixRef& a, const MatrixRef& b, const float* bias, float* c, int64_t ldc) {
-  TESSERA_ASSERT(a.cols == b.rows, "gemm inner dims ", a.cols, " vs ", b.rows);
+  const auto [oa, ob] = operands_of(a, b);
   const int64_t M = a.rows, N = b.cols, K = a.cols;
   if (M == 0 || N == 0) return;
-  BlasOperand oa = blas_operand(a), ob = blas_operand(b);
-  TESSERA_ASSERT(oa.ld > 0 && ob.ld > 0, "gemm operand is not BLAS-compatible");
   if (use_onednn() && K > 0) return f32::onednn_gemm(a, oa, 0, b, ob, 0, c, ldc, 0, 1, 1.0f, 0.0f, bias);
   for (int64_t i = 0; i < M; ++i) std::memcpy(c + i * ldc, bias, static_cast<size_t>(N) * sizeof(float));
   if (K > 0) blas_gemm(a, oa, b, ob, c, ldc, 1.0f, 1.0f);
@@ -152,14 +157,13 @@ void gemm_bias(const MatrixRef& a, const MatrixRef& b, const float* bias, float*
 
 void gemm_batched(const MatrixRef& a, int64_t a_step, const MatrixRef& b, int64_t b_step, float* c, int64_t ldc,
                   int64_t c_step, int64_t batch, float alpha, float beta) {
-  TESSERA_ASSERT(a.cols == b.rows, "gemm inner dims ", a.cols, " vs ", b.rows);
+  const auto [oa, ob] = operands_of(a, b);
   const int64_t M = a.rows, N = b.cols, K = a.cols;
   if (batch == 0 || M == 0 || N == 0) return;
-  BlasOperand oa = blas_operand(a), ob = blas_operand(b);
-  TESSERA_ASSERT(oa.ld > 0 && ob.ld > 0, "gemm operand is not BLAS-compatible");
-  // One primitive when every item has its own memory (oneDNN takes no zero or overlapping steps).
-  const bool one_primitive = use_onednn() && K > 0 && batch > 1 && a_step >= M * K && b_step >= K * N &&
-                             c_step >= M * ldc && (oa.trans == CblasNoTrans ? oa.ld * M : oa.ld * K) <= a_step &&
+  // One primitive when every item has its own memory (oneDNN takes no zero or overlapping steps):
+  // an item spans ld times its rows (row-major) or its columns (a transposed view).
+  const bool one_primitive = use_onednn() && K > 0 && batch > 1 && c_step >= M * ldc &&
+                             (oa.trans == CblasNoTrans ? oa.ld * M : oa.ld * K) <= a_step &&
                              (ob.trans == CblasNoTrans ? ob.ld * K : ob.ld * N) <= b_step;
   if (one_primitive) return f32::onednn_gemm(a, oa, a_step, b, ob, b_step, c, ldc, c_step, batch, alpha, beta);
   for (int64_t i = 0; i < batch; ++i) {

@@ -133,25 +133,23 @@ void ShmSync::wait(uint32_t value, const char* op, Deadline deadline, int only_p
 void ShmSync::wait_one(int peer, uint32_t value, const char* op, Deadline deadline, int only_peer) {
   ShmCounter& c = counters_[peer];
   if (reached(c.value.load(std::memory_order_acquire), value)) return;
-  // A peer running alongside usually arrives within a few hundred ns: look before reading the
-  // clock (24 ns here), which the budget then counts from. (Not when told never to spin.)
-  for (int i = 0; i < (max_spin_ns_ > 0 ? 16 : 0); ++i) {
-    _mm_pause();
-    if (reached(c.value.load(std::memory_order_acquire), value)) {
-      spin_ns_ = std::min(max_spin_ns_, std::max(2 * spin_ns_, kMinSpinNs));
-      return;
-    }
-  }
-  const int64_t start = monotonic_ns();
-  for (int64_t now = start; now - start < spin_ns_; now = monotonic_ns()) {
-    for (int i = 0; i < 16; ++i) {  // a clock read (~20 ns) per 16 pauses
+  // Spin, reading the clock (~24 ns) once per 16 pauses. The first 16 come before any clock read,
+  // which the budget then counts from: a peer running alongside usually arrives within a few
+  // hundred ns. (No spinning at all when told never to spin.)
+  int64_t start = -1;
+  while (spin_ns_ > 0) {
+    for (int i = 0; i < 16; ++i) {
       _mm_pause();
       if (reached(c.value.load(std::memory_order_acquire), value)) {
         spin_ns_ = std::min(max_spin_ns_, std::max(2 * spin_ns_, kMinSpinNs));
         return;
       }
     }
+    const int64_t now = monotonic_ns();
+    if (start < 0) start = now;
+    else if (now - start >= spin_ns_) break;
   }
+  if (start < 0) start = monotonic_ns();
   if (yield_first_) {
     // More ranks than cores: the peer we wait for may be runnable but without a core, and
     // sched_yield hands it ours at once, where a futex sleep costs a wake-up through the scheduler
