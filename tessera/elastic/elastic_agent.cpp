@@ -76,10 +76,12 @@ class Agent {
     local_addr_ = o_.local_addr.empty() ? dist::detail::listen_address(host, "the --rdzv-endpoint host") : o_.local_addr;
     if (o_.backend == "store") {
       // The first agent to bind the endpoint hosts the store; the others are its clients.
+      std::string why_not_host;
       try {
         store_host_ = dist::launcher::start_rendezvous_server(host, port, token_);
         say(o_.stderr_fd, concat("hosting the rendezvous store at ", o_.endpoint));
-      } catch (const IoError&) {
+      } catch (const IoError& e) {
+        why_not_host = e.what();
       }
       dist::TcpStoreOptions c;
       c.host = host;
@@ -87,7 +89,14 @@ class Agent {
       c.token = token_;
       c.timeout = Milliseconds(30000);
       c.connect_timeout = o_.join_timeout;
-      store_ = make_store_rendezvous(std::make_shared<dist::TcpStore>(c), o_.endpoint);
+      try {
+        store_ = make_store_rendezvous(std::make_shared<dist::TcpStore>(c), o_.endpoint);
+      } catch (const TimeoutError& e) {
+        // Nobody hosts it: say why this agent could not either (another socket held the port, the
+        // address is not this machine's), which a refused connection alone does not tell.
+        if (store_host_) throw;
+        throw TimeoutError(concat(e.what(), "; this agent could not host it either: ", why_not_host));
+      }
     } else {
       store_ = make_etcd_rendezvous(host, port, o_.join_timeout);
     }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,12 +16,16 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/dist/launcher/free_port.h"
+#include "tessera/elastic/elastic_agent.h"
 #include "tessera/io/checkpoint.h"
+#include "testing/expect.h"
+#include "testing/listen_port.h"
 #include "testing/state_compare.h"
 #include "testing/temp_dir.h"
 
@@ -68,7 +73,9 @@ Outcome run_shell(const std::string& script, const std::string& log) {
   return o;
 }
 
-std::string endpoint() { return "127.0.0.1:" + std::to_string(dist::launcher::pick_free_port("127.0.0.1")); }
+// Below the ephemeral range: the agents race to bind it, and no outgoing connection may hold it
+// meanwhile (testing/listen_port.h).
+std::string endpoint() { return "127.0.0.1:" + std::to_string(tessera::testing::free_listen_port()); }
 
 int64_t final_step(const std::string& dir, const std::string& run = "run") {
   return io::latest_checkpoint_step(dir + "/" + run + "/checkpoints");
@@ -224,6 +231,30 @@ TEST(ElasticRun, AStoppedWorkerWithNoRestartsLeftFailsTheJobInsteadOfHanging) {
   EXPECT_NE(o.log.find("stall: rank 0"), std::string::npos) << o.log;
   EXPECT_NE(o.log.find("gave up after 0 restart(s)"), std::string::npos) << o.log;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+}
+
+// A socket that holds the endpoint's port without listening (an outgoing connection's source port,
+// say) leaves no agent able to host the store, and their clients are refused. The agent's timeout
+// says why it could not host the store itself.
+TEST(ElasticRun, AnAgentThatCanNeitherHostNorReachTheStoreSaysWhy) {
+  const int port = tessera::testing::free_listen_port();
+  int holder = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  elastic::ElasticOptions o;
+  o.min_nodes = 2, o.max_nodes = 2;
+  o.endpoint = "127.0.0.1:" + std::to_string(port);
+  o.job_token = "0123456789abcdef0123456789abcdef";
+  o.command = {"/bin/true"};
+  o.join_timeout = std::chrono::milliseconds(500);
+  const std::string refused = "could not connect to the store at " + o.endpoint;
+  tessera::testing::expect_error<TimeoutError>([&] { elastic::run_elastic(o); },
+                                               {refused.c_str(), "this agent could not host it either", "cannot listen on"});
+  ::close(holder);
 }
 
 // Two agents of one worker each start the job (2:3); a third, started once training is under way,
@@ -395,7 +426,7 @@ TEST(ElasticRun, EtcdRendezvousSurvivesAKilledWorker) {
     GTEST_SKIP() << "etcd is not installed (/usr/bin/etcd); scripts/setup.sh installs Debian's etcd-server";
   std::string dir = tessera::testing::fresh_dir("elastic_run", "etcd");
   write_config(dir);
-  const int client = dist::launcher::pick_free_port("127.0.0.1"), peer = dist::launcher::pick_free_port("127.0.0.1");
+  const int client = tessera::testing::free_listen_port(), peer = tessera::testing::free_listen_port();
   const std::string client_url = "http://127.0.0.1:" + std::to_string(client);
   const std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
   std::string etcd = "/usr/bin/etcd --name tessera-test --data-dir " + dir + "/etcd --listen-client-urls " + client_url +

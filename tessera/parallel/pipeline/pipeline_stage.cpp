@@ -1,6 +1,7 @@
 #include "tessera/parallel/pipeline/pipeline_stage.h"
 
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 #include "tessera/autograd/node.h"
@@ -131,7 +132,32 @@ StepStats PipelineStage::train_step(const Tensor& inputs, const Tensor& targets)
   loss.data<float>()[0] = static_cast<float>(loss_sum_ / static_cast<double>(M));
   if (stages() > 1) group_->blocking_broadcast(loss, stages() - 1);
   stats.loss = loss.data<float>()[0];
+  if (options_.schedule == ScheduleKind::ZeroBubbleH1 && stages() > 1 && ++steps_planned_ <= kPlanningSteps)
+    plan_from_measured_passes(stats);
   return stats;
+}
+
+void PipelineStage::plan_from_measured_passes(const StepStats& stats) {
+  const double passes = static_cast<double>(options_.microbatches * chunks());
+  Tensor mine = Tensor::empty({3});
+  float* m = mine.data<float>();
+  m[0] = static_cast<float>(stats.forward_seconds / passes);
+  m[1] = static_cast<float>(stats.backward_seconds / passes);
+  m[2] = static_cast<float>(stats.weight_seconds / passes);
+  Tensor all = Tensor::empty({3 * static_cast<int64_t>(stages())});
+  group_->allgather(mine, all)->wait();
+  // Every stage plans from these same bytes, so the stages' orders agree.
+  const float* a = all.data<float>();
+  std::vector<PassTimes> times(static_cast<size_t>(stages()));
+  for (size_t s = 0; s < times.size(); ++s) {
+    times[s] = {a[3 * s], a[3 * s + 1], a[3 * s + 2]};
+    // A clock that stood still (a pass shorter than its resolution) leaves the plan as it was, on
+    // every stage alike.
+    if (!(times[s].forward > 0 && times[s].backward > 0 && times[s].weight >= 0) || !std::isfinite(times[s].forward) ||
+        !std::isfinite(times[s].backward) || !std::isfinite(times[s].weight))
+      return;
+  }
+  actions_ = make_schedule(options_.schedule, stage(), stages(), options_.microbatches, chunks(), times);
 }
 
 Tensor PipelineStage::forward(const Tensor& inputs) {

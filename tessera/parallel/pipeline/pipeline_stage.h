@@ -12,7 +12,9 @@
 // Interleaved, stage s holds v chunks of the model, virtual stages s, P+s, 2P+s, ...: a micro-batch
 // goes from stage P-1's chunk c to stage 0's chunk c+1, and messages are keyed by the receiving
 // chunk and the micro-batch. Under ZB-H1 a backward (B) defers the linear layers' weight gradients
-// into the micro-batch's queue (autograd/weight_grad_deferral.h), which its W action runs.
+// into the micro-batch's queue (autograd/weight_grad_deferral.h), which its W action runs; after
+// each of its first steps the stages all-gather the passes they measured and plan their order again
+// from them (schedule.h), which changes when passes run, never the gradients' bits.
 //
 // Only the first stage reads `inputs` and only the last reads `targets`; the others may pass
 // undefined tensors (every rank of a data-parallel replica reading the same batch is simplest).
@@ -64,6 +66,9 @@ class PipelineStage {
   PipelineStage(std::vector<nn::LayerChain> chunks, dist::ProcessGroupPtr group, PipelineOptions options, LossFn loss);
 
   StepStats train_step(const Tensor& inputs, const Tensor& targets);
+  // ZB-H1 plans its order again after each of its first kPlanningSteps steps: the first pays for
+  // warm-up (allocations, kernels' first calls), the next ones measure the passes as they stay.
+  static constexpr int kPlanningSteps = 3;
   // fp16 loss scaling (optim/grad_scaler.h): the last stage back-propagates loss × scale; the
   // reported loss stays unscaled.
   void set_loss_scale(double scale) { loss_scale_ = scale; }
@@ -79,6 +84,8 @@ class PipelineStage {
   // Every layer this stage holds, chunk after chunk.
   const nn::LayerChain& layers() const { return layers_; }
   const PipelineOptions& options() const { return options_; }
+  // The order this stage runs its passes in (make_schedule's; ZB-H1's planned from measured passes).
+  const std::vector<Action>& schedule() const { return actions_; }
   StageLink& link() { return link_; }
 
   // This stage's parameters and buffers under the whole model's names (prefix + name).
@@ -103,6 +110,9 @@ class PipelineStage {
   void run_forward(int chunk, int64_t m, const Tensor& inputs, const Tensor& targets, int64_t rows);
   void run_backward(int chunk, int64_t m);
   void run_weight(int chunk, int64_t m);
+  // ZB-H1: the order planned again from the passes every stage measured in the step just run.
+  void plan_from_measured_passes(const StepStats& stats);
+  int steps_planned_ = 0;
 
   std::vector<nn::LayerChain> chunks_;
   nn::LayerChain layers_;

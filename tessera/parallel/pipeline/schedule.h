@@ -18,7 +18,9 @@
 //   F, B and W the idle time falls from (P-1)·3 to (P-1)·1 pass: (P-1)/(3M+P-1) of the step
 //   ((P-1)/(3M) of the compute). Whole activations held stay 1F1B's P-s; besides them up to P-1
 //   more micro-batches may wait for W, holding only their linear layers' inputs and output
-//   gradients (2P-s-1 micro-batches with something held in all).
+//   gradients (2P-s-1 micro-batches with something held in all). Real passes are not equal (W is
+//   shorter than B), so after its first steps a stage plans again from the passes all stages
+//   measured (PipelineStage), and then up to P micro-batches may wait for W (2P-s in all).
 // All end with every gradient accumulated (a synchronous flush), so the optimizer step after them
 // equals one step on the whole batch.
 #pragma once
@@ -41,9 +43,19 @@ struct Action {
   bool operator==(const Action&) const = default;
 };
 
+// How long one pass of a micro-batch through one of a stage's model chunks takes, by kind: forward,
+// backward (B under ZB-H1; the whole backward under the other schedules) and W (ZB-H1 only).
+struct PassTimes {
+  double forward = 1, backward = 1, weight = 0;
+};
+
 // The actions of `stage` (0-based) of `stages` for `microbatches` micro-batches; `chunks` is v for
-// the interleaved schedule (at least 2) and 1 for the others.
-std::vector<Action> make_schedule(ScheduleKind kind, int stage, int stages, int64_t microbatches, int chunks = 1);
+// the interleaved schedule (at least 2) and 1 for the others. ZB-H1 plans with every pass one unit
+// long unless `pass_times` gives each stage's measured passes (one entry per stage, the same on
+// every stage): then its list scheduling follows those times and lets one more micro-batch wait
+// for W (schedule.cpp says why). Every order gives the same gradients bit for bit.
+std::vector<Action> make_schedule(ScheduleKind kind, int stage, int stages, int64_t microbatches, int chunks = 1,
+                                  const std::vector<PassTimes>& pass_times = {});
 
 // The most (chunk, micro-batch) pairs whose forward has run and whose backward (B) has not, at any
 // point of `actions`: the activations the stage holds at its peak.
@@ -55,19 +67,18 @@ int64_t peak_in_flight(const std::vector<Action>& actions);
 double theoretical_bubble(ScheduleKind kind, int stages, int64_t microbatches, int chunks = 1);
 double theoretical_bubble(int stages, int64_t microbatches);  // GPipe and 1F1B
 
-// How long one pass of a micro-batch through one of a stage's model chunks takes, by kind: forward,
-// backward (B under ZB-H1; the whole backward under the other schedules) and W (ZB-H1 only).
-struct PassTimes {
-  double forward = 1, backward = 1, weight = 0;
-};
-
 // The idle fraction of the step the schedule would have with these pass times (one entry per
-// stage) and messages that cost nothing: every stage runs its make_schedule() order, a forward
-// waits for the previous virtual stage's forward of its micro-batch, a backward for the next one's
-// backward; idle = 1 - busy / step per stage (the step ends with the last stage to finish; steps
-// run back to back, so that is each stage's measured wall time), averaged over the stages.
-// With equal passes it is theoretical_bubble(); with measured ones it separates what the passes'
-// unequal lengths cost from what the messages and the runtime cost (`tessera bench model-parallel`).
+// stage) and messages that cost nothing: every stage runs its make_schedule() order (ZB-H1's
+// planned from these times, as a stage runs once it has measured them), a forward waits for the
+// previous virtual stage's forward of its micro-batch, a backward for the next one's backward;
+// idle = 1 - busy / step per stage (the step ends with the last stage to finish; steps run back to
+// back, so that is each stage's measured wall time), averaged over the stages. With equal passes it
+// is theoretical_bubble(); with measured ones it separates what the passes' unequal lengths cost
+// from what the messages and the runtime cost (`tessera bench model-parallel`).
 double simulated_bubble(ScheduleKind kind, int64_t microbatches, int chunks, const std::vector<PassTimes>& stages);
+// The same for given orders, one per stage (make_schedule's), e.g. ZB-H1's unit-time order run at
+// measured speeds.
+double simulated_bubble(const std::vector<std::vector<Action>>& orders, int64_t microbatches, int chunks,
+                        const std::vector<PassTimes>& stages);
 
 }  // namespace tessera::parallel::pipeline

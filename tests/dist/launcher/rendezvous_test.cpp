@@ -6,8 +6,8 @@
 #include <future>
 
 #include "dist/launcher/launch_testing.h"
-#include "tessera/dist/launcher/free_port.h"
 #include "tessera/dist/store/tcp_store.h"
+#include "testing/listen_port.h"
 
 using namespace tessera;
 using namespace tessera::dist::launcher;
@@ -31,7 +31,7 @@ TEST(Launch, HostsTheRendezvousStore) {
   // The workers stay up until the test is done with the store (at most ~10 s, and the job's
   // timeout bounds even that).
   LaunchOptions o = sh_job(2, "i=0; while [ ! -e " + done + " ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done");
-  o.master_port = pick_free_port("127.0.0.1");
+  o.master_port = tessera::testing::free_listen_port();  // the launcher must bind it
   o.job_token = "launcher-test-token";
   o.timeout = std::chrono::seconds(30);
   auto job = std::async(std::launch::async, [&] { return launch_captured(o, dir); });

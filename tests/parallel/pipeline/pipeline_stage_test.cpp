@@ -126,6 +126,62 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{true, 2, 4, ScheduleKind::ZeroBubbleH1}, Case{true, 3, 4, ScheduleKind::ZeroBubbleH1}),
     case_name);
 
+// ZB-H1 plans its order again after each of its first steps, from the passes every stage measured
+// (all-gathered). Whatever order the measured speeds give, B and W run in micro-batch order, so every
+// step's gradients and loss are the first step's bit for bit, and every stage holds at most one
+// more micro-batch waiting for W than the unit-time plan lets it.
+TEST(PipelineStageZeroBubble, PlanningFromMeasuredPassesKeepsTheGradientsBits) {
+  for (int stages : {2, 3}) {
+    Generator gen(5);
+    const int64_t batch = 24, microbatches = 8;
+    Tensor inputs = randn({batch, 6}, gen);
+    Tensor targets = randint(0, 3, {batch}, gen);
+    manual_seed(3);
+    auto reference = make_mlp();
+    std::vector<std::shared_ptr<nn::Sequential>> copies;
+    for (int r = 0; r < stages; ++r) {
+      copies.push_back(make_mlp());
+      copies.back()->load_state_dict(reference->state_dict());
+    }
+    constexpr int kSteps = PipelineStage::kPlanningSteps + 1;
+    std::vector<std::vector<std::vector<float>>> grads(stages);  // [stage][step]: the stage's gradients concatenated
+    std::vector<std::vector<float>> losses(stages);
+    std::vector<std::vector<Action>> planned(stages);
+    testing::run_on_threads(stages, threaded(stages), [&](dist::ProcessGroup& group) {
+      const int r = group.rank();
+      nn::LayerChain chain = chain_of(*copies[r]);
+      auto bounds = balance_stages(parameter_costs(chain), stages);
+      PipelineStage stage(stage_chunks(chain, bounds, r, stages), borrow(group),
+                          {ScheduleKind::ZeroBubbleH1, microbatches}, mean_cross_entropy);
+      for (int step = 0; step < kSteps; ++step) {
+        nn::zero_grad(stage.parameters());
+        losses[r].push_back(
+            static_cast<float>(stage.train_step(r == 0 ? inputs : Tensor(), r == stages - 1 ? targets : Tensor()).loss));
+        std::vector<float> all;
+        for (auto& p : stage.parameters()) {
+          auto g = p.grad().to_vector<float>();
+          all.insert(all.end(), g.begin(), g.end());
+        }
+        grads[r].push_back(std::move(all));
+      }
+      planned[r] = stage.schedule();
+    });
+    for (int r = 0; r < stages; ++r) {
+      for (int step = 1; step < kSteps; ++step) {
+        EXPECT_EQ(grads[r][step], grads[r][0]) << "P=" << stages << " stage " << r << " step " << step;
+        EXPECT_EQ(losses[r][step], losses[r][0]) << "P=" << stages << " stage " << r << " step " << step;
+      }
+      ASSERT_EQ(planned[r].size(), static_cast<size_t>(3 * microbatches));
+      int64_t holding = 0, most = 0;
+      for (const Action& a : planned[r]) {
+        holding += a.kind == Action::Kind::Forward ? 1 : a.kind == Action::Kind::Weight ? -1 : 0;
+        most = std::max(most, holding);
+      }
+      EXPECT_LE(most, 2 * stages - r) << "P=" << stages << " stage " << r;
+    }
+  }
+}
+
 TEST(PipelineStageErrors, AMissingActivationTimesOutNamingStageAndMicrobatch) {
   dist::ProcessGroupOptions short_timeout;
   short_timeout.timeout = std::chrono::milliseconds(300);
