@@ -151,11 +151,12 @@ void PipelineStage::plan_from_measured_passes(const StepStats& stats) {
   std::vector<PassTimes> times(static_cast<size_t>(stages()));
   for (size_t s = 0; s < times.size(); ++s) {
     times[s] = {a[3 * s], a[3 * s + 1], a[3 * s + 2]};
-    // A clock that stood still (a pass shorter than its resolution) leaves the plan as it was, on
+    // A pass the clock did not see (shorter than its resolution) leaves the plan as it was, on
     // every stage alike.
-    if (!(times[s].forward > 0 && times[s].backward > 0 && times[s].weight >= 0) || !std::isfinite(times[s].forward) ||
-        !std::isfinite(times[s].backward) || !std::isfinite(times[s].weight))
-      return;
+    const bool measured = std::isfinite(times[s].forward) && std::isfinite(times[s].backward) &&
+                          std::isfinite(times[s].weight) && times[s].forward > 0 && times[s].backward > 0 &&
+                          times[s].weight >= 0;
+    if (!measured) return;
   }
   actions_ = make_schedule(options_.schedule, stage(), stages(), options_.microbatches, chunks(), times);
 }

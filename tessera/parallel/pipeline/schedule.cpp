@@ -1,6 +1,7 @@
 #include "tessera/parallel/pipeline/schedule.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 
@@ -86,8 +87,8 @@ ZeroBubblePlan zero_bubble_h1(int stage, int64_t microbatches, const std::vector
   std::vector<double> free_at(P, 0.0);
   ZeroBubblePlan plan;
   double t = 0;
-  // Starts stage s's next pass at time t if one may start; false if none may.
-  auto start_pass = [&](int s, bool& took_no_time) {
+  // Starts stage s's next pass at time t if one may start.
+  auto start_pass = [&](int s, bool& took_no_time) -> void {
     const int64_t b = backwards[s], f = forwards[s], w = weights[s];
     // A free stage's own passes have all ended, so B's forward and W's B have.
     const bool backward_ready = b < f && (s == P - 1 || backward_end[s + 1][b] <= t);
@@ -105,12 +106,11 @@ ZeroBubblePlan zero_bubble_h1(int stage, int64_t microbatches, const std::vector
       action = {K::Weight, w}, length = times[s].weight;
       ++weights[s];
     } else {
-      return false;
+      return;
     }
     free_at[s] = t + length;
     took_no_time = took_no_time || length <= 0;
     if (s == stage) plan.actions.push_back(action);
-    return true;
   };
   auto unfinished = [&] { return std::any_of(weights.begin(), weights.end(), [&](int64_t w) { return w < M; }); };
   // Each round is time 0 or the end of some pass, and there are 3·M·P passes.
@@ -180,6 +180,13 @@ std::vector<Action> make_schedule(ScheduleKind kind, int stage, int stages, int6
     case ScheduleKind::OneForwardOneBackward: return one_forward_one_backward(stage, stages, microbatches);
     case ScheduleKind::ZeroBubbleH1:
       if (pass_times.empty()) return zero_bubble_h1_unit(stage, stages, microbatches).actions;
+      TESSERA_CHECK(pass_times.size() == static_cast<size_t>(stages), "[pipeline] ZB-H1 plans from one set of pass "
+                    "times per stage: got ", pass_times.size(), " for ", stages, " stages");
+      for (const PassTimes& t : pass_times)
+        TESSERA_CHECK(std::isfinite(t.forward) && std::isfinite(t.backward) && std::isfinite(t.weight) &&
+                          t.forward >= 0 && t.backward >= 0 && t.weight >= 0,
+                      "[pipeline] ZB-H1 plans from finite pass times of at least 0, got F ", t.forward, " B ",
+                      t.backward, " W ", t.weight);
       return zero_bubble_h1(stage, microbatches, pass_times, stages).actions;
     case ScheduleKind::Interleaved: break;
   }

@@ -4,6 +4,7 @@
 // deadlock) with exactly its theoretical bubble when passes take equal time.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <random>
 #include <tuple>
@@ -188,6 +189,18 @@ TEST(PipelineSchedule, ZeroBubblePlannedFromMeasuredPassesFillsTheGapsShorterWsL
   for (int s = 0; s < 4; ++s) unit.push_back(make_schedule(ScheduleKind::ZeroBubbleH1, s, 4, 16));
   EXPECT_NEAR(simulated_bubble(unit, 16, 1, uneven), 0.08980485862206294, 1e-12);
   EXPECT_NEAR(simulated_bubble(ScheduleKind::ZeroBubbleH1, 16, 1, uneven), 0.08616553378648525, 1e-12);
+}
+
+TEST(PipelineSchedule, ZeroBubblePlanningRefusesPassTimesItCannotUse) {
+  testing::expect_error<ValueError>([] { make_schedule(ScheduleKind::ZeroBubbleH1, 0, 2, 4, 1, {PassTimes{}}); },
+                                    {"one set of pass times per stage", "got 1 for 2 stages"});
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  testing::expect_error<ValueError>(
+      [&] { make_schedule(ScheduleKind::ZeroBubbleH1, 0, 2, 4, 1, {PassTimes{1, 1, 1}, PassTimes{1, nan, 1}}); },
+      {"finite pass times"});
+  testing::expect_error<ValueError>(
+      [] { make_schedule(ScheduleKind::ZeroBubbleH1, 0, 2, 4, 1, {PassTimes{1, 1, -1}, PassTimes{1, 1, 1}}); },
+      {"W -1"});
 }
 
 TEST(PipelineSchedule, ASimulatedOrderNamingAMicrobatchOutOfRangeIsRefused) {
