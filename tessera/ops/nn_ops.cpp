@@ -77,6 +77,71 @@ Tensor softmax_last(const Tensor& t_in, bool log_space) {
   }, autograd::Saves::Nothing);
 }
 
+// Attention's weights from its raw scores (..., Tq, Tk): softmax(scale · scores) over the last dim,
+// where under `causal` query i sees keys j <= i + (Tk - Tq) only. One pass each way instead of four
+// (a scale, a mask built for the call and filled in, a softmax; and the backward of each), and the
+// masked keys' exponentials are never computed; the GPT's steps spent 1-2% on those passes. The
+// arithmetic is the four ops' own, in their order: the weights and gradients are the same bits.
+Tensor attention_weights(const Tensor& scores_in, float scale, bool causal) {
+  Tensor scores = detail::as_contiguous(scores_in);
+  const int64_t Tq = scores.shape()[scores.dim() - 2], Tk = scores.shape().back();
+  const int64_t M = Tk == 0 ? 0 : scores.numel() / Tk;
+  // How many keys row m sees: all, or under `causal` i + (Tk - Tq) + 1 of them (none is a row of
+  // NaN, as softmax gives a row that is all -inf).
+  auto visible = [Tq, Tk, causal](int64_t m) {
+    return causal ? std::clamp<int64_t>(m % Tq + (Tk - Tq) + 1, 0, Tk) : Tk;
+  };
+  Tensor out = Tensor::empty(scores.shape());
+  const float* x = scores.data<float>();
+  float* y = out.data<float>();
+  parallel_for(0, M, row_grain(Tk), [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m) {
+      const float* xr = x + m * Tk;
+      float* yr = y + m * Tk;
+      const int64_t n = visible(m);
+      // The scaled scores go through the output row, as the scale's own output did: computed in
+      // the exponential's argument, scale · x - max could be contracted into one FMA and round
+      // differently.
+      for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * scale;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, yr[j]);
+      if (!std::isfinite(mx) || cpu::any_nan(yr, n)) {  // NaN, ±inf or nothing visible: libm's rules, as softmax's
+        for (int64_t j = n; j < Tk; ++j) yr[j] = -std::numeric_limits<float>::infinity();
+        float s = 0.0f;
+        for (int64_t j = 0; j < Tk; ++j) s += std::exp(yr[j] - mx);
+        const float inv = 1.0f / s;
+        for (int64_t j = 0; j < Tk; ++j) yr[j] = std::exp(yr[j] - mx) * inv;
+        continue;
+      }
+      for (int64_t j = 0; j < n; ++j) yr[j] = cpu::exp_nonpositive(yr[j] - mx);
+      for (int64_t j = n; j < Tk; ++j) yr[j] = 0.0f;
+      const float inv = 1.0f / cpu::sum_in_lanes(yr, Tk);
+      for (int64_t j = 0; j < n; ++j) yr[j] *= inv;
+    }
+  });
+  Tensor saved = out.detach();
+  return record(out, "AttentionWeightsBackward", {scores_in}, [saved, scale, visible, Tk, M](const Tensor& g_in) {
+    Tensor g = detail::as_contiguous(g_in);
+    Tensor grad = Tensor::empty(saved.shape());
+    const float* gp = g.data<float>();
+    const float* yp = saved.data<float>();
+    float* dp = grad.data<float>();
+    parallel_for(0, M, row_grain(Tk), [&](int64_t b, int64_t e) {
+      for (int64_t m = b; m < e; ++m) {
+        const float* gr = gp + m * Tk;
+        const float* yr = yp + m * Tk;
+        float* dr = dp + m * Tk;
+        const int64_t n = visible(m);
+        for (int64_t j = 0; j < Tk; ++j) dr[j] = gr[j] * yr[j];  // softmax's backward
+        const float s = cpu::sum_in_lanes(dr, Tk);
+        for (int64_t j = 0; j < n; ++j) dr[j] = yr[j] * (gr[j] - s) * scale;  // then the scale's
+        for (int64_t j = n; j < Tk; ++j) dr[j] = 0.0f;                          // masked: the fill's
+      }
+    });
+    return std::vector<Tensor>{grad};
+  }, autograd::Saves::Nothing);
+}
+
 Tensor softmax_any(const Tensor& t, int64_t dim, bool log_space, const char* op) {
   detail::check_float(t, op, "input");
   if (t.dim() == 0) return softmax_last(t, log_space);
@@ -394,17 +459,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                     k.shape()[k.dim() - 2] == v.shape()[v.dim() - 2],
                 "[scaled_dot_product_attention] incompatible q ", shape_str(q.shape()), ", k ", shape_str(k.shape()),
                 ", v ", shape_str(v.shape()), " (expected (..., T, D) each, with k and v of equal length)");
-  const int64_t Tq = q.shape()[q.dim() - 2], Tk = k.shape()[k.dim() - 2], D = q.shape().back();
-  Tensor scores = mul(matmul(q, transpose(k, -2, -1)), 1.0f / std::sqrt(static_cast<float>(D)));
-  if (causal) {
-    // Query i sees keys j <= i + (Tk - Tq), so a query block at the end of a longer key cache works.
-    Tensor mask = zeros({Tq, Tk});
-    float* m = mask.data<float>();
-    for (int64_t i = 0; i < Tq; ++i)
-      for (int64_t j = 0; j < Tk; ++j) m[i * Tk + j] = j > i + (Tk - Tq) ? 1.0f : 0.0f;
-    scores = masked_fill(scores, mask, -std::numeric_limits<float>::infinity());
-  }
-  return matmul(softmax(scores, -1), v);
+  const int64_t D = q.shape().back();
+  // Under `causal` query i sees keys j <= i + (Tk - Tq), so a query block at the end of a longer key
+  // cache works.
+  Tensor scores = matmul(q, transpose(k, -2, -1));
+  return matmul(attention_weights(scores, 1.0f / std::sqrt(static_cast<float>(D)), causal), v);
 }
 
 }  // namespace tessera

@@ -207,6 +207,11 @@ std::vector<Case> all_cases() {
                }});
   c.push_back({"sdpa_causal", [](Generator& g) { return Inputs{rn({1, 2, 3, 4}, g), rn({1, 2, 3, 4}, g), rn({1, 2, 3, 4}, g)}; },
                [](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); }});
+  // A query block at the end of a longer key cache, and attention that sees every key.
+  c.push_back({"sdpa_causal_cache", [](Generator& g) { return Inputs{rn({1, 2, 2, 4}, g), rn({1, 2, 5, 4}, g), rn({1, 2, 5, 4}, g)}; },
+               [](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); }});
+  c.push_back({"sdpa_full", [](Generator& g) { return Inputs{rn({2, 3, 4}, g), rn({2, 5, 4}, g), rn({2, 5, 4}, g)}; },
+               [](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], false); }});
   return c;
 }
 
