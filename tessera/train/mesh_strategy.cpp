@@ -98,11 +98,13 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
   // Interleaved, the chain is cut into pp · v chunks and stage s holds chunks s, pp + s, 2pp + s, ...
   const int v = static_cast<int>(p.virtual_stages);
   bounds_ = parallel::pipeline::balance_stages(costs, static_cast<int>(p.pp) * v);
+  parallel::pipeline::PipelineOptions stage_options{parallel::pipeline::parse_schedule(p.schedule), p.microbatches,
+                                                    wire_dtype(config_)};
+  // Tensor-parallel partners pair their layers' collectives pass by pass: one order for all of them.
+  if (mesh_->shape().tp > 1) stage_options.same_order_as = mesh_->tp_group();
   stage_ = std::make_unique<parallel::pipeline::PipelineStage>(
       parallel::pipeline::stage_chunks(chain, bounds_, mesh_->coordinates().pp, static_cast<int>(p.pp)),
-      mesh_->pp_group(),
-      parallel::pipeline::PipelineOptions{parallel::pipeline::parse_schedule(p.schedule), p.microbatches,
-                                          wire_dtype(config_)},
+      mesh_->pp_group(), stage_options,
       [this](const Tensor& out, const Tensor& targets) { return loss_of(out, targets); });
   // A parameter is a shard when it holds fewer elements than the whole tensor of its name.
   for (const auto& [name, t] : stage_->state_dict()) {

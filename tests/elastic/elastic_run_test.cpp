@@ -426,7 +426,9 @@ TEST(ElasticRun, EtcdRendezvousSurvivesAKilledWorker) {
     GTEST_SKIP() << "etcd is not installed (/usr/bin/etcd); scripts/setup.sh installs Debian's etcd-server";
   std::string dir = tessera::testing::fresh_dir("elastic_run", "etcd");
   write_config(dir);
-  const int client = tessera::testing::free_listen_port(), peer = tessera::testing::free_listen_port();
+  const int client = tessera::testing::free_listen_port();
+  int peer = tessera::testing::free_listen_port();
+  for (int i = 0; i < 100 && peer == client; ++i) peer = tessera::testing::free_listen_port();
   const std::string client_url = "http://127.0.0.1:" + std::to_string(client);
   const std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
   std::string etcd = "/usr/bin/etcd --name tessera-test --data-dir " + dir + "/etcd --listen-client-urls " + client_url +

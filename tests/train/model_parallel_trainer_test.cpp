@@ -132,7 +132,11 @@ INSTANTIATE_TEST_SUITE_P(
                                          Layout{"DP2PP2TP2", 2, 2, 2, "1f1b", 2},
                                          Layout{"PP2InterleavedV2", 1, 2, 1, "interleaved", 4, 2},
                                          Layout{"PP2ZeroBubbleH1", 1, 2, 1, "zb-h1", 4},
-                                         Layout{"DP2PP2TP2ZeroBubbleH1", 2, 2, 2, "zb-h1", 2}),
+                                         Layout{"DP2PP2TP2ZeroBubbleH1", 2, 2, 2, "zb-h1", 2},
+                                         // 8 micro-batches: the planned orders (PipelineStage) can move
+                                         // forwards and backwards, which tensor-parallel partners must
+                                         // do alike (PipelineOptions::same_order_as).
+                                         Layout{"PP2TP2ZeroBubbleH1M8", 1, 2, 2, "zb-h1", 8}),
                        ::testing::Values(std::string("sgd"), std::string("adamw"))),
     [](const auto& info) { return std::string(std::get<0>(info.param).name) + std::get<1>(info.param); });
 

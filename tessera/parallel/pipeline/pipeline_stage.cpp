@@ -146,7 +146,8 @@ void PipelineStage::plan_from_measured_passes(const StepStats& stats) {
   m[2] = static_cast<float>(stats.weight_seconds / passes);
   Tensor all = Tensor::empty({3 * static_cast<int64_t>(stages())});
   group_->allgather(mine, all)->wait();
-  // Every stage plans from these same bytes, so the stages' orders agree.
+  // Every stage plans from these same bytes, so the stages' orders agree; so do the partners'.
+  if (options_.same_order_as && options_.same_order_as->size() > 1) options_.same_order_as->blocking_broadcast(all, 0);
   const float* a = all.data<float>();
   std::vector<PassTimes> times(static_cast<size_t>(stages()));
   for (size_t s = 0; s < times.size(); ++s) {
@@ -158,7 +159,14 @@ void PipelineStage::plan_from_measured_passes(const StepStats& stats) {
                           times[s].weight >= 0;
     if (!measured) return;
   }
+  plan_from(times);
+}
+
+void PipelineStage::plan_from(const std::vector<PassTimes>& times) {
+  TESSERA_CHECK(options_.schedule == ScheduleKind::ZeroBubbleH1, "[pipeline] only ZB-H1 plans from pass times; this "
+                "stage runs ", schedule_name(options_.schedule));
   actions_ = make_schedule(options_.schedule, stage(), stages(), options_.microbatches, chunks(), times);
+  ++plans_;
 }
 
 Tensor PipelineStage::forward(const Tensor& inputs) {

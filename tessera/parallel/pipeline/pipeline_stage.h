@@ -40,6 +40,10 @@ struct PipelineOptions {
   // bf16 mixed precision (half the bytes; the receiver computes on them as float32 again). Every
   // stage of a pipeline must agree.
   DType wire = DType::Float32;
+  // ZB-H1 plans its order from measured passes (schedule.h). Ranks outside this pipeline whose layers
+  // pair their collectives pass by pass with this stage's (its tensor-parallel partners) must run the
+  // same order: with this group set, every rank of it plans from its first rank's pipeline's times.
+  dist::ProcessGroupPtr same_order_as;
 };
 
 // The last stage's output and the micro-batch's targets -> the micro-batch's mean loss.
@@ -86,6 +90,11 @@ class PipelineStage {
   const PipelineOptions& options() const { return options_; }
   // The order this stage runs its passes in (make_schedule's; ZB-H1's planned from measured passes).
   const std::vector<Action>& schedule() const { return actions_; }
+  // ZB-H1: plans this stage's order from every stage's pass times (one entry per stage; every stage of
+  // the pipeline must be given the same). train_step calls it with the measured ones; how many
+  // plans were made so far.
+  void plan_from(const std::vector<PassTimes>& times);
+  int plans_made() const { return plans_; }
   StageLink& link() { return link_; }
 
   // This stage's parameters and buffers under the whole model's names (prefix + name).
@@ -113,6 +122,7 @@ class PipelineStage {
   // ZB-H1: the order planned again from the passes every stage measured in the step just run.
   void plan_from_measured_passes(const StepStats& stats);
   int steps_planned_ = 0;
+  int plans_ = 0;
 
   std::vector<nn::LayerChain> chunks_;
   nn::LayerChain layers_;

@@ -109,7 +109,7 @@ ZeroBubblePlan zero_bubble_h1(int stage, int64_t microbatches, const std::vector
       return;
     }
     free_at[s] = t + length;
-    took_no_time = took_no_time || length <= 0;
+    took_no_time = took_no_time || free_at[s] <= t;  // a W of 0, or a pass too short to move t
     if (s == stage) plan.actions.push_back(action);
   };
   auto unfinished = [&] { return std::any_of(weights.begin(), weights.end(), [&](int64_t w) { return w < M; }); };
@@ -165,6 +165,8 @@ std::vector<Action> make_schedule(ScheduleKind kind, int stage, int stages, int6
                                   const std::vector<PassTimes>& pass_times) {
   TESSERA_CHECK(stages >= 1 && stage >= 0 && stage < stages, "[pipeline] stage ", stage, " of ", stages);
   TESSERA_CHECK(microbatches >= 1, "[pipeline] needs at least one micro-batch, got ", microbatches);
+  TESSERA_CHECK(pass_times.empty() || kind == ScheduleKind::ZeroBubbleH1, "[pipeline] only ZB-H1 plans from pass "
+                "times; the ", schedule_name(kind), " schedule's order does not depend on them");
   if (kind == ScheduleKind::Interleaved) {
     TESSERA_CHECK(chunks >= 2, "[pipeline] the interleaved schedule needs at least 2 model chunks per stage "
                   "(parallel.virtual_stages), got ", chunks);

@@ -165,6 +165,7 @@ TEST(PipelineStageZeroBubble, PlanningFromMeasuredPassesKeepsTheGradientsBits) {
         grads[r].push_back(std::move(all));
       }
       planned[r] = stage.schedule();
+      EXPECT_EQ(stage.plans_made(), PipelineStage::kPlanningSteps) << "stage " << r;
     });
     for (int r = 0; r < stages; ++r) {
       for (int step = 1; step < kSteps; ++step) {
@@ -179,6 +180,54 @@ TEST(PipelineStageZeroBubble, PlanningFromMeasuredPassesKeepsTheGradientsBits) {
       }
       EXPECT_LE(most, 2 * stages - r) << "P=" << stages << " stage " << r;
     }
+  }
+}
+
+// The same with an order chosen here: pass times under which the plan differs from the unit-time
+// order (W shorter than B, the middle stage slower). The step's gradients and loss are the
+// unit-time order's bit for bit, and each stage runs the order planned from those times.
+TEST(PipelineStageZeroBubble, AnOrderPlannedFromGivenTimesGivesTheUnitOrdersBits) {
+  const int stages = 3;
+  const int64_t batch = 24, microbatches = 8;
+  const std::vector<PassTimes> times{{1.0, 1.4, 0.6}, {1.3, 1.8, 0.7}, {1.0, 1.4, 0.6}};
+  Generator gen(6);
+  Tensor inputs = randn({batch, 6}, gen);
+  Tensor targets = randint(0, 3, {batch}, gen);
+  manual_seed(4);
+  auto reference = make_mlp();
+  std::vector<std::vector<float>> unit_grads(stages), planned_grads(stages);
+  std::vector<float> unit_loss(stages), planned_loss(stages);
+  for (bool plan : {false, true}) {
+    std::vector<std::shared_ptr<nn::Sequential>> copies;
+    for (int r = 0; r < stages; ++r) {
+      copies.push_back(make_mlp());
+      copies.back()->load_state_dict(reference->state_dict());
+    }
+    testing::run_on_threads(stages, threaded(stages), [&](dist::ProcessGroup& group) {
+      const int r = group.rank();
+      nn::LayerChain chain = chain_of(*copies[r]);
+      PipelineStage stage(stage_chunks(chain, balance_stages(parameter_costs(chain), stages), r, stages), borrow(group),
+                          {ScheduleKind::ZeroBubbleH1, microbatches}, mean_cross_entropy);
+      const auto unit = stage.schedule();
+      if (plan) {
+        stage.plan_from(times);
+        EXPECT_EQ(stage.schedule(), make_schedule(ScheduleKind::ZeroBubbleH1, r, stages, microbatches, 1, times));
+        if (r == 0) EXPECT_NE(stage.schedule(), unit) << "these times should move stage 0's passes";
+      }
+      const float loss =
+          static_cast<float>(stage.train_step(r == 0 ? inputs : Tensor(), r == stages - 1 ? targets : Tensor()).loss);
+      std::vector<float> all;
+      for (auto& p : stage.parameters()) {
+        auto g = p.grad().to_vector<float>();
+        all.insert(all.end(), g.begin(), g.end());
+      }
+      (plan ? planned_grads : unit_grads)[r] = std::move(all);
+      (plan ? planned_loss : unit_loss)[r] = loss;
+    });
+  }
+  for (int r = 0; r < stages; ++r) {
+    EXPECT_EQ(planned_grads[r], unit_grads[r]) << "stage " << r;
+    EXPECT_EQ(planned_loss[r], unit_loss[r]) << "stage " << r;
   }
 }
 

@@ -170,6 +170,14 @@ TEST(PipelineSchedule, ZeroBubblePlannedFromMeasuredPassesKeepsTheBoundsAtAnySpe
             << "P=" << stages << " M=" << m << " deadlocks at speeds other than planned";
         EXPECT_GE(bubble, 0.0);
       }
+  // A pass so much shorter than the time already planned that adding it leaves the time as it was.
+  const std::vector<PassTimes> extreme{{1e17, 1, 1}, {1, 1, 1}};
+  for (int s = 0; s < 2; ++s)
+    for (int64_t m : {1, 4}) {
+      std::vector<Action> actions;
+      ASSERT_NO_THROW(actions = make_schedule(ScheduleKind::ZeroBubbleH1, s, 2, m, 1, extreme));
+      expect_zero_bubble_order(actions, 2, s, m, 4 - s);
+    }
 }
 
 // The GPT's stages as measured in the sixth session (F/B/W 4.16/4.19/3.03 ms: W shorter than B).
@@ -201,6 +209,9 @@ TEST(PipelineSchedule, ZeroBubblePlanningRefusesPassTimesItCannotUse) {
   testing::expect_error<ValueError>(
       [] { make_schedule(ScheduleKind::ZeroBubbleH1, 0, 2, 4, 1, {PassTimes{1, 1, -1}, PassTimes{1, 1, 1}}); },
       {"W -1"});
+  testing::expect_error<ValueError>(
+      [] { make_schedule(ScheduleKind::OneForwardOneBackward, 0, 2, 4, 1, {PassTimes{}, PassTimes{}}); },
+      {"only ZB-H1 plans from pass times"});
 }
 
 TEST(PipelineSchedule, ASimulatedOrderNamingAMicrobatchOutOfRangeIsRefused) {
