@@ -1,4 +1,4 @@
-// tessera bench matmul: GFLOP/s of the sgemm path (tessera::matmul) at n×n against the FP32 peak of
+// tessera bench matmul: GFLOP/s of the float32 GEMM path (tessera::matmul: cpu::gemm) at n×n against the FP32 peak of
 // the same number of cores, and of the bf16 path (under Autocast(BFloat16): the operands rounded to
 // bf16, oneDNN's matmul) against the bf16 dot-product peak, all measured in the same run.
 #include <algorithm>

@@ -100,7 +100,6 @@ struct BlockingScope {
   ~BlockingScope() { issuing_blocking = false; }
 };
 
-
 // "parallel/ddp/reducer.cpp:120": the last three parts of the path are enough to find the file.
 std::string call_site_text(const char* file_name, uint32_t line) {
   if (file_name == nullptr) return "an unknown place";

@@ -99,7 +99,7 @@ Tensor argmax(const Tensor& t, int64_t dim, bool keepdim = false);
 // ---- linear algebra (oneDNN matmul, or OpenBLAS sgemm: backend/cpu/gemm.h) ----
 // (n, k) @ (k, m); (..., n, k) @ (..., k, m) with broadcast batch dims; 1-D operands as in NumPy.
 Tensor matmul(const Tensor& a, const Tensor& b);
-// x (..., in) · weight (out, in)ᵀ + bias (out): one product with the bias as its C operand.
+// x (..., in) · weight (out, in)ᵀ + bias (out): one product that adds the bias (gemm_bias).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // ---- convolution and pooling (NCHW) ----

@@ -28,7 +28,7 @@ constexpr std::array kSettings{
             "most bytes live CPU tensors may hold (e.g. 512M, 8G; K/M/G are powers of 1024); an allocation past "
             "it raises OutOfMemoryError",
             kUser},
-    Setting{"TESSERA_CONV", "onednn", "convolution kernels: onednn, or im2col (im2col + OpenBLAS GEMM)", kUser},
+    Setting{"TESSERA_CONV", "onednn", "convolution kernels: onednn, or im2col (im2col + the float32 GEMM TESSERA_GEMM picks)", kUser},
     Setting{"TESSERA_GEMM", "onednn", "float32 matrix products (matmul, linear, im2col convolution): onednn, or openblas",
             kUser},
     Setting{"TESSERA_FLIGHT_DIR", "unset; tessera train uses <output_dir>/flight",

@@ -16,7 +16,6 @@
 #include <sstream>
 #include <string>
 #include <thread>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -240,11 +239,7 @@ TEST(ElasticRun, AnAgentThatCanNeitherHostNorReachTheStoreSaysWhy) {
   const int port = tessera::testing::free_listen_port();
   int holder = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(holder, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  ASSERT_TRUE(tessera::testing::bind_loopback(holder, port)) << std::strerror(errno);
   elastic::ElasticOptions o;
   o.min_nodes = 2, o.max_nodes = 2;
   o.endpoint = "127.0.0.1:" + std::to_string(port);

@@ -17,6 +17,15 @@
 
 namespace tessera::testing {
 
+// Binds `fd` to 127.0.0.1:port; false (errno set) if it cannot.
+inline bool bind_loopback(int fd, int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  return ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+}
+
 // A random port in [10000, the ephemeral range's start) that 127.0.0.1 can listen on now (it is
 // closed again before this returns). 200 tries at most.
 inline int free_listen_port() {
@@ -31,11 +40,7 @@ inline int free_listen_port() {
     const int port = pick(gen);
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) break;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 1) == 0;
+    const bool ok = bind_loopback(fd, port) && ::listen(fd, 1) == 0;
     ::close(fd);
     if (ok) return port;
   }

@@ -132,8 +132,10 @@ StepStats PipelineStage::train_step(const Tensor& inputs, const Tensor& targets)
   loss.data<float>()[0] = static_cast<float>(loss_sum_ / static_cast<double>(M));
   if (stages() > 1) group_->blocking_broadcast(loss, stages() - 1);
   stats.loss = loss.data<float>()[0];
-  if (options_.schedule == ScheduleKind::ZeroBubbleH1 && stages() > 1 && ++steps_planned_ <= kPlanningSteps)
+  if (options_.schedule == ScheduleKind::ZeroBubbleH1 && stages() > 1 && steps_run_ < kPlanningSteps) {
+    ++steps_run_;
     plan_from_measured_passes(stats);
+  }
   return stats;
 }
 

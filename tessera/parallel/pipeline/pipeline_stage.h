@@ -121,7 +121,7 @@ class PipelineStage {
   void run_weight(int chunk, int64_t m);
   // ZB-H1: the order planned again from the passes every stage measured in the step just run.
   void plan_from_measured_passes(const StepStats& stats);
-  int steps_planned_ = 0;
+  int steps_run_ = 0;  // ZB-H1's steps, counted up to kPlanningSteps
   int plans_ = 0;
 
   std::vector<nn::LayerChain> chunks_;

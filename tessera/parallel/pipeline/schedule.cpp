@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <optional>
 
 #include "tessera/core/error.h"
 
@@ -278,8 +277,14 @@ double simulated_bubble(const std::vector<std::vector<Action>>& orders, int64_t 
       }
     }
   }
-  for (int s = 0; s < P; ++s)
-    TESSERA_ASSERT(next[s] == orders[s].size(), "the schedule deadlocked in simulation at stage ", s);
+  // Given orders can wait on each other (a stage's B before the next stage has run it, say).
+  for (int s = 0; s < P; ++s) {
+    if (next[s] == orders[s].size()) continue;
+    const Action& a = orders[s][next[s]];
+    throw ValueError(tessera::detail::concat("[pipeline] the orders deadlock: stage ", s, " waits forever at its action ", next[s], " (",
+                            a.kind == Action::Kind::Forward ? "forward" : a.kind == Action::Kind::Backward ? "backward" : "W",
+                            " of micro-batch ", a.microbatch, " chunk ", a.chunk, ")"));
+  }
   // Steps run back to back and the stages stay coupled, so every stage's step lasts as long as the
   // slowest stage's (the step's end), which is what each stage's wall time measures.
   const double step = *std::max_element(clock.begin(), clock.end());

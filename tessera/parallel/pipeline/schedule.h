@@ -77,7 +77,8 @@ double theoretical_bubble(int stages, int64_t microbatches);  // GPipe and 1F1B
 // from what the messages and the runtime cost (`tessera bench model-parallel`).
 double simulated_bubble(ScheduleKind kind, int64_t microbatches, int chunks, const std::vector<PassTimes>& stages);
 // The same for given orders, one per stage (make_schedule's), e.g. ZB-H1's unit-time order run at
-// measured speeds.
+// measured speeds. ValueError when an order names a micro-batch or chunk out of range, or when the
+// orders wait on each other for ever (naming the stage and the action it waits at).
 double simulated_bubble(const std::vector<std::vector<Action>>& orders, int64_t microbatches, int chunks,
                         const std::vector<PassTimes>& stages);
 

@@ -214,6 +214,14 @@ TEST(PipelineSchedule, ZeroBubblePlanningRefusesPassTimesItCannotUse) {
       {"only ZB-H1 plans from pass times"});
 }
 
+// Stage 0 starts with B0, which waits on stage 1's B0, which waits on stage 1's F0, which waits on
+// stage 0's F0: the replay names where it stops instead of asserting.
+TEST(PipelineSchedule, SimulatedOrdersThatWaitOnEachOtherAreRefusedNamingTheStage) {
+  std::vector<std::vector<Action>> orders{{{K::Backward, 0}, {K::Forward, 0}}, {{K::Forward, 0}, {K::Backward, 0}}};
+  testing::expect_error<ValueError>([&] { simulated_bubble(orders, 1, 1, {PassTimes{}, PassTimes{}}); },
+                                    {"orders deadlock", "stage 0 waits forever at its action 0 (backward of micro-batch 0"});
+}
+
 TEST(PipelineSchedule, ASimulatedOrderNamingAMicrobatchOutOfRangeIsRefused) {
   std::vector<std::vector<Action>> orders{{{K::Forward, 0}, {K::Forward, 5}}};
   testing::expect_error<ValueError>([&] { simulated_bubble(orders, 2, 1, {PassTimes{}}); }, {"micro-batch 5"});
