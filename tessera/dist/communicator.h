@@ -64,6 +64,13 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(std::span<const int> ranks, std::shared_ptr<Store> store,
                                               Milliseconds timeout) = 0;
 
+  // Symmetric memory (NCCL's registered buffers, PyTorch's SymmetricMemory): called by every rank,
+  // in collective order, it gives each rank `bytes` of zeroed memory that its peers can reach. An
+  // allreduce over a buffer at the same offset of such memory on every rank may then skip the
+  // copies through the backend's own buffers. nullptr: this backend has none (use ordinary memory).
+  // The memory lives as long as the returned pointer, even past the communicator.
+  virtual std::shared_ptr<void> allocate_symmetric(size_t /*bytes*/, Deadline /*deadline*/) { return nullptr; }
+
   // Whether allreduce, reduce and reduce_scatter take ReduceOp::Avg: the sum divided by size()
   // (int64: truncated; bf16: summed in float32, divided, rounded once), in the reduction's own pass.
   virtual bool reduces_average() const { return false; }

@@ -10,6 +10,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/dist/store/prefix_store.h"
+#include "tessera/ops/ops.h"
 #include "tessera/observe/trace.h"
 
 namespace tessera::dist {
@@ -577,6 +578,22 @@ WorkPtr ProcessGroup::barrier(std::source_location where) {
   return enqueue(call_key("barrier"), [] { return std::string(); }, {}, [this](Deadline d) {
     if (size_ > 1) communicator_->barrier(d);
   });
+}
+
+Tensor ProcessGroup::symmetric_zeros(const Shape& shape, DType dtype, std::source_location where) {
+  CallSiteScope site(where);
+  const int64_t count = shape_numel(shape);
+  const size_t nbytes = static_cast<size_t>(count) * dtype_size(dtype);
+  auto memory = std::make_shared<std::shared_ptr<void>>();
+  enqueue(call_key("symmetric_zeros", {static_cast<int64_t>(dtype), count}),
+          [&] { return concat(dtype_name(dtype), " x ", count); }, {},
+          [this, nbytes, memory](Deadline d) {
+            if (size_ > 1) *memory = communicator_->allocate_symmetric(nbytes, d);
+          })
+      ->wait();
+  if (!*memory) return zeros(shape, dtype);
+  void* data = memory->get();
+  return view_of_storage(Storage::wrap(data, nbytes, cpu_device(), [memory] { memory->reset(); }), shape, 0, dtype);
 }
 
 void ProcessGroup::check_counts(const char* op, const std::vector<int64_t>& counts) const {

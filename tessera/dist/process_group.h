@@ -141,6 +141,15 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup>, public I
   WorkPtr reduce_scatter(Buffer input, Buffer output, std::vector<int64_t> counts, ReduceOp op,
                          std::source_location where = std::source_location::current());
 
+  // Zeroed memory of `shape` that the backend allreduces without copies through its own buffers
+  // (Communicator::allocate_symmetric: shm maps every rank's buffer in every peer), as NCCL's
+  // registered buffers; ordinary zeros where the backend has none. Collective: every rank calls it
+  // with the same shape and dtype, in the same order as its other collectives. An allreduce of the
+  // whole tensor (or of one slice of it at the same place on every rank) then takes the fast path;
+  // DDP allocates its gradient buckets here.
+  Tensor symmetric_zeros(const Shape& shape, DType dtype = DType::Float32,
+                         std::source_location where = std::source_location::current());
+
   // A subgroup over `ranks` (this group's rank numbers, any order, no repeats). Every rank of this
   // group calls it, in the same order (as torch.distributed.new_group); members get the new
   // group, the others nullptr.

@@ -49,6 +49,9 @@ class AutoCommunicator : public Communicator {
   }
   void barrier(Deadline deadline) override { collectives_->barrier(deadline); }
   bool reduces_average() const override { return collectives_->reduces_average(); }
+  std::shared_ptr<void> allocate_symmetric(size_t bytes, Deadline deadline) override {
+    return collectives_->allocate_symmetric(bytes, deadline);
+  }
   // Point-to-point bypasses the group's queue, so aborting the collectives is what the check needs.
   bool abortable() const override { return collectives_->abortable(); }
   void abort() override { collectives_->abort(); }

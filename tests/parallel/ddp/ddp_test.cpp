@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "parallel/ddp/ddp_testing.h"
+#include "tessera/dist/backends/shm/shm_communicator.h"
 #include "tessera/nn/models.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/sgd.h"
@@ -67,7 +68,8 @@ std::shared_ptr<nn::Module> train_single(const ModelFactory& make, const Data& d
 
 // DDP on `world` threads: rank r takes its B = global/world share of every micro-batch.
 std::vector<std::shared_ptr<nn::Module>> train_ddp(const ModelFactory& make, const Data& data, int steps, int world,
-                                                   int accumulate, DdpOptions options) {
+                                                   int accumulate, DdpOptions options,
+                                                   testing::CommunicatorFactory backend = {}) {
   // Models are built on this thread (the default generator is not thread-safe); rank 0's seed
   // matches the single-process run and the others differ, so the initial broadcast matters.
   std::vector<std::shared_ptr<nn::Module>> models;
@@ -76,7 +78,7 @@ std::vector<std::shared_ptr<nn::Module>> train_ddp(const ModelFactory& make, con
     models.push_back(make());
   }
   int64_t global = data.x.shape()[1], micro = global / accumulate, per_rank = micro / world;
-  testing::run_on_threads(world, threaded(world), [&](dist::ProcessGroup& group) {
+  testing::run_on_threads(world, backend ? backend : threaded(world), [&](dist::ProcessGroup& group) {
     auto g = testing::borrow(group);
     int r = group.rank();
     DistributedDataParallel ddp(models[static_cast<size_t>(r)], g, options);
@@ -141,6 +143,30 @@ INSTANTIATE_TEST_SUITE_P(Models, DdpEqualsSingleProcess,
                            return info.param.model + "_" + std::to_string(info.param.world) + "ranks_" +
                                   std::to_string(info.param.accumulate) + "micro";
                          });
+
+// Over the shm backend the buckets are symmetric memory (ProcessGroup::symmetric_zeros), which the
+// allreduce reads and writes across ranks directly: still the single-process result, and the
+// gradients left in .grad are that memory.
+TEST(DdpOverShm, SymmetricBucketsEqualSingleProcess) {
+  ModelFactory wide = [] { return std::static_pointer_cast<nn::Module>(nn::make_mlp({20, 256, 64, 5})); };
+  const int steps = 8;
+  for (int world : {2, 3}) {
+    for (int accumulate : {1, 2}) {
+      Data data = make_data(steps, 6 * accumulate, {20}, 5, 5);
+      auto single = train_single(wide, data, steps, accumulate);
+      DdpOptions options;
+      options.first_bucket_cap_bytes = 40000;  // 88 KB of gradients: two buckets, both over shm's
+      options.bucket_cap_bytes = 1 << 20;      // one-round 32 KiB, so both take the symmetric path
+      auto replicas = train_ddp(wide, data, steps, world, accumulate, options, dist::make_shm_communicator);
+      for (int r = 0; r < world; ++r) {
+        const auto& model = *replicas[static_cast<size_t>(r)];
+        EXPECT_LT(max_difference(*single, model), 1e-5) << world << " ranks, " << accumulate << " micro, rank " << r;
+        for (const auto& [name, p] : model.named_parameters())
+          EXPECT_TRUE(p.grad().impl()->storage->wraps_external()) << name << " on rank " << r;
+      }
+    }
+  }
+}
 
 // gradient_as_bucket_view (on by default) only removes copies: the parameters after training equal
 // those of a run with it off bit for bit, with micro-batch accumulation (no_sync) and across the

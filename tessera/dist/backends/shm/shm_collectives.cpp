@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "tessera/core/error.h"
@@ -10,6 +11,8 @@
 #include "tessera/dist/backends/shm/shm_reduce.h"
 
 namespace tessera::dist {
+
+using tessera::detail::concat;
 
 namespace {
 
@@ -31,11 +34,69 @@ void copy(void* dst, const void* src, int64_t n, size_t elem) {
   if (n > 0 && dst != src) std::memmove(dst, src, static_cast<size_t>(n) * elem);
 }
 
+// What a rank passes to a symmetric allreduce, written to its slot for the peers to compare: a
+// rank that passed other memory, or another buffer, count or op, fails the allreduce on every rank.
+struct SymmetricCall {
+  uint64_t magic = 0;
+  uint64_t buffer_id = 0;
+  uint64_t offset = 0;
+  int64_t count = 0;
+  int32_t dtype = 0;
+  int32_t op = 0;
+  bool operator==(const SymmetricCall&) const = default;
+  std::string text() const {
+    return concat("symmetric buffer #", buffer_id, " at byte ", offset, ", ", count, " x ",
+                  dtype_name(static_cast<DType>(dtype)), ", ", reduce_op_name(static_cast<ReduceOp>(op)));
+  }
+};
+constexpr uint64_t kSymmetricCallMagic = 0x73796d6d'63616c6cull;  // "symmcall"
+
 }  // namespace
 
 void ShmCommunicator::allreduce(Buffer data, ReduceOp op, Deadline deadline) {
   if (size_ == 1) return;
+  // Only where the slotted allreduce would take two rounds or more: a peer that passed ordinary
+  // memory then waits for a second round this rank never starts, so a mismatch is an error on
+  // every rank (the descriptor check here, a timeout there), never a silently wrong sum.
+  if (data.nbytes() > std::min(kOneRoundBytes, chunk_bytes_) && allreduce_symmetric(data, op, deadline)) return;
   reduce_rounds(data, op, -1, "allreduce", deadline);
+}
+
+bool ShmCommunicator::allreduce_symmetric(Buffer data, ReduceOp op, Deadline deadline) {
+  std::shared_ptr<detail::SymmetricBuffer> buffer = symmetric_->find(data.data, data.nbytes(), rank_);
+  if (!buffer) return false;
+  const int n = size_, r = rank_;
+  const size_t es = dtype_size(data.dtype);
+  const size_t offset = static_cast<size_t>(bytes(data) - buffer->base[static_cast<size_t>(r)]);
+  SymmetricCall mine{kSymmetricCallMagic, buffer->id, offset, data.count, static_cast<int32_t>(data.dtype),
+                     static_cast<int32_t>(op)};
+  // Wait 1: every input complete. The peers read my descriptor before they arrive at the next round.
+  const uint64_t k = begin_round("allreduce", deadline, 2);
+  std::memcpy(slot(r, k), &mine, sizeof(mine));
+  arrive_and_wait(k, "allreduce", deadline);
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    SymmetricCall theirs;
+    std::memcpy(&theirs, slot(p, k), sizeof(theirs));
+    if (theirs.magic != kSymmetricCallMagic)
+      throw ValueError(concat("[shm allreduce] rank ", r, " passed ", mine.text(), ", but rank ", p,
+                              " passed ordinary memory; every rank must allreduce its own symmetric buffer"));
+    if (!(theirs == mine))
+      throw ValueError(concat("[shm allreduce] rank ", r, " passed ", mine.text(), ", but rank ", p, " passed ",
+                              theirs.text()));
+  }
+  // My share across every rank's buffer, in rank order, into every rank's buffer.
+  const int64_t line = static_cast<int64_t>(kLine / es);
+  const int64_t lo = share_begin(data.count, r, n, line), hi = share_begin(data.count, r + 1, n, line);
+  if (hi > lo) {
+    std::vector<void*> at(static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) at[static_cast<size_t>(p)] = buffer->base[static_cast<size_t>(p)] + offset + static_cast<size_t>(lo) * es;
+    std::vector<const void*> src(at.begin(), at.end());
+    detail::shm_reduce_into(at.data(), n, src.data(), n, hi - lo, data.dtype, op);
+  }
+  // Wait 2: every share written everywhere.
+  arrive_and_wait(round_++, "allreduce", deadline);
+  return true;
 }
 
 void ShmCommunicator::reduce(Buffer data, ReduceOp op, int root, Deadline deadline) {

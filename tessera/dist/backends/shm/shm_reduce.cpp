@@ -37,12 +37,16 @@ struct Finish {
   }
 };
 
+// Writes a finished block to every output.
+void write_block(void* const* outs, int n_outs, int64_t base, const void* block, int64_t m, size_t elem) {
+  for (int o = 0; o < n_outs; ++o)
+    std::memcpy(static_cast<char*>(outs[o]) + static_cast<size_t>(base) * elem, block, static_cast<size_t>(m) * elem);
+}
+
 template <typename T, typename Op>
-void fold(void* out_v, void* copy_v, const void* const* src_v, int n, int64_t count, Op op, Finish<T> finish) {
+void fold(void* const* outs, int n_outs, const void* const* src_v, int n, int64_t count, Op op, Finish<T> finish) {
   constexpr int64_t kBlock = kBlockBytes / sizeof(T);
   alignas(64) T acc[kBlock];
-  T* out = static_cast<T*>(out_v);
-  T* copy = static_cast<T*>(copy_v);
   for (int64_t base = 0; base < count; base += kBlock) {
     const int64_t m = std::min(kBlock, count - base);
     const T* __restrict s0 = static_cast<const T*>(src_v[0]) + base;
@@ -57,8 +61,7 @@ void fold(void* out_v, void* copy_v, const void* const* src_v, int n, int64_t co
       for (int64_t i = 0; i < m; ++i) acc[i] = op(acc[i], s[i]);
     }
     finish(acc, m);
-    std::memcpy(out + base, acc, static_cast<size_t>(m) * sizeof(T));
-    if (copy != nullptr) std::memcpy(copy + base, acc, static_cast<size_t>(m) * sizeof(T));
+    write_block(outs, n_outs, base, acc, m, sizeof(T));
   }
 }
 
@@ -67,12 +70,11 @@ inline float widen(uint16_t b) { return bf16_to_float(BFloat16{b}); }
 inline uint16_t narrow(float f) { return float_to_bf16(f).bits; }
 
 template <typename Op>
-void fold_bf16(void* out_v, void* copy_v, const void* const* src_v, int n, int64_t count, Op op, Finish<float> finish) {
+void fold_bf16(void* const* outs, int n_outs, const void* const* src_v, int n, int64_t count, Op op,
+               Finish<float> finish) {
   constexpr int64_t kBlock = kBlockBytes / sizeof(float);
   alignas(64) float acc[kBlock];
   alignas(64) uint16_t result[kBlock];
-  uint16_t* out = static_cast<uint16_t*>(out_v);
-  uint16_t* copy = static_cast<uint16_t*>(copy_v);
   for (int64_t base = 0; base < count; base += kBlock) {
     const int64_t m = std::min(kBlock, count - base);
     const uint16_t* __restrict s0 = static_cast<const uint16_t*>(src_v[0]) + base;
@@ -83,18 +85,17 @@ void fold_bf16(void* out_v, void* copy_v, const void* const* src_v, int n, int64
     }
     finish(acc, m);
     for (int64_t i = 0; i < m; ++i) result[i] = narrow(acc[i]);
-    std::memcpy(out + base, result, static_cast<size_t>(m) * 2);
-    if (copy != nullptr) std::memcpy(copy + base, result, static_cast<size_t>(m) * 2);
+    write_block(outs, n_outs, base, result, m, 2);
   }
 }
 
 template <typename Op>
-void fold_typed(void* out, void* copy, const void* const* src, int n, int64_t count, DType dtype, Op op,
+void fold_typed(void* const* outs, int n_outs, const void* const* src, int n, int64_t count, DType dtype, Op op,
                 int64_t divisor = 1) {
   switch (dtype) {
-    case DType::Float32: fold<float>(out, copy, src, n, count, op, Finish<float>{divisor}); return;
-    case DType::Int64: fold<int64_t>(out, copy, src, n, count, op, Finish<int64_t>{divisor}); return;
-    case DType::BFloat16: fold_bf16(out, copy, src, n, count, op, Finish<float>{divisor}); return;
+    case DType::Float32: fold<float>(outs, n_outs, src, n, count, op, Finish<float>{divisor}); return;
+    case DType::Int64: fold<int64_t>(outs, n_outs, src, n, count, op, Finish<int64_t>{divisor}); return;
+    case DType::BFloat16: fold_bf16(outs, n_outs, src, n, count, op, Finish<float>{divisor}); return;
     case DType::Float16:
       throw NotSupportedError("[collective] float16 is not reduced by tessera's backends; reduce in float32 or bfloat16");
   }
@@ -102,13 +103,19 @@ void fold_typed(void* out, void* copy, const void* const* src, int n, int64_t co
 
 }  // namespace
 
-void shm_reduce(void* out, void* out_copy, const void* const* src, int n, int64_t count, DType dtype, ReduceOp op) {
+void shm_reduce_into(void* const* outs, int n_outs, const void* const* src, int n, int64_t count, DType dtype,
+                     ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: fold_typed(out, out_copy, src, n, count, dtype, Sum{}); return;
-    case ReduceOp::Avg: fold_typed(out, out_copy, src, n, count, dtype, Sum{}, n); return;
-    case ReduceOp::Max: fold_typed(out, out_copy, src, n, count, dtype, Max{}); return;
-    case ReduceOp::Min: fold_typed(out, out_copy, src, n, count, dtype, Min{}); return;
+    case ReduceOp::Sum: fold_typed(outs, n_outs, src, n, count, dtype, Sum{}); return;
+    case ReduceOp::Avg: fold_typed(outs, n_outs, src, n, count, dtype, Sum{}, n); return;
+    case ReduceOp::Max: fold_typed(outs, n_outs, src, n, count, dtype, Max{}); return;
+    case ReduceOp::Min: fold_typed(outs, n_outs, src, n, count, dtype, Min{}); return;
   }
+}
+
+void shm_reduce(void* out, void* out_copy, const void* const* src, int n, int64_t count, DType dtype, ReduceOp op) {
+  void* outs[2] = {out, out_copy};
+  shm_reduce_into(outs, out_copy != nullptr ? 2 : 1, src, n, count, dtype, op);
 }
 
 }  // namespace tessera::dist::detail

@@ -12,5 +12,9 @@ namespace tessera::dist::detail {
 // bfloat16 accumulates in float32 and rounds once at the end. Avg divides the sum by n in the
 // same pass.
 void shm_reduce(void* out, void* out_copy, const void* const* src, int n, int64_t count, DType dtype, ReduceOp op);
+// The same fold, each finished block written to all `n_outs` outputs, any of which may alias a
+// source (the symmetric-memory all-reduce writes every rank's buffer, shm_symmetric.cpp).
+void shm_reduce_into(void* const* outs, int n_outs, const void* const* src, int n, int64_t count, DType dtype,
+                     ReduceOp op);
 
 }  // namespace tessera::dist::detail
