@@ -35,6 +35,9 @@ struct CommOptions {
   int warmup = 2;
   int timeout_ms = 120000;
   bool json = false;  // one JSON object per size (for bench/compare_comm.py)
+  // allreduce over ProcessGroup::symmetric_zeros buffers (as DDP's buckets; nccl-tests' registered
+  // buffers); reported as tessera-<backend>+symmetric
+  bool symmetric = false;
 };
 struct DdpBenchOptions {
   std::string models = "mlp,cnn";

@@ -44,7 +44,9 @@ struct Buffers {
 
 // Buffers of `count` float32 per rank, laid out for `op`; `bytes` is what nccl-tests calls the
 // size: the allreduce/broadcast buffer, the allgather output, the reduce_scatter input.
-Buffers make_buffers(const std::string& op, int64_t count, int world) {
+Buffers make_buffers(dist::ProcessGroup& group, const std::string& op, int64_t count, bool symmetric) {
+  const int world = group.size();
+  if (symmetric) return {group.symmetric_zeros({count}), Tensor()};
   if (op == "allgather") return {zeros({count / world}), zeros({count})};
   if (op == "reduce_scatter") return {zeros({count}), zeros({count / world})};
   if (op == "alltoall") return {zeros({count}), zeros({count})};
@@ -111,6 +113,8 @@ int comm(const CommOptions& options) {
   const std::vector<std::string> ops = {"allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall"};
   TESSERA_CHECK(std::find(ops.begin(), ops.end(), options.op) != ops.end(), "[bench comm] unknown op '",
                 options.op, "'; choose allreduce, broadcast, allgather, reduce_scatter or alltoall");
+  TESSERA_CHECK(!options.symmetric || options.op == "allreduce",
+                "[bench comm] --symmetric applies to allreduce only (the backends' other collectives copy)");
   TESSERA_CHECK(options.min_bytes >= 4 && options.min_bytes <= options.max_bytes,
                 "[bench comm] need 4 <= --min-bytes <= --max-bytes");
   dist::InitOptions init;
@@ -119,8 +123,8 @@ int comm(const CommOptions& options) {
   auto group = dist::init_process_group(init);
   const int rank = group->rank(), world = group->size();
   if (rank == 0 && !options.json) {
-    std::printf("# tessera bench comm: %s, backend %s, %d ranks, float32, sum\n", options.op.c_str(),
-                group->backend_name(), world);
+    std::printf("# tessera bench comm: %s, backend %s, %d ranks, float32, sum%s\n", options.op.c_str(),
+                group->backend_name(), world, options.symmetric ? ", symmetric buffers" : "");
     std::printf("# time: slowest rank's mean per call; busbw = algbw x %.3f\n", bus_factor(options.op, world));
     std::printf("%12s %12s %10s %10s %10s %8s %7s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
                 "busbw(GB/s)", "#wrong", "iters");
@@ -130,7 +134,7 @@ int comm(const CommOptions& options) {
     // Round the element count to a multiple of the world size, as nccl-tests does.
     int64_t count = static_cast<int64_t>(bytes / 4) / world * world;
     if (count == 0) continue;
-    Buffers b = make_buffers(options.op, count, world);
+    Buffers b = make_buffers(*group, options.op, count, options.symmetric);
     int64_t wrong = check(*group, options.op, b);
     int iters = iterations_for(bytes, options.iters);
     for (int i = 0; i < options.warmup; ++i) issue(*group, options.op, b)->wait();
@@ -152,9 +156,10 @@ int comm(const CommOptions& options) {
     double algbw = size / time_s / 1e9, busbw = algbw * bus_factor(options.op, world);
     if (rank == 0) {
       if (options.json) {
-        std::printf("{\"impl\": \"tessera-%s\", \"op\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"time_us\": %.2f, "
+        std::printf("{\"impl\": \"tessera-%s%s\", \"op\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"time_us\": %.2f, "
                     "\"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": %lld}\n",
-                    group->backend_name(), options.op.c_str(), world, size, time_s * 1e6, algbw, busbw,
+                    group->backend_name(), options.symmetric ? "+symmetric" : "", options.op.c_str(), world, size,
+                    time_s * 1e6, algbw, busbw,
                     static_cast<long long>(all_wrong));
       } else {
         std::printf("%12zu %12lld %10.1f %10.3f %10.3f %8lld %7d\n", size, static_cast<long long>(count), time_s * 1e6,

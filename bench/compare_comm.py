@@ -4,6 +4,7 @@ Gloo, in the same run (shared/BENCHMARKING.md): every implementation runs `--rep
 interleaved, and each cell is the median busbw (GB/s) with its min-max.
 
     python3 bench/compare_comm.py [--build build] [--nprocs 2,4] [--min-bytes 4096] [--max-bytes 268435456]
+        [--backends shm,gloo,mpi,auto,shm-symmetric]
 
 Needs the release build (tessera, tessera_ref_mpi_allreduce), openmpi-bin and python3-torch.
 """
@@ -23,7 +24,10 @@ def commands(build, n, lo, hi, backends):
     sizes = ["--min-bytes", str(lo), "--max-bytes", str(hi)]
     out = {}
     for b in backends:
-        if b == "mpi":
+        if b == "shm-symmetric":  # buffers from ProcessGroup::symmetric_zeros, as DDP's buckets
+            out["tessera-shm+symmetric"] = [tessera, "run", "--nproc-per-node", str(n), "--", tessera, "bench", "comm",
+                                            "--backend", "shm", "--symmetric", "--json"] + sizes
+        elif b == "mpi":
             out["tessera-mpi"] = MPIRUN + ["-np", str(n), tessera, "bench", "comm", "--backend", "mpi", "--json"] + sizes
         else:
             out["tessera-" + b] = [tessera, "run", "--nproc-per-node", str(n), "--", tessera, "bench", "comm",
@@ -51,7 +55,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--nprocs", default="2,4")
-    ap.add_argument("--backends", default="shm,gloo,mpi,auto")
+    # shm-symmetric: shm over symmetric buffers (as DDP's gradient buckets); its own ratio column,
+    # since MPI_Allreduce and Gloo are given ordinary memory.
+    ap.add_argument("--backends", default="shm,gloo,mpi,auto,shm-symmetric")
     ap.add_argument("--min-bytes", type=int, default=4096)
     ap.add_argument("--max-bytes", type=int, default=256 << 20)
     ap.add_argument("--repeats", type=int, default=3)
@@ -68,8 +74,8 @@ def main():
         impls = list(cmds)
         sizes = sorted({b for (_, b) in samples})
         print(f"\n## allreduce float32 sum, {n} processes: busbw GB/s, median [min-max] of {a.repeats} runs")
-        print("| bytes | " + " | ".join(impls) + " | best tessera / best peer |")
-        print("|" + "---|" * (len(impls) + 2))
+        print("| bytes | " + " | ".join(impls) + " | best tessera / best peer | symmetric / best peer |")
+        print("|" + "---|" * (len(impls) + 3))
         for size in sizes:
             cells, med = [], {}
             for impl in impls:
@@ -79,10 +85,12 @@ def main():
                     continue
                 med[impl] = statistics.median(v)
                 cells.append(f"{med[impl]:.3f} [{min(v):.3f}-{max(v):.3f}]")
-            ours = max((m for i, m in med.items() if i.startswith("tessera")), default=0)
+            ours = max((m for i, m in med.items() if i.startswith("tessera") and "+symmetric" not in i), default=0)
+            symmetric = max((m for i, m in med.items() if "+symmetric" in i), default=0)
             peers = max((m for i, m in med.items() if not i.startswith("tessera")), default=0)
             ratio = f"{ours / peers:.2f}x" if peers else "-"
-            print(f"| {size} | " + " | ".join(cells) + f" | {ratio} |")
+            symmetric_ratio = f"{symmetric / peers:.2f}x" if peers and symmetric else "-"
+            print(f"| {size} | " + " | ".join(cells) + f" | {ratio} | {symmetric_ratio} |")
         print("# wrong elements: " + ", ".join(f"{i} {w}" for i, w in wrong.items()))
 
 

@@ -49,6 +49,8 @@ Command add_bench_command(CLI::App& app) {
   comm->add_option("--warmup", cm->warmup, "Untimed calls per size")->capture_default_str();
   comm->add_option("--timeout-ms", cm->timeout_ms, "Per-operation timeout")->capture_default_str();
   comm->add_flag("--json", cm->json, "One JSON object per size instead of the table");
+  comm->add_flag("--symmetric", cm->symmetric,
+                 "allreduce: buffers in symmetric memory (ProcessGroup::symmetric_zeros, as DDP's buckets)");
 
   auto dd = std::make_shared<bench::DdpBenchOptions>();
   dd->script = std::string(TESSERA_SOURCE_DIR) + "/bench/torch_ddp.py";

@@ -146,6 +146,13 @@ void bind_distributed(py::module_& m) {
           return finish(group_or_default(group, "reduce_scatter_tensor")->reduce_scatter(input, output, op), async_op);
         }, py::arg("output"), py::arg("input"), py::arg("op") = dist::ReduceOp::Sum, py::arg("group") = py::none(),
         py::arg("async_op") = false);
+  m.def("symmetric_zeros", [](const Shape& size, DType dtype, const py::object& group) {
+          auto g = group_or_default(group, "symmetric_zeros");
+          py::gil_scoped_release release;
+          return g->symmetric_zeros(size, dtype);
+        }, py::arg("size"), py::kw_only(), py::arg("dtype") = DType::Float32, py::arg("group") = py::none(),
+        "Zeros in memory every rank of the group can reach (collective); all_reduce of it skips the copies "
+        "through the backend's buffers (shm; ordinary zeros elsewhere). DDP's buckets live there.");
   m.def("barrier", [](const py::object& group) { finish(group_or_default(group, "barrier")->barrier(), false); },
         py::arg("group") = py::none());
   m.def("send", [](const Tensor& t, int dst, const py::object& group, int tag) {

@@ -53,6 +53,13 @@ def main():
     # Each rank's loss uses every row; the sum over ranks of d/dx_r is world * 2 x_r.
     np.testing.assert_allclose(x.grad.numpy(), np.full((1, 3), world * 2.0 * (rank + 1)))
 
+    # Symmetric memory (DDP's buckets): over shm the all-reduce reads and writes the peers' buffers.
+    sym = dist.symmetric_zeros((3, 20000))
+    assert sym.shape == (3, 20000) and sym.sum().item() == 0.0
+    sym.fill_(float(rank + 1))
+    dist.all_reduce(sym)
+    assert sym.numpy().min() == sym.numpy().max() == world * (world + 1) / 2
+
     sub = dist.new_group([0, 1])
     s = tessera.ones(1)
     dist.all_reduce(s, group=sub)

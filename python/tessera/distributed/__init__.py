@@ -28,6 +28,7 @@ all_gather = _native.all_gather
 all_gather_into_tensor = _native.all_gather_into_tensor
 reduce_scatter_tensor = _native.reduce_scatter_tensor
 barrier = _native.barrier
+symmetric_zeros = _native.symmetric_zeros
 send = _native.send
 recv = _native.recv
 all_gather_with_grad = _native.all_gather_with_grad
