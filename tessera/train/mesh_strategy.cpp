@@ -98,8 +98,10 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
   // Interleaved, the chain is cut into pp · v chunks and stage s holds chunks s, pp + s, 2pp + s, ...
   const int v = static_cast<int>(p.virtual_stages);
   bounds_ = parallel::pipeline::balance_stages(costs, static_cast<int>(p.pp) * v);
-  parallel::pipeline::PipelineOptions stage_options{parallel::pipeline::parse_schedule(p.schedule), p.microbatches,
-                                                    wire_dtype(config_)};
+  parallel::pipeline::PipelineOptions stage_options;
+  stage_options.schedule = parallel::pipeline::parse_schedule(p.schedule);
+  stage_options.microbatches = p.microbatches;
+  stage_options.wire = wire_dtype(config_);
   // Tensor-parallel partners pair their layers' collectives pass by pass: one order for all of them.
   if (mesh_->shape().tp > 1) stage_options.same_order_as = mesh_->tp_group();
   stage_ = std::make_unique<parallel::pipeline::PipelineStage>(
