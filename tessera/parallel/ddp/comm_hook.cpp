@@ -21,6 +21,7 @@ class AllreduceHook : public CommHook {
  public:
   explicit AllreduceHook(DType wire) : wire_(wire) { check_wire_dtype(wire, "[ddp] gradients"); }
   std::string name() const override { return wire_ == DType::Float32 ? "none" : "none (bf16 all-reduce)"; }
+  bool reduces_bucket_in_place() const override { return wire_ == DType::Float32; }
   void start(dist::ProcessGroup& group, const BucketView& bucket) override {
     Pending& p = pending_[bucket.index];
     if (wire_ == DType::Float32) {

@@ -30,6 +30,10 @@ class CommHook {
   virtual void start(dist::ProcessGroup& group, const BucketView& bucket) = 0;
   // Blocks until `bucket.flat` holds the group's sum divided by bucket.divisor.
   virtual void finish(dist::ProcessGroup& group, const BucketView& bucket) = 0;
+  // Whether start() all-reduces `bucket.flat` itself (not a compressed copy): then the reducer puts
+  // the buckets in symmetric memory (ProcessGroup::symmetric_zeros), which that all-reduce reads
+  // and writes across the ranks without copies. For the others it would be /dev/shm spent for nothing.
+  virtual bool reduces_bucket_in_place() const { return false; }
   // Bytes this rank has handed to the communication layer so far (payload, per call).
   int64_t bytes_communicated() const { return bytes_; }
 

@@ -73,9 +73,10 @@ void Reducer::build_buckets(std::vector<std::vector<size_t>> layout) {
       view.offsets.push_back(offset);
       offset += parameters_[i].second.numel();
     }
-    // Symmetric memory where the backend has it (shm): the all-reduce then reads and writes the
-    // peers' buckets directly instead of copying through its own buffers (shm_symmetric.h).
-    view.flat = group_->symmetric_zeros({offset});
+    // Symmetric memory where the backend has it (shm) and the hook all-reduces the bucket itself:
+    // the all-reduce then reads and writes the peers' buckets directly instead of copying through
+    // its own buffers (shm_symmetric.h). Every rank has the same hook, so all call the collective.
+    view.flat = hook_->reduces_bucket_in_place() ? group_->symmetric_zeros({offset}) : zeros({offset});
     views_.push_back(std::move(view));
   }
   // Backward writes a gradient that has no .grad yet straight into its slot (Tensor::set_grad_buffer).

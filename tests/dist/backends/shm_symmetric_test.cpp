@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "dist/collective_suite.h"
 #include "tessera/dist/backends/shm/shm_communicator.h"
@@ -91,26 +92,79 @@ TEST_P(ShmSymmetric, AllreduceGivesTheSlottedResultBitForBit) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmSymmetric, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return "world_" + std::to_string(info.param); });
 
-TEST(ShmSymmetricMismatch, ARankThatPassesOrdinaryMemoryFailsEveryRank) {
-  // Rank 0 passes its symmetric buffer, rank 1 ordinary memory: rank 0 reads rank 1's slot and
-  // names the mismatch; rank 1, on the slotted path, waits for a round rank 0 never starts.
+class ShmSymmetricMismatch : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmSymmetricMismatch, ARankThatPassesOrdinaryMemoryFailsEveryRank) {
+  // After three matched calls (which leave a descriptor in each of the slot's three buffers), one
+  // rank passes ordinary memory of the same size: 80 KB, which the slotted path moves in two rounds,
+  // never writing the start of rank 0's slot. The symmetric rank names the mismatch (an old
+  // descriptor is told by its round); the other waits for a round the symmetric rank never starts.
+  const int ordinary_rank = GetParam();
   testing::run_on_threads(
       2, dist::make_shm_communicator,
-      [](ProcessGroup& group) {
+      [&](ProcessGroup& group) {
         Tensor symmetric = group.symmetric_zeros({20000});
-        if (group.rank() == 0) {
-          testing::expect_error<ValueError>([&] { group.allreduce(symmetric)->wait(); },
-                                            {"[shm allreduce] rank 0 passed symmetric buffer #1 at byte 0, 20000 x "
-                                             "float32, sum, but rank 1 passed ordinary memory"});
+        for (int i = 0; i < 3; ++i) {
+          fill_(symmetric, 1.0f);
+          group.allreduce(symmetric)->wait();
+          ASSERT_EQ(symmetric.to_vector<float>()[0], 2.0f);
+        }
+        if (group.rank() != ordinary_rank) {
+          const std::string message = "[shm allreduce] rank " + std::to_string(group.rank()) +
+                                      " passed symmetric buffer #1 at byte 0, 20000 x float32, sum, but rank " +
+                                      std::to_string(ordinary_rank) + " passed ordinary memory";
+          testing::expect_error<ValueError>([&] { group.allreduce(symmetric)->wait(); }, {message.c_str()});
         } else {
-          Tensor ordinary = zeros({20000});
-          testing::expect_error<Error>([&] { group.allreduce(ordinary)->wait(); }, {"allreduce"});
+          Tensor ordinary = symmetric.clone();
+          testing::expect_error<Error>([&] { group.allreduce(ordinary)->wait(); }, {"allreduce", "timed out"});
         }
       },
-      timeout_of(1s));
+      timeout_of(3s));
 }
 
-TEST(ShmSymmetricMismatch, DifferentSlicesAreAValueErrorOnEveryRankNamingBoth) {
+INSTANTIATE_TEST_SUITE_P(OrdinaryRank, ShmSymmetricMismatch, ::testing::Values(0, 1),
+                         [](const auto& info) { return "rank_" + std::to_string(info.param) + "_ordinary"; });
+
+// The path itself, on the communicator: taken above the one-round size, for symmetric memory only.
+TEST(ShmSymmetricPath, IsTakenForSymmetricMemoryAboveTheOneRoundSizeOnly) {
+  auto store = std::make_shared<dist::HashStore>(10s);
+  std::vector<std::string> failures(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        dist::BackendContext c;
+        c.store = store;
+        c.rank = r;
+        c.size = 2;
+        c.local_size = 2;
+        c.timeout = 10s;
+        auto comm = dist::make_shm_communicator(c);
+        auto& shm = dynamic_cast<dist::ShmCommunicator&>(*comm);
+        const auto deadline = std::chrono::steady_clock::now() + 10s;
+        std::shared_ptr<void> memory = comm->allocate_symmetric(40000 * sizeof(float), deadline);
+        if (!memory) throw std::runtime_error("no symmetric memory");
+        float* d = static_cast<float*>(memory.get());
+        std::fill(d, d + 40000, static_cast<float>(r + 1));
+        comm->allreduce(dist::Buffer{d, 40000, DType::Float32}, ReduceOp::Sum, deadline);
+        if (shm.symmetric_allreduces() != 1 || d[0] != 3.0f || d[39999] != 3.0f)
+          throw std::runtime_error("the symmetric path did not run, or summed wrong");
+        comm->allreduce(dist::Buffer{d, 100, DType::Float32}, ReduceOp::Sum, deadline);  // one round
+        std::vector<float> ordinary(40000, 1.0f);
+        comm->allreduce(dist::Buffer{ordinary.data(), 40000, DType::Float32}, ReduceOp::Sum, deadline);
+        if (shm.symmetric_allreduces() != 1 || d[0] != 6.0f || d[100] != 3.0f || ordinary[39999] != 2.0f)
+          throw std::runtime_error("a small or ordinary buffer took the symmetric path, or summed wrong");
+      } catch (const std::exception& e) {
+        failures[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures[0], "");
+  EXPECT_EQ(failures[1], "");
+}
+
+TEST(ShmSymmetricSlices, DifferentSlicesAreAValueErrorOnEveryRankNamingBoth) {
   testing::run_on_threads(
       2, dist::make_shm_communicator,
       [](ProcessGroup& group) {

@@ -148,15 +148,17 @@ INSTANTIATE_TEST_SUITE_P(Models, DdpEqualsSingleProcess,
 // allreduce reads and writes across ranks directly: still the single-process result, and the
 // gradients left in .grad are that memory.
 TEST(DdpOverShm, SymmetricBucketsEqualSingleProcess) {
-  ModelFactory wide = [] { return std::static_pointer_cast<nn::Module>(nn::make_mlp({20, 256, 64, 5})); };
+  // 200 outputs for 5 classes: the last layer alone (51 KB) fills the first bucket past shm's
+  // one-round 32 KiB, and the rest (87 KB) the second, so both take the symmetric path.
+  ModelFactory wide = [] { return std::static_pointer_cast<nn::Module>(nn::make_mlp({20, 256, 64, 200})); };
   const int steps = 8;
   for (int world : {2, 3}) {
     for (int accumulate : {1, 2}) {
       Data data = make_data(steps, 6 * accumulate, {20}, 5, 5);
       auto single = train_single(wide, data, steps, accumulate);
       DdpOptions options;
-      options.first_bucket_cap_bytes = 40000;  // 88 KB of gradients: two buckets, both over shm's
-      options.bucket_cap_bytes = 1 << 20;      // one-round 32 KiB, so both take the symmetric path
+      options.first_bucket_cap_bytes = 60000;
+      options.bucket_cap_bytes = 1 << 20;
       auto replicas = train_ddp(wide, data, steps, world, accumulate, options, dist::make_shm_communicator);
       for (int r = 0; r < world; ++r) {
         const auto& model = *replicas[static_cast<size_t>(r)];

@@ -38,6 +38,9 @@ void copy(void* dst, const void* src, int64_t n, size_t elem) {
 // rank that passed other memory, or another buffer, count or op, fails the allreduce on every rank.
 struct SymmetricCall {
   uint64_t magic = 0;
+  // A slotted multi-round allreduce never writes the start of its own rank's slot (its own share
+  // stays in its buffer), so a descriptor of an earlier call can still be there: the round tells.
+  uint64_t round = 0;
   uint64_t buffer_id = 0;
   uint64_t offset = 0;
   int64_t count = 0;
@@ -68,17 +71,17 @@ bool ShmCommunicator::allreduce_symmetric(Buffer data, ReduceOp op, Deadline dea
   const int n = size_, r = rank_;
   const size_t es = dtype_size(data.dtype);
   const size_t offset = static_cast<size_t>(bytes(data) - buffer->base[static_cast<size_t>(r)]);
-  SymmetricCall mine{kSymmetricCallMagic, buffer->id, offset, data.count, static_cast<int32_t>(data.dtype),
-                     static_cast<int32_t>(op)};
   // Wait 1: every input complete. The peers read my descriptor before they arrive at the next round.
   const uint64_t k = begin_round("allreduce", deadline, 2);
+  SymmetricCall mine{kSymmetricCallMagic, k, buffer->id, offset, data.count, static_cast<int32_t>(data.dtype),
+                     static_cast<int32_t>(op)};
   std::memcpy(slot(r, k), &mine, sizeof(mine));
   arrive_and_wait(k, "allreduce", deadline);
   for (int p = 0; p < n; ++p) {
     if (p == r) continue;
     SymmetricCall theirs;
     std::memcpy(&theirs, slot(p, k), sizeof(theirs));
-    if (theirs.magic != kSymmetricCallMagic)
+    if (theirs.magic != kSymmetricCallMagic || theirs.round != k)
       throw ValueError(concat("[shm allreduce] rank ", r, " passed ", mine.text(), ", but rank ", p,
                               " passed ordinary memory; every rank must allreduce its own symmetric buffer"));
     if (!(theirs == mine))
@@ -96,6 +99,7 @@ bool ShmCommunicator::allreduce_symmetric(Buffer data, ReduceOp op, Deadline dea
   }
   // Wait 2: every share written everywhere.
   arrive_and_wait(round_++, "allreduce", deadline);
+  ++symmetric_allreduces_;
   return true;
 }
 

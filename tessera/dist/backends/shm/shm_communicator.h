@@ -58,6 +58,8 @@ class ShmCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   size_t chunk_bytes() const { return chunk_bytes_; }
+  // Allreduces that took the symmetric-memory path (shm_symmetric.h) so far.
+  uint64_t symmetric_allreduces() const { return symmetric_allreduces_; }
 
   void allreduce(Buffer data, ReduceOp op, Deadline deadline) override;
   void broadcast(Buffer data, int root, Deadline deadline) override;
@@ -117,6 +119,7 @@ class ShmCommunicator final : public Communicator {
   uint64_t reusable_at_[kBuffers] = {};
   std::shared_ptr<detail::SymmetricRegistry> symmetric_ = std::make_shared<detail::SymmetricRegistry>();
   uint64_t symmetric_allocations_ = 0;
+  uint64_t symmetric_allreduces_ = 0;
 };
 
 }  // namespace tessera::dist

@@ -4,6 +4,7 @@
 #include "tessera/dist/backends/shm/shm_symmetric.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -45,7 +46,9 @@ constexpr size_t kMaxNameBytes = 255;  // NAME_MAX for shm_open
 // and on every error path, so that nothing is left in /dev/shm.
 struct UnlinkOnExit {
   std::string name;
-  ~UnlinkOnExit() { detail::ShmSegment::unlink(name); }
+  ~UnlinkOnExit() {
+    if (!name.empty()) detail::ShmSegment::unlink(name);
+  }
 };
 
 }  // namespace
@@ -53,37 +56,62 @@ struct UnlinkOnExit {
 std::shared_ptr<void> ShmCommunicator::allocate_symmetric(size_t bytes, Deadline deadline) {
   if (size_ == 1 || bytes == 0) return nullptr;  // nothing to share
   const size_t mapped = (bytes + kSymmetricPage - 1) / kSymmetricPage * kSymmetricPage;
-  auto mine = std::make_shared<detail::ShmSegment>(detail::ShmSegment::create(mapped));
-  UnlinkOnExit unlink{mine->name()};
-  TESSERA_ASSERT(mine->name().size() <= kMaxNameBytes && kMaxNameBytes < chunk_bytes_, "shm name too long");
+  // A rank that cannot create its buffer (/dev/shm full, as a container's default 64 MiB can be)
+  // passes an empty name: then every rank returns nullptr and the caller uses ordinary memory.
+  detail::ShmSegment mine;
+  try {
+    mine = detail::ShmSegment::create(mapped);
+  } catch (const IoError& e) {
+    std::fprintf(stderr, "[shm] rank %d: no symmetric memory of %zu bytes (%s); using ordinary memory\n", rank_,
+                 bytes, e.what());
+  }
+  const bool created = mine.data() != nullptr;
+  UnlinkOnExit unlink{mine.name()};
+  TESSERA_ASSERT(mine.name().size() <= kMaxNameBytes && kMaxNameBytes < chunk_bytes_, "shm name too long");
 
   auto buffer = std::make_shared<detail::SymmetricBuffer>();
-  buffer->id = ++symmetric_allocations_;
   buffer->bytes = bytes;
   buffer->base.assign(static_cast<size_t>(size_), nullptr);
-  buffer->base[static_cast<size_t>(rank_)] = mine->data();
+  buffer->base[static_cast<size_t>(rank_)] = mine.data();
   // Round 1: each rank's name through its slot. The peers read it before arriving at round 2.
   const uint64_t k = begin_round("allocate_symmetric", deadline, 2);
-  std::memcpy(slot(rank_, k), mine->name().c_str(), mine->name().size() + 1);
+  std::memcpy(slot(rank_, k), mine.name().c_str(), mine.name().size() + 1);
   arrive_and_wait(k, "allocate_symmetric", deadline);
-  for (int p = 0; p < size_; ++p) {
+  bool everyone_created = created;
+  for (int p = 0; p < size_; ++p) everyone_created = everyone_created && slot(p, k)[0] != '\0';
+  if (!everyone_created) return nullptr;  // the same answer on every rank, after the same round
+  bool mapped_all = true;
+  for (int p = 0; p < size_ && mapped_all; ++p) {
     if (p == rank_) continue;
     const char* name = slot(p, k);
-    buffer->peer_mappings.push_back(detail::ShmSegment::open(std::string(name, strnlen(name, kMaxNameBytes)), mapped));
-    buffer->base[static_cast<size_t>(p)] = buffer->peer_mappings.back().data();
+    try {
+      buffer->peer_mappings.push_back(detail::ShmSegment::open(std::string(name, strnlen(name, kMaxNameBytes)), mapped));
+      buffer->base[static_cast<size_t>(p)] = buffer->peer_mappings.back().data();
+    } catch (const IoError& e) {
+      std::fprintf(stderr, "[shm] rank %d: cannot map rank %d's symmetric buffer (%s); using ordinary memory\n",
+                   rank_, p, e.what());
+      mapped_all = false;
+    }
   }
-  // Round 2: every rank has mapped every buffer, so the names can go (UnlinkOnExit).
-  arrive_and_wait(round_++, "allocate_symmetric", deadline);
+  // Round 2: whether each rank mapped every buffer (all must have, or all fall back). Then the
+  // names can go (UnlinkOnExit).
+  const uint64_t k2 = begin_round("allocate_symmetric", deadline, 2);
+  slot(rank_, k2)[0] = mapped_all ? 1 : 0;
+  arrive_and_wait(k2, "allocate_symmetric", deadline);
+  for (int p = 0; p < size_; ++p) mapped_all = mapped_all && slot(p, k2)[0] == 1;
+  if (!mapped_all) return nullptr;
+  buffer->id = ++symmetric_allocations_;
   symmetric_->add(buffer);
 
   // The memory stays mapped while the caller holds it; the registry forgets it then (if the
   // communicator still exists), so a later buffer at the same address is not taken for it.
   std::weak_ptr<detail::SymmetricRegistry> registry = symmetric_;
   const uint64_t id = buffer->id;
-  char* data = mine->data();
-  return std::shared_ptr<void>(data, [registry, id, mine](void*) mutable {
+  char* data = mine.data();
+  auto held = std::make_shared<detail::ShmSegment>(std::move(mine));
+  return std::shared_ptr<void>(data, [registry, id, held](void*) mutable {
     if (auto r = registry.lock()) r->remove(id);
-    mine.reset();
+    held.reset();
   });
 }
 

@@ -1,8 +1,8 @@
 // Symmetric memory of the shm backend (Communicator::allocate_symmetric): each rank's buffer is a
 // shared-memory object of its own that every peer maps, so an allreduce over it needs no copy
 // through the segment's slots. The protocol (ShmCommunicator::allreduce_symmetric) is two waits:
-//   1. every rank writes a descriptor (which buffer, offset, count, dtype, op) into its slot and
-//      arrives: all inputs are complete in their buffers;
+//   1. every rank writes a descriptor (its round, which buffer, offset, count, dtype, op) into its
+//      slot and arrives: all inputs are complete in their buffers;
 //   2. each rank checks the peers' descriptors, reduces its share (cache-line aligned, as the
 //      slotted allreduce splits it) across every rank's buffer in rank order, writes the result
 //      into every rank's buffer, and arrives: once all have, every buffer holds the whole result.
@@ -10,6 +10,9 @@
 // allreduce (copy in, reduce, copy out). Ranks write only their own share of a peer's buffer, and
 // read only their own share, so nothing else is needed between the two waits; after the second,
 // no peer touches this rank's buffer until the next allreduce's first wait.
+// Allocation is collective (two rounds through the slots: the names, then whether every rank
+// mapped every buffer); where any rank cannot create or map one, every rank gets nullptr and the
+// caller ordinary memory.
 #pragma once
 #include <cstddef>
 #include <cstdint>
