@@ -70,6 +70,28 @@ ShmSegment ShmSegment::create(size_t bytes) {
   }
 }
 
+namespace {
+
+// Maps an open shared-memory file of at least `bytes`, then closes `fd` (the mapping stays).
+char* map_opened(int fd, size_t bytes, const std::string& what) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
+    close(fd);
+    throw IoError(concat("[shm] shared-memory segment ", what, " has ", st.st_size, " bytes; expected ", bytes));
+  }
+  char* data = nullptr;
+  try {
+    data = map_fd(fd, bytes, what);
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  close(fd);
+  return data;
+}
+
+}  // namespace
+
 ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
   int fd = shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) {
@@ -77,20 +99,38 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
     throw IoError(concat("[shm] cannot open shared-memory segment ", name, ": ", std::strerror(e),
                          " (are all ranks on one machine, in one IPC namespace?)"));
   }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
-    close(fd);
-    throw IoError(concat("[shm] shared-memory segment ", name, " has ", st.st_size, " bytes; expected ", bytes));
+  return ShmSegment(name, map_opened(fd, bytes, name), bytes);
+}
+
+ShmSegment ShmSegment::open_path(const std::string& path, size_t bytes) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    throw IoError(concat("[shm] cannot open shared-memory file ", path, ": ", std::strerror(e),
+                         " (are all ranks in one PID namespace?)"));
   }
-  char* data = nullptr;
+  return ShmSegment(std::string(), map_opened(fd, bytes, path), bytes);
+}
+
+ShmSegment ShmSegment::create_unnamed(size_t bytes, int& fd) {
+  fd = memfd_create("tessera-shm", MFD_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    throw IoError(concat("[shm] cannot create an unnamed shared-memory file: ", std::strerror(e)));
+  }
+  int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (rc != 0) {
+    close(fd);
+    fd = -1;
+    throw IoError(concat("[shm] cannot allocate ", bytes, " bytes of shared memory: ", std::strerror(rc)));
+  }
   try {
-    data = map_fd(fd, bytes, name);
+    return ShmSegment(std::string(), map_fd(fd, bytes, "(unnamed)"), bytes);
   } catch (...) {
     close(fd);
+    fd = -1;
     throw;
   }
-  close(fd);
-  return ShmSegment(name, data, bytes);
 }
 
 void ShmSegment::unlink(const std::string& name) { shm_unlink(name.c_str()); }

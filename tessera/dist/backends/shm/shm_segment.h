@@ -18,6 +18,12 @@ class ShmSegment {
   static ShmSegment open(const std::string& name, size_t bytes);
   // Removes the name; the mappings stay valid. Idempotent.
   static void unlink(const std::string& name);
+  // A segment with no name at all (memfd_create): nothing can be left in /dev/shm whatever ends
+  // the process, and /dev/shm's size does not bound it. `fd` receives its descriptor, which the
+  // caller keeps open while other processes open the segment through open_path, then closes.
+  static ShmSegment create_unnamed(size_t bytes, int& fd);
+  // Maps the file at `path` (another process's /proc/<pid>/fd/<fd>); IoError as open's.
+  static ShmSegment open_path(const std::string& path, size_t bytes);
 
   ~ShmSegment();
   ShmSegment(ShmSegment&& other) noexcept;

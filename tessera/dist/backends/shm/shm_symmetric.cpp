@@ -1,7 +1,10 @@
-// ShmCommunicator's symmetric memory: allocation (one shared-memory object per rank per buffer,
-// names exchanged through the slots) and the registry its allreduce looks buffers up in. The
-// allreduce itself is in shm_collectives.cpp; the protocol is described in shm_symmetric.h.
+// ShmCommunicator's symmetric memory: allocation (one unnamed shared-memory file per rank per
+// buffer, which the peers open through /proc/<pid>/fd as the slots tell them) and the registry its
+// allreduce looks buffers up in. The allreduce itself is in shm_collectives.cpp; the protocol is
+// described in shm_symmetric.h.
 #include "tessera/dist/backends/shm/shm_symmetric.h"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -12,6 +15,8 @@
 #include "tessera/dist/backends/shm/shm_communicator.h"
 
 namespace tessera::dist {
+
+using tessera::detail::concat;
 
 namespace detail {
 
@@ -40,14 +45,12 @@ std::shared_ptr<SymmetricBuffer> SymmetricRegistry::find(const void* data, size_
 namespace {
 
 constexpr size_t kSymmetricPage = 4096;
-constexpr size_t kMaxNameBytes = 255;  // NAME_MAX for shm_open
 
-// Removes a shared-memory name when it goes out of scope: once every rank has mapped the buffer,
-// and on every error path, so that nothing is left in /dev/shm.
-struct UnlinkOnExit {
-  std::string name;
-  ~UnlinkOnExit() {
-    if (!name.empty()) detail::ShmSegment::unlink(name);
+// Closes this rank's descriptor of its buffer once every peer has mapped it (or on any error).
+struct CloseOnExit {
+  int fd = -1;
+  ~CloseOnExit() {
+    if (fd >= 0) ::close(fd);
   }
 };
 
@@ -56,26 +59,29 @@ struct UnlinkOnExit {
 std::shared_ptr<void> ShmCommunicator::allocate_symmetric(size_t bytes, Deadline deadline) {
   if (size_ == 1 || bytes == 0) return nullptr;  // nothing to share
   const size_t mapped = (bytes + kSymmetricPage - 1) / kSymmetricPage * kSymmetricPage;
-  // A rank that cannot create its buffer (/dev/shm full, as a container's default 64 MiB can be)
-  // passes an empty name: then every rank returns nullptr and the caller uses ordinary memory.
+  // An unnamed file (memfd): nothing can be left in /dev/shm whatever ends a process, and a
+  // container's small /dev/shm does not bound it. A rank that cannot create one (out of memory)
+  // passes no descriptor: then every rank returns nullptr and the caller uses ordinary memory.
   detail::ShmSegment mine;
+  CloseOnExit descriptor;
   try {
-    mine = detail::ShmSegment::create(mapped);
+    mine = detail::ShmSegment::create_unnamed(mapped, descriptor.fd);
   } catch (const IoError& e) {
     std::fprintf(stderr, "[shm] rank %d: no symmetric memory of %zu bytes (%s); using ordinary memory\n", rank_,
                  bytes, e.what());
   }
   const bool created = mine.data() != nullptr;
-  UnlinkOnExit unlink{mine.name()};
-  TESSERA_ASSERT(mine.name().size() <= kMaxNameBytes && kMaxNameBytes < chunk_bytes_, "shm name too long");
 
   auto buffer = std::make_shared<detail::SymmetricBuffer>();
   buffer->bytes = bytes;
   buffer->base.assign(static_cast<size_t>(size_), nullptr);
   buffer->base[static_cast<size_t>(rank_)] = mine.data();
-  // Round 1: each rank's name through its slot. The peers read it before arriving at round 2.
+  // Round 1: each rank's file as /proc/<pid>/fd/<fd>, through its slot (empty: none). The peers
+  // read it before arriving at round 2, and this rank keeps the descriptor open until then.
   const uint64_t k = begin_round("allocate_symmetric", deadline, 2);
-  std::memcpy(slot(rank_, k), mine.name().c_str(), mine.name().size() + 1);
+  const std::string path = created ? concat("/proc/", getpid(), "/fd/", descriptor.fd) : std::string();
+  TESSERA_ASSERT(path.size() < chunk_bytes_, "path longer than a slot");
+  std::memcpy(slot(rank_, k), path.c_str(), path.size() + 1);
   arrive_and_wait(k, "allocate_symmetric", deadline);
   bool everyone_created = created;
   for (int p = 0; p < size_; ++p) everyone_created = everyone_created && slot(p, k)[0] != '\0';
@@ -83,9 +89,8 @@ std::shared_ptr<void> ShmCommunicator::allocate_symmetric(size_t bytes, Deadline
   bool mapped_all = true;
   for (int p = 0; p < size_ && mapped_all; ++p) {
     if (p == rank_) continue;
-    const char* name = slot(p, k);
     try {
-      buffer->peer_mappings.push_back(detail::ShmSegment::open(std::string(name, strnlen(name, kMaxNameBytes)), mapped));
+      buffer->peer_mappings.push_back(detail::ShmSegment::open_path(std::string(slot(p, k)), mapped));
       buffer->base[static_cast<size_t>(p)] = buffer->peer_mappings.back().data();
     } catch (const IoError& e) {
       std::fprintf(stderr, "[shm] rank %d: cannot map rank %d's symmetric buffer (%s); using ordinary memory\n",
@@ -94,7 +99,7 @@ std::shared_ptr<void> ShmCommunicator::allocate_symmetric(size_t bytes, Deadline
     }
   }
   // Round 2: whether each rank mapped every buffer (all must have, or all fall back). Then the
-  // names can go (UnlinkOnExit).
+  // descriptors can close (CloseOnExit); the mappings keep the memory.
   const uint64_t k2 = begin_round("allocate_symmetric", deadline, 2);
   slot(rank_, k2)[0] = mapped_all ? 1 : 0;
   arrive_and_wait(k2, "allocate_symmetric", deadline);

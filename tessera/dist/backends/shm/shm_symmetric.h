@@ -1,6 +1,6 @@
-// Symmetric memory of the shm backend (Communicator::allocate_symmetric): each rank's buffer is a
-// shared-memory object of its own that every peer maps, so an allreduce over it needs no copy
-// through the segment's slots. The protocol (ShmCommunicator::allreduce_symmetric) is two waits:
+// Symmetric memory of the shm backend (Communicator::allocate_symmetric): each rank's buffer is an
+// unnamed shared-memory file of its own (memfd) that every peer maps, so an allreduce over it needs
+// no copy through the segment's slots. The protocol (ShmCommunicator::allreduce_symmetric) is two waits:
 //   1. every rank writes a descriptor (its round, which buffer, offset, count, dtype, op) into its
 //      slot and arrives: all inputs are complete in their buffers;
 //   2. each rank checks the peers' descriptors, reduces its share (cache-line aligned, as the
@@ -10,9 +10,11 @@
 // allreduce (copy in, reduce, copy out). Ranks write only their own share of a peer's buffer, and
 // read only their own share, so nothing else is needed between the two waits; after the second,
 // no peer touches this rank's buffer until the next allreduce's first wait.
-// Allocation is collective (two rounds through the slots: the names, then whether every rank
-// mapped every buffer); where any rank cannot create or map one, every rank gets nullptr and the
-// caller ordinary memory.
+// Allocation is collective, two rounds through the slots: each rank's file as /proc/<pid>/fd/<fd>
+// (the rank keeps the descriptor open meanwhile), then whether every rank mapped every buffer.
+// Where any rank cannot create or map one (no memory; ranks in different PID namespaces), every
+// rank gets nullptr and the caller ordinary memory. Having no name, a buffer can never be left
+// behind in /dev/shm, even by a killed process, and /dev/shm's size does not bound it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
