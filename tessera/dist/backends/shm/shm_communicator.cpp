@@ -107,13 +107,22 @@ ShmCommunicator::ShmCommunicator(const BackendContext& context) : rank_(context.
   const Milliseconds timeout = context.timeout;
   if (context.local_size == 0) check_one_machine(store, rank_, size_, timeout);
 
+  // The segment has no name (memfd): rank 0 keeps its descriptor open until every rank has opened
+  // it through /proc/<pid>/fd, so a rank killed during setup leaves nothing in /dev/shm (named
+  // segments unlinked only after setup were left there by jobs killed in between).
   std::string name;
   size_t ring_bytes = 0;
+  struct DescriptorUntilReady {
+    int fd = -1;
+    ~DescriptorUntilReady() {
+      if (fd >= 0) ::close(fd);
+    }
+  } descriptor;
   if (rank_ == 0) {
     chunk_bytes_ = choose_chunk_bytes(size_);
     ring_bytes = detail::choose_ring_bytes(size_);
-    segment_ = detail::ShmSegment::create(segment_bytes(size_, chunk_bytes_, kBuffers, ring_bytes));
-    name = segment_.name();
+    segment_ = detail::ShmSegment::create_unnamed(segment_bytes(size_, chunk_bytes_, kBuffers, ring_bytes), descriptor.fd);
+    name = concat("/proc/", getpid(), "/fd/", descriptor.fd);
     new (segment_.data()) ShmHeader{kMagic, static_cast<uint64_t>(size_), chunk_bytes_, ring_bytes};
     for (int r = 0; r < size_; ++r) new (segment_.data() + counters_offset() + r * sizeof(detail::ShmCounter)) detail::ShmCounter();
     detail::ShmPointToPoint::initialise(segment_.data() + point_to_point_offset(size_, chunk_bytes_, kBuffers), size_);
@@ -123,27 +132,22 @@ ShmCommunicator::ShmCommunicator(const BackendContext& context) : rank_(context.
     std::istringstream in(store.get_string("shm/segment"));
     in >> chunk_bytes_ >> ring_bytes >> name;
     TESSERA_ASSERT(chunk_bytes_ > 0 && ring_bytes > 0 && !name.empty(), "bad shm/segment value in the store");
-    segment_ = detail::ShmSegment::open(name, segment_bytes(size_, chunk_bytes_, kBuffers, ring_bytes));
+    segment_ = detail::ShmSegment::open_path(name, segment_bytes(size_, chunk_bytes_, kBuffers, ring_bytes));
     const auto* header = reinterpret_cast<const ShmHeader*>(segment_.data());
     TESSERA_ASSERT(header->magic == kMagic && header->size == static_cast<uint64_t>(size_) &&
                        header->chunk_bytes == chunk_bytes_ && header->ring_bytes == ring_bytes,
                    "shm segment ", name, " does not match its description in the store");
   }
 
-  // Everyone has mapped the segment once every ready key exists; then the name can go. The pids
-  // let a waiting rank tell a slow peer from a dead one (shm_sync.cpp).
+  // Everyone has mapped the segment once every ready key exists; then rank 0's descriptor can
+  // close (DescriptorUntilReady, on every path). The pids let a waiting rank tell a slow peer from
+  // a dead one (shm_sync.cpp).
   std::vector<pid_t> pids(static_cast<size_t>(size_));
-  try {
-    store.set(concat("shm/ready/", rank_), std::to_string(getpid()));
-    std::vector<std::string> keys;
-    for (int r = 0; r < size_; ++r) keys.push_back(concat("shm/ready/", r));
-    store.wait(keys, timeout);
-    for (int r = 0; r < size_; ++r) pids[static_cast<size_t>(r)] = std::stoi(store.get_string(keys[static_cast<size_t>(r)]));
-  } catch (...) {
-    if (rank_ == 0) detail::ShmSegment::unlink(name);
-    throw;
-  }
-  if (rank_ == 0) detail::ShmSegment::unlink(name);
+  store.set(concat("shm/ready/", rank_), std::to_string(getpid()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(concat("shm/ready/", r));
+  store.wait(keys, timeout);
+  for (int r = 0; r < size_; ++r) pids[static_cast<size_t>(r)] = std::stoi(store.get_string(keys[static_cast<size_t>(r)]));
 
   auto* counters = reinterpret_cast<detail::ShmCounter*>(segment_.data() + counters_offset());
   point_to_point_ = std::make_shared<detail::ShmPointToPoint>(

@@ -1,7 +1,9 @@
-// ShmSegment: one POSIX shared-memory mapping (shm_open + mmap) that the ranks of an shm group
-// share. Rank 0 creates it under a fresh random name; the others open that name; once every rank
-// has mapped it, rank 0 unlinks the name, so the memory goes away with the last mapping even if a
-// process crashes (nothing is left behind in /dev/shm after setup).
+// ShmSegment: one shared-memory mapping that several processes share, either named (shm_open under
+// a fresh random name, which the creator unlinks once the others have mapped it: the parameter
+// servers' channel) or unnamed (memfd_create; the others open the creator's /proc/<pid>/fd/<fd>
+// while it keeps the descriptor open: the shm backend's group segment and symmetric buffers, of
+// which nothing can be left in /dev/shm, even by a killed process). Either way the memory goes
+// away with the last mapping.
 #pragma once
 #include <cstddef>
 #include <string>
