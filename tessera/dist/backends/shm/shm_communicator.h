@@ -76,7 +76,7 @@ class ShmCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(std::span<const int> ranks, std::shared_ptr<Store> store,
                                       Milliseconds timeout) override;
   bool reduces_average() const override { return true; }
-  // A shared-memory object per rank that every peer maps (shm_symmetric.h).
+  // An unnamed shared-memory file per rank that every peer maps (shm_symmetric.h).
   std::shared_ptr<void> allocate_symmetric(size_t bytes, Deadline deadline) override;
   bool abortable() const override { return true; }
   void abort() override {
