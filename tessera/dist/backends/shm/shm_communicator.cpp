@@ -112,17 +112,11 @@ ShmCommunicator::ShmCommunicator(const BackendContext& context) : rank_(context.
   // segments unlinked only after setup were left there by jobs killed in between).
   std::string name;
   size_t ring_bytes = 0;
-  struct DescriptorUntilReady {
-    int fd = -1;
-    ~DescriptorUntilReady() {
-      if (fd >= 0) ::close(fd);
-    }
-  } descriptor;
   if (rank_ == 0) {
     chunk_bytes_ = choose_chunk_bytes(size_);
     ring_bytes = detail::choose_ring_bytes(size_);
-    segment_ = detail::ShmSegment::create_unnamed(segment_bytes(size_, chunk_bytes_, kBuffers, ring_bytes), descriptor.fd);
-    name = concat("/proc/", getpid(), "/fd/", descriptor.fd);
+    segment_ = detail::ShmSegment::create_unnamed(segment_bytes(size_, chunk_bytes_, kBuffers, ring_bytes));
+    name = segment_.peer_path();
     new (segment_.data()) ShmHeader{kMagic, static_cast<uint64_t>(size_), chunk_bytes_, ring_bytes};
     for (int r = 0; r < size_; ++r) new (segment_.data() + counters_offset() + r * sizeof(detail::ShmCounter)) detail::ShmCounter();
     detail::ShmPointToPoint::initialise(segment_.data() + point_to_point_offset(size_, chunk_bytes_, kBuffers), size_);
@@ -140,7 +134,7 @@ ShmCommunicator::ShmCommunicator(const BackendContext& context) : rank_(context.
   }
 
   // Everyone has mapped the segment once every ready key exists; then rank 0's descriptor can
-  // close (DescriptorUntilReady, on every path). The pids let a waiting rank tell a slow peer from
+  // close (or goes with segment_ if this throws). The pids let a waiting rank tell a slow peer from
   // a dead one (shm_sync.cpp).
   std::vector<pid_t> pids(static_cast<size_t>(size_));
   store.set(concat("shm/ready/", rank_), std::to_string(getpid()));
@@ -148,6 +142,7 @@ ShmCommunicator::ShmCommunicator(const BackendContext& context) : rank_(context.
   for (int r = 0; r < size_; ++r) keys.push_back(concat("shm/ready/", r));
   store.wait(keys, timeout);
   for (int r = 0; r < size_; ++r) pids[static_cast<size_t>(r)] = std::stoi(store.get_string(keys[static_cast<size_t>(r)]));
+  segment_.close_descriptor();
 
   auto* counters = reinterpret_cast<detail::ShmCounter*>(segment_.data() + counters_offset());
   point_to_point_ = std::make_shared<detail::ShmPointToPoint>(

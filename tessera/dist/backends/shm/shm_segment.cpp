@@ -112,8 +112,8 @@ ShmSegment ShmSegment::open_path(const std::string& path, size_t bytes) {
   return ShmSegment(std::string(), map_opened(fd, bytes, path), bytes);
 }
 
-ShmSegment ShmSegment::create_unnamed(size_t bytes, int& fd) {
-  fd = memfd_create("tessera-shm", MFD_CLOEXEC);
+ShmSegment ShmSegment::create_unnamed(size_t bytes) {
+  int fd = memfd_create("tessera-shm", MFD_CLOEXEC);
   if (fd < 0) {
     int e = errno;
     throw IoError(concat("[shm] cannot create an unnamed shared-memory file: ", std::strerror(e)));
@@ -121,33 +121,43 @@ ShmSegment ShmSegment::create_unnamed(size_t bytes, int& fd) {
   int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   if (rc != 0) {
     close(fd);
-    fd = -1;
     throw IoError(concat("[shm] cannot allocate ", bytes, " bytes of shared memory: ", std::strerror(rc)));
   }
   try {
-    return ShmSegment(std::string(), map_fd(fd, bytes, "(unnamed)"), bytes);
+    return ShmSegment(std::string(), map_fd(fd, bytes, "(unnamed)"), bytes, fd);
   } catch (...) {
     close(fd);
-    fd = -1;
     throw;
   }
+}
+
+std::string ShmSegment::peer_path() const { return fd_ < 0 ? std::string() : concat("/proc/", getpid(), "/fd/", fd_); }
+
+void ShmSegment::close_descriptor() {
+  if (fd_ >= 0) close(std::exchange(fd_, -1));
 }
 
 void ShmSegment::unlink(const std::string& name) { shm_unlink(name.c_str()); }
 
 ShmSegment::~ShmSegment() {
   if (data_ != nullptr) munmap(data_, size_);
+  close_descriptor();
 }
 
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept
-    : name_(std::move(other.name_)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : name_(std::move(other.name_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      fd_(std::exchange(other.fd_, -1)) {}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   if (this != &other) {
     if (data_ != nullptr) munmap(data_, size_);
+    close_descriptor();
     name_ = std::move(other.name_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    fd_ = std::exchange(other.fd_, -1);
   }
   return *this;
 }

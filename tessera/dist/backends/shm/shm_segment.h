@@ -21,11 +21,15 @@ class ShmSegment {
   // Removes the name; the mappings stay valid. Idempotent.
   static void unlink(const std::string& name);
   // A segment with no name at all (memfd_create): nothing can be left in /dev/shm whatever ends
-  // the process, and /dev/shm's size does not bound it. `fd` receives its descriptor, which the
-  // caller keeps open while other processes open the segment through open_path, then closes.
-  static ShmSegment create_unnamed(size_t bytes, int& fd);
-  // Maps the file at `path` (another process's /proc/<pid>/fd/<fd>); IoError as open's.
+  // the process, and /dev/shm's size does not bound it. It keeps its descriptor open, so that other
+  // processes can open it at peer_path(), until close_descriptor() (or its destruction).
+  static ShmSegment create_unnamed(size_t bytes);
+  // Maps the file at `path` (another process's peer_path()); IoError as open's.
   static ShmSegment open_path(const std::string& path, size_t bytes);
+  // "/proc/<pid>/fd/<fd>" while an unnamed segment's descriptor is open; empty otherwise.
+  std::string peer_path() const;
+  // Once every other process has mapped it: the mappings keep the memory.
+  void close_descriptor();
 
   ~ShmSegment();
   ShmSegment(ShmSegment&& other) noexcept;
@@ -38,10 +42,12 @@ class ShmSegment {
   const std::string& name() const { return name_; }
 
  private:
-  ShmSegment(std::string name, char* data, size_t size) : name_(std::move(name)), data_(data), size_(size) {}
+  ShmSegment(std::string name, char* data, size_t size, int fd = -1)
+      : name_(std::move(name)), data_(data), size_(size), fd_(fd) {}
   std::string name_;
   char* data_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;  // an unnamed segment's, until close_descriptor()
 };
 
 }  // namespace tessera::dist::detail

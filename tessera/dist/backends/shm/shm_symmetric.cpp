@@ -4,8 +4,6 @@
 // described in shm_symmetric.h.
 #include "tessera/dist/backends/shm/shm_symmetric.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -15,8 +13,6 @@
 #include "tessera/dist/backends/shm/shm_communicator.h"
 
 namespace tessera::dist {
-
-using tessera::detail::concat;
 
 namespace detail {
 
@@ -42,30 +38,14 @@ std::shared_ptr<SymmetricBuffer> SymmetricRegistry::find(const void* data, size_
 
 }  // namespace detail
 
-namespace {
-
-constexpr size_t kSymmetricPage = 4096;
-
-// Closes this rank's descriptor of its buffer once every peer has mapped it (or on any error).
-struct CloseOnExit {
-  int fd = -1;
-  ~CloseOnExit() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-}  // namespace
-
 std::shared_ptr<void> ShmCommunicator::allocate_symmetric(size_t bytes, Deadline deadline) {
   if (size_ == 1 || bytes == 0) return nullptr;  // nothing to share
-  const size_t mapped = (bytes + kSymmetricPage - 1) / kSymmetricPage * kSymmetricPage;
   // An unnamed file (memfd): nothing can be left in /dev/shm whatever ends a process, and a
   // container's small /dev/shm does not bound it. A rank that cannot create one (out of memory)
   // passes no descriptor: then every rank returns nullptr and the caller uses ordinary memory.
   detail::ShmSegment mine;
-  CloseOnExit descriptor;
   try {
-    mine = detail::ShmSegment::create_unnamed(mapped, descriptor.fd);
+    mine = detail::ShmSegment::create_unnamed(bytes);
   } catch (const IoError& e) {
     std::fprintf(stderr, "[shm] rank %d: no symmetric memory of %zu bytes (%s); using ordinary memory\n", rank_,
                  bytes, e.what());
@@ -79,7 +59,7 @@ std::shared_ptr<void> ShmCommunicator::allocate_symmetric(size_t bytes, Deadline
   // Round 1: each rank's file as /proc/<pid>/fd/<fd>, through its slot (empty: none). The peers
   // read it before arriving at round 2, and this rank keeps the descriptor open until then.
   const uint64_t k = begin_round("allocate_symmetric", deadline, 2);
-  const std::string path = created ? concat("/proc/", getpid(), "/fd/", descriptor.fd) : std::string();
+  const std::string path = mine.peer_path();
   TESSERA_ASSERT(path.size() < chunk_bytes_, "path longer than a slot");
   std::memcpy(slot(rank_, k), path.c_str(), path.size() + 1);
   arrive_and_wait(k, "allocate_symmetric", deadline);
@@ -90,7 +70,7 @@ std::shared_ptr<void> ShmCommunicator::allocate_symmetric(size_t bytes, Deadline
   for (int p = 0; p < size_ && mapped_all; ++p) {
     if (p == rank_) continue;
     try {
-      buffer->peer_mappings.push_back(detail::ShmSegment::open_path(std::string(slot(p, k)), mapped));
+      buffer->peer_mappings.push_back(detail::ShmSegment::open_path(std::string(slot(p, k)), bytes));
       buffer->base[static_cast<size_t>(p)] = buffer->peer_mappings.back().data();
     } catch (const IoError& e) {
       std::fprintf(stderr, "[shm] rank %d: cannot map rank %d's symmetric buffer (%s); using ordinary memory\n",
@@ -99,12 +79,13 @@ std::shared_ptr<void> ShmCommunicator::allocate_symmetric(size_t bytes, Deadline
     }
   }
   // Round 2: whether each rank mapped every buffer (all must have, or all fall back). Then the
-  // descriptors can close (CloseOnExit); the mappings keep the memory.
+  // descriptor can close (here, or with `mine` on a return); the mappings keep the memory.
   const uint64_t k2 = begin_round("allocate_symmetric", deadline, 2);
   slot(rank_, k2)[0] = mapped_all ? 1 : 0;
   arrive_and_wait(k2, "allocate_symmetric", deadline);
   for (int p = 0; p < size_; ++p) mapped_all = mapped_all && slot(p, k2)[0] == 1;
   if (!mapped_all) return nullptr;
+  mine.close_descriptor();
   buffer->id = ++symmetric_allocations_;
   symmetric_->add(buffer);
 
