@@ -9,7 +9,12 @@
 // per-iteration trace (reducer.h): 1 − (time backward waited for communication) / (time the group's
 // thread spent communicating), averaged over the timed steps. "1 process" is the same model and
 // global batch (N × batch) in one process of one thread without DDP, run in the same rotation:
-// scaling = DDP's samples/s over it (the target is 1.6× for 2 processes).
+// scaling = DDP's samples/s over it (the target is 1.6× for 2 processes). "after start" is
+// the part of comm ms after the last rank started each all-reduce (after_last_start_ms: the rest is
+// waiting for a slower rank's backward), "alone ms" the same buckets' all-reduces per step with no
+// backward beside them (buckets_alone_seconds), and busbw/alone the all-reduce's bus bandwidth
+// inside DDP as a share of that alone (the same bytes: alone ms / after start); the last two only
+// for the plain all-reduce hook.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -53,6 +58,54 @@ std::shared_ptr<nn::Module> bench_model(const std::string& name) {
     return std::make_shared<nn::CharTransformer>(c);
   }
   throw ValueError("[bench ddp] unknown model '" + name + "': mlp, cnn or gpt");
+}
+
+// The same buckets' all-reduces with nothing beside them, launched as DDP launches them (in order,
+// then waited on together), on the same buffers: seconds per step, the mean of kRounds after a few
+// untimed. Against DDP's comm time it says what running beside backward costs the collectives (the
+// issue's "the all-reduce inside DDP reaches >= 80% of the busbw bench comm gets at the same size").
+double buckets_alone_seconds(parallel::ddp::DistributedDataParallel& ddp, dist::ProcessGroup& group) {
+  constexpr int kWarmupRounds = 5, kRounds = 50;
+  const std::vector<Tensor> buckets = ddp.reducer().bucket_buffers();
+  auto round = [&] {
+    std::vector<dist::WorkPtr> works;
+    for (const Tensor& bucket : buckets) works.push_back(group.allreduce(bucket, dist::ReduceOp::Avg));
+    for (auto& work : works) work->wait();
+  };
+  for (int i = 0; i < kWarmupRounds; ++i) round();
+  group.blocking_barrier();
+  auto t0 = Clock::now();
+  for (int i = 0; i < kRounds; ++i) round();
+  return std::chrono::duration<double>(Clock::now() - t0).count() / kRounds;
+}
+
+// Of DDP's communication, the part after the last rank started each bucket's all-reduce, in ms per
+// step: for the newest timed steps in the flight record (each collective's start and finish, Unix
+// µs, on every rank), the last start to the last finish over the ranks. The rest of comm ms is a
+// rank's collective waiting for the other ranks' backward to reach that bucket, which busbw does
+// not measure. Called right after the timed loop, before anything else enqueues collectives.
+double after_last_start_ms(const parallel::ddp::DistributedDataParallel& ddp, dist::ProcessGroup& group, int steps) {
+  const int64_t buckets = static_cast<int64_t>(ddp.reducer().buckets().size());
+  const nlohmann::json entries = group.flight_record("bench ddp")["entries"];
+  std::vector<int64_t> started, finished;  // the newest allreduces, oldest first
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    if ((*it)["op"] != "allreduce" || (*it)["state"] != "done") break;
+    started.insert(started.begin(), (*it)["started_us"].get<int64_t>());
+    finished.insert(finished.begin(), (*it)["finished_us"].get<int64_t>());
+  }
+  // Whole steps only, the same count on every rank (they ran the same collectives).
+  const int64_t covered = std::min<int64_t>(steps, static_cast<int64_t>(started.size()) / buckets);
+  Tensor count = from_vector(std::vector<int64_t>{covered}, {1});
+  group.blocking_allreduce(count, dist::ReduceOp::Min);
+  const int64_t n = count.data<int64_t>()[0] * buckets;
+  if (n == 0) return 0;
+  Tensor last_start = from_vector(std::vector<int64_t>(started.end() - n, started.end()), {n});
+  Tensor last_finish = from_vector(std::vector<int64_t>(finished.end() - n, finished.end()), {n});
+  group.blocking_allreduce(last_start, dist::ReduceOp::Max);
+  group.blocking_allreduce(last_finish, dist::ReduceOp::Max);
+  double us = 0;
+  for (int64_t i = 0; i < n; ++i) us += double(last_finish.data<int64_t>()[i] - last_start.data<int64_t>()[i]);
+  return us / 1e3 / double(n / buckets);
 }
 
 // One rank's timed loop; rank 0 prints the job's figures as one JSON line.
@@ -107,13 +160,17 @@ int run_worker(const DdpBenchOptions& o) {
     comm += trace.comm_seconds;
     exposed += trace.exposed_seconds;
   }
-  Tensor seconds = Tensor::empty({1});
+  const double after_start_ms = alone ? 0.0 : after_last_start_ms(*ddp, *group, o.steps);
+  Tensor seconds = Tensor::empty({2});
   seconds.data<float>()[0] = static_cast<float>(std::chrono::duration<double>(Clock::now() - t0).count());
+  seconds.data<float>()[1] = alone || o.comm_hook != "none" ? 0.0f : static_cast<float>(buckets_alone_seconds(*ddp, *group));
   group->blocking_allreduce(seconds, dist::ReduceOp::Max);
   if (group->rank() == 0) {
     nlohmann::json j{{"samples_per_s", double(o.batch) * group->size() * o.steps / seconds.data<float>()[0]},
                      {"hidden_fraction", hidden / o.steps},
                      {"comm_ms", 1e3 * comm / o.steps},
+                     {"alone_comm_ms", 1e3 * seconds.data<float>()[1]},
+                     {"after_last_start_ms", after_start_ms},
                      {"exposed_ms", 1e3 * exposed / o.steps},
                      {"forward_ms", 1e3 * forward_s / o.steps},
                      {"backward_ms", 1e3 * backward_s / o.steps},
@@ -180,12 +237,13 @@ int ddp(const DdpBenchOptions& o) {
   std::printf("tessera bench ddp: %d processes x 1 thread, batch %d per process, SGD(momentum 0.9), %d steps after %d "
               "warm-up, median [min-max] of %d repeats; backend %s, comm hook %s\n",
               o.nproc, o.batch, o.steps, o.warmup, o.repeats, o.backend.c_str(), o.comm_hook.c_str());
-  std::printf("%-5s %-24s %-8s %-9s %-11s %-24s %-8s %-24s %s\n", "model", "tessera samples/s", "hidden", "comm ms",
-              "bytes/step", "1 process samples/s", "scaling", "pytorch DDP samples/s", "ratio");
+  std::printf("%-5s %-24s %-8s %-9s %-11s %-10s %-12s %-11s %-24s %-8s %-24s %s\n", "model", "tessera samples/s",
+              "hidden", "comm ms", "after start", "alone ms", "busbw/alone", "bytes/step", "1 process samples/s", "scaling", "pytorch DDP samples/s",
+              "ratio");
   int failures = 0;
   std::stringstream models(o.models);
   for (std::string model; std::getline(models, model, ',');) {
-    std::vector<double> ours, theirs, alone, hidden, comm;
+    std::vector<double> ours, theirs, alone, hidden, comm, comm_alone, after_start;
     double bytes = 0;
     {  // the bar ends its line before the row is printed
       TaskProgress progress("bench ddp " + model + ": repeats", o.repeats);
@@ -197,6 +255,8 @@ int ddp(const DdpBenchOptions& o) {
           ours.push_back(t["samples_per_s"]);
           hidden.push_back(t["hidden_fraction"]);
           comm.push_back(t["comm_ms"]);
+          if (t.value("alone_comm_ms", 0.0) > 0) comm_alone.push_back(t["alone_comm_ms"]);
+          if (t.value("after_last_start_ms", 0.0) > 0) after_start.push_back(t["after_last_start_ms"]);
           bytes = t["bytes_per_step"];
         }
         if (o.nproc > 1) {  // the same global batch in one process
@@ -213,14 +273,20 @@ int ddp(const DdpBenchOptions& o) {
         }
       }
     }
-    char h[32] = "-", c[32] = "-", b[32] = "-", ratio[32] = "-", scaling[32] = "-";
+    char h[32] = "-", c[32] = "-", b[32] = "-", ratio[32] = "-", scaling[32] = "-", ca[32] = "-", bus[32] = "-", as[32] = "-";
     if (!hidden.empty()) std::snprintf(h, sizeof h, "%.0f%%", 100 * median(hidden));
     if (!comm.empty()) std::snprintf(c, sizeof c, "%.2f", median(comm));
+    // busbw inside DDP (from the last rank's start) against alone: the same bytes, so the ratio of
+    // the times.
+    if (!after_start.empty()) std::snprintf(as, sizeof as, "%.2f", median(after_start));
+    if (!comm_alone.empty()) std::snprintf(ca, sizeof ca, "%.2f", median(comm_alone));
+    if (!after_start.empty() && !comm_alone.empty())
+      std::snprintf(bus, sizeof bus, "%.0f%%", 100 * median(comm_alone) / median(after_start));
     std::snprintf(b, sizeof b, "%.0f", bytes);
     if (!ours.empty() && !theirs.empty()) std::snprintf(ratio, sizeof ratio, "%.2fx", median(ours) / median(theirs));
     if (!ours.empty() && !alone.empty()) std::snprintf(scaling, sizeof scaling, "%.2fx", median(ours) / median(alone));
-    std::printf("%-5s %-24s %-8s %-9s %-11s %-24s %-8s %-24s %s\n", model.c_str(), median_cell(ours).c_str(), h, c, b,
-                median_cell(alone).c_str(), scaling, median_cell(theirs).c_str(), ratio);
+    std::printf("%-5s %-24s %-8s %-9s %-11s %-10s %-12s %-11s %-24s %-8s %-24s %s\n", model.c_str(),
+                median_cell(ours).c_str(), h, c, as, ca, bus, b, median_cell(alone).c_str(), scaling, median_cell(theirs).c_str(), ratio);
     std::fflush(stdout);
   }
   return failures == 0 ? 0 : 1;

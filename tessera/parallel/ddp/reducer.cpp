@@ -105,6 +105,12 @@ void Reducer::move_into_slot(size_t index) {
   if (options_.gradient_as_bucket_view) p.set_grad(destination);
 }
 
+std::vector<Tensor> Reducer::bucket_buffers() const {
+  std::vector<Tensor> out;
+  for (const auto& view : views_) out.push_back(view.flat);
+  return out;
+}
+
 Tensor Reducer::slot(size_t index) const {
   const Tensor& p = parameters_[index].second;
   int64_t offset = offset_of_[index];

@@ -75,6 +75,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   // Parameter indices per bucket, in launch order.
   const std::vector<std::vector<size_t>>& buckets() const { return layout_; }
+  // Each bucket's flat buffer, in launch order (what the hook all-reduces, or compresses).
+  std::vector<Tensor> bucket_buffers() const;
   size_t bucket_cap_bytes() const { return options_.bucket_cap_bytes; }  // auto resolved
   bool rebuilt() const { return rebuilt_; }
   const CommHook& hook() const { return *hook_; }
