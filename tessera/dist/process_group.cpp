@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <pthread.h>
 #include <set>
 #include <string_view>
 #include <unistd.h>
@@ -12,12 +13,25 @@
 #include "tessera/dist/store/prefix_store.h"
 #include "tessera/ops/ops.h"
 #include "tessera/observe/trace.h"
+#include "tessera/util/settings.h"
+#include "tessera/util/thread_priority.h"
 
 namespace tessera::dist {
 
 using tessera::detail::concat;
 
 namespace {
+
+// TESSERA_COMM_PRIORITY: nice levels the collectives thread runs above the process (0 to 39).
+int comm_priority_setting() {
+  const char* text = env_setting("TESSERA_COMM_PRIORITY");
+  if (text == nullptr) return 10;
+  char* end = nullptr;
+  const long levels = std::strtol(text, &end, 10);
+  TESSERA_CHECK(*end == '\0' && levels >= 0 && levels <= 39, "[ProcessGroup] TESSERA_COMM_PRIORITY must be 0 to 39 "
+                "(nice levels above the process), got '", text, "'");
+  return static_cast<int>(levels);
+}
 
 // The same exception type as `error`, with `prefix` and `suffix` around its message, so callers
 // can still catch TimeoutError / PeerFailureError by type.
@@ -154,6 +168,7 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Communicator> communicator, std::shar
   } catch (const std::exception&) {
     // A report without host names is still a report.
   }
+  worker_priority_ = comm_priority_setting();
   worker_ = std::thread([this] { run_worker(); });
   watchdog_ = std::thread([this] { run_watchdog(); });
   register_flight_group(this);
@@ -253,6 +268,14 @@ WorkPtr ProcessGroup::enqueue_task(Task task, const detail::CallKey* key, const 
 }
 
 void ProcessGroup::run_worker() {
+  // Above the rank's compute threads: a collective's peers wait on this thread, and with a core per
+  // rank it shares that core with backward. `tessera bench ddp --models cnn --repeats 2 --steps 100
+  // --no-torch`, three alternating pairs at the same and at 10 levels above: the all-reduces took
+  // 0.63, 0.91, 0.82 ms a step from the last rank's start against 0.37, 0.25, 0.24, and DDP scaled
+  // 1.86, 1.83, 1.85x against 1.96, 1.93, 1.88x; the GPT's went from 1.62 to 0.65 ms. Where the
+  // process may not raise priorities the thread stays as it is.
+  raise_this_thread_priority(worker_priority_);
+  pthread_setname_np(pthread_self(), "tessera-comm");  // in top -H, perf and gdb
   bool named = false;  // the timeline's communication lane, named once tracing is on
   std::unique_lock lock(mu_);
   for (;;) {

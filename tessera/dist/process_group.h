@@ -243,6 +243,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup>, public I
   static constexpr size_t kCallTextsKept = 64;
   std::deque<InternedCall> call_texts_;  // under mu_
   std::condition_variable watchdog_cv_;
+  int worker_priority_ = 0;  // nice levels worker_ runs above the process (TESSERA_COMM_PRIORITY)
   std::thread worker_;
   std::thread watchdog_;
 };

@@ -50,6 +50,11 @@ constexpr std::array kSettings{
             "the most pauses (about 11.5 ns each) a shared-memory rank spins before it sleeps on a futex; within it "
             "the budget adapts to the peers' arrival gaps (0: sleep at once)",
             kUser},
+    Setting{"TESSERA_COMM_PRIORITY", "10",
+            "nice levels each process group's collectives thread runs above the rest of its process (0: the same); "
+            "raising it needs CAP_SYS_NICE or an RLIMIT_NICE that allows it (ulimit -e), else the thread runs at the "
+            "process's priority",
+            kUser},
     Setting{"TESSERA_BIND_CORES", "1",
             "0 leaves a launcher's local processes unbound; else each gets its own cores (threads per process of "
             "them) when together they fill the launcher's affinity mask exactly (the default thread count, cores / "

@@ -5,12 +5,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <latch>
+#include <sstream>
+#include <thread>
 
 #include "dist/collective_suite.h"
 #include "tessera/dist/backends/threaded/threaded_communicator.h"
 #include "tessera/ops/ops.h"
+#include "tessera/util/thread_priority.h"
 
 namespace tessera {
 namespace {
@@ -238,6 +244,64 @@ TEST(ProcessGroup, SendAndRecvAcrossThreads) {
       EXPECT_EQ(t.data<float>()[5], 3.5f);
     }
   });
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// The nice values of this process's threads named `name` (/proc/self/task/*/stat's 19th field).
+std::vector<int> nice_of_threads_named(const std::string& name) {
+  std::vector<int> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string thread_name;
+    std::getline(comm, thread_name);
+    if (thread_name != name) continue;
+    std::ifstream stat_file(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // from field 3, the state
+    std::string field;
+    for (int i = 3; i <= 19 && fields >> field; ++i) {
+    }
+    out.push_back(std::stoi(field));
+  }
+  return out;
+}
+
+std::vector<int> collectives_thread_nices() {
+  std::vector<int> nices;
+  testing::run_on_threads(1, threaded(1), [&](ProcessGroup& g) {
+    Tensor t = ones({4});
+    g.allreduce(t)->wait();
+    nices = nice_of_threads_named("tessera-comm");
+  });
+  return nices;
+}
+
+TEST(ProcessGroup, TheCollectivesThreadRunsAboveTheProcessWhereItMay) {
+  // Whether this process may raise a thread's priority (root, CAP_SYS_NICE, RLIMIT_NICE), asked of
+  // a thread of its own.
+  bool may_raise = false;
+  std::thread([&] { may_raise = raise_this_thread_priority(1); }).join();
+  const int base = this_thread_nice();
+  EXPECT_EQ(collectives_thread_nices(), std::vector<int>{may_raise ? std::max(-20, base - 10) : base})
+      << "the default, 10 levels above";
+  ::setenv("TESSERA_COMM_PRIORITY", "3", 1);
+  EXPECT_EQ(collectives_thread_nices(), std::vector<int>{may_raise ? std::max(-20, base - 3) : base});
+  ::setenv("TESSERA_COMM_PRIORITY", "0", 1);
+  EXPECT_EQ(collectives_thread_nices(), std::vector<int>{base}) << "0: the process's own priority";
+  ::setenv("TESSERA_COMM_PRIORITY", "high", 1);
+  try {
+    collectives_thread_nices();
+    ADD_FAILURE() << "a priority that is not a number must be refused";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("TESSERA_COMM_PRIORITY must be 0 to 39"), std::string::npos) << e.what();
+  }
+  ::unsetenv("TESSERA_COMM_PRIORITY");
+  EXPECT_EQ(this_thread_nice(), base) << "the calling thread keeps its priority";
 }
 
 }  // namespace
