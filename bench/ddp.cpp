@@ -163,7 +163,8 @@ int run_worker(const DdpBenchOptions& o) {
   const double after_start_ms = alone ? 0.0 : after_last_start_ms(*ddp, *group, o.steps);
   Tensor seconds = Tensor::empty({2});
   seconds.data<float>()[0] = static_cast<float>(std::chrono::duration<double>(Clock::now() - t0).count());
-  seconds.data<float>()[1] = alone || o.comm_hook != "none" ? 0.0f : static_cast<float>(buckets_alone_seconds(*ddp, *group));
+  seconds.data<float>()[1] =
+      alone || o.comm_hook != "none" ? 0.0f : static_cast<float>(buckets_alone_seconds(*ddp, *group));
   group->blocking_allreduce(seconds, dist::ReduceOp::Max);
   if (group->rank() == 0) {
     nlohmann::json j{{"samples_per_s", double(o.batch) * group->size() * o.steps / seconds.data<float>()[0]},
@@ -237,9 +238,9 @@ int ddp(const DdpBenchOptions& o) {
   std::printf("tessera bench ddp: %d processes x 1 thread, batch %d per process, SGD(momentum 0.9), %d steps after %d "
               "warm-up, median [min-max] of %d repeats; backend %s, comm hook %s\n",
               o.nproc, o.batch, o.steps, o.warmup, o.repeats, o.backend.c_str(), o.comm_hook.c_str());
-  std::printf("%-5s %-24s %-8s %-9s %-11s %-10s %-12s %-11s %-24s %-8s %-24s %s\n", "model", "tessera samples/s",
-              "hidden", "comm ms", "after start", "alone ms", "busbw/alone", "bytes/step", "1 process samples/s", "scaling", "pytorch DDP samples/s",
-              "ratio");
+  constexpr const char* kRow = "%-5s %-24s %-8s %-9s %-11s %-10s %-12s %-11s %-24s %-8s %-24s %s\n";
+  std::printf(kRow, "model", "tessera samples/s", "hidden", "comm ms", "after start", "alone ms", "busbw/alone",
+              "bytes/step", "1 process samples/s", "scaling", "pytorch DDP samples/s", "ratio");
   int failures = 0;
   std::stringstream models(o.models);
   for (std::string model; std::getline(models, model, ',');) {
@@ -273,7 +274,8 @@ int ddp(const DdpBenchOptions& o) {
         }
       }
     }
-    char h[32] = "-", c[32] = "-", b[32] = "-", ratio[32] = "-", scaling[32] = "-", ca[32] = "-", bus[32] = "-", as[32] = "-";
+    char h[32] = "-", c[32] = "-", b[32] = "-", ratio[32] = "-", scaling[32] = "-";
+    char ca[32] = "-", bus[32] = "-", as[32] = "-";
     if (!hidden.empty()) std::snprintf(h, sizeof h, "%.0f%%", 100 * median(hidden));
     if (!comm.empty()) std::snprintf(c, sizeof c, "%.2f", median(comm));
     // busbw inside DDP (from the last rank's start) against alone: the same bytes, so the ratio of
@@ -285,8 +287,8 @@ int ddp(const DdpBenchOptions& o) {
     std::snprintf(b, sizeof b, "%.0f", bytes);
     if (!ours.empty() && !theirs.empty()) std::snprintf(ratio, sizeof ratio, "%.2fx", median(ours) / median(theirs));
     if (!ours.empty() && !alone.empty()) std::snprintf(scaling, sizeof scaling, "%.2fx", median(ours) / median(alone));
-    std::printf("%-5s %-24s %-8s %-9s %-11s %-10s %-12s %-11s %-24s %-8s %-24s %s\n", model.c_str(),
-                median_cell(ours).c_str(), h, c, as, ca, bus, b, median_cell(alone).c_str(), scaling, median_cell(theirs).c_str(), ratio);
+    std::printf(kRow, model.c_str(), median_cell(ours).c_str(), h, c, as, ca, bus, b, median_cell(alone).c_str(),
+                scaling, median_cell(theirs).c_str(), ratio);
     std::fflush(stdout);
   }
   return failures == 0 ? 0 : 1;

@@ -9,7 +9,9 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <latch>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -246,15 +248,9 @@ TEST(ProcessGroup, SendAndRecvAcrossThreads) {
   });
 }
 
-}  // namespace
-}  // namespace tessera
-
-namespace tessera {
-namespace {
-
-// The nice values of this process's threads named `name` (/proc/self/task/*/stat's 19th field).
-std::vector<int> nice_of_threads_named(const std::string& name) {
-  std::vector<int> out;
+// This process's threads named `name`: thread id -> nice value (/proc/self/task/*/stat's 19th field).
+std::map<std::string, int> nice_of_threads_named(const std::string& name) {
+  std::map<std::string, int> out;
   for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
     std::ifstream comm(task.path() / "comm");
     std::string thread_name;
@@ -262,21 +258,24 @@ std::vector<int> nice_of_threads_named(const std::string& name) {
     if (thread_name != name) continue;
     std::ifstream stat_file(task.path() / "stat");
     std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
-    std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // from field 3, the state
-    std::string field;
-    for (int i = 3; i <= 19 && fields >> field; ++i) {
-    }
-    out.push_back(std::stoi(field));
+    std::istringstream after_name(stat.substr(stat.rfind(')') + 2));  // fields 3 (the state) onwards
+    const std::vector<std::string> fields{std::istream_iterator<std::string>(after_name),
+                                          std::istream_iterator<std::string>()};
+    out[task.path().filename().string()] = std::stoi(fields.at(19 - 3));
   }
   return out;
 }
 
+// The nice values of the collectives threads a one-rank group starts (any other group's threads
+// in this process left out).
 std::vector<int> collectives_thread_nices() {
+  const auto before = nice_of_threads_named("tessera-comm");
   std::vector<int> nices;
   testing::run_on_threads(1, threaded(1), [&](ProcessGroup& g) {
     Tensor t = ones({4});
     g.allreduce(t)->wait();
-    nices = nice_of_threads_named("tessera-comm");
+    for (const auto& [thread, nice] : nice_of_threads_named("tessera-comm"))
+      if (!before.count(thread)) nices.push_back(nice);
   });
   return nices;
 }
