@@ -90,9 +90,11 @@ double after_last_start_ms(const parallel::ddp::DistributedDataParallel& ddp, di
   std::vector<int64_t> started, finished;  // the newest allreduces, oldest first
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     if ((*it)["op"] != "allreduce" || (*it)["state"] != "done") break;
-    started.insert(started.begin(), (*it)["started_us"].get<int64_t>());
-    finished.insert(finished.begin(), (*it)["finished_us"].get<int64_t>());
+    started.push_back((*it)["started_us"].get<int64_t>());
+    finished.push_back((*it)["finished_us"].get<int64_t>());
   }
+  std::reverse(started.begin(), started.end());
+  std::reverse(finished.begin(), finished.end());
   // Whole steps only, the same count on every rank (they ran the same collectives).
   const int64_t covered = std::min<int64_t>(steps, static_cast<int64_t>(started.size()) / buckets);
   Tensor count = from_vector(std::vector<int64_t>{covered}, {1});

@@ -270,10 +270,10 @@ WorkPtr ProcessGroup::enqueue_task(Task task, const detail::CallKey* key, const 
 void ProcessGroup::run_worker() {
   // Above the rank's compute threads: a collective's peers wait on this thread, and with a core per
   // rank it shares that core with backward. `tessera bench ddp --models cnn --repeats 2 --steps 100
-  // --no-torch`, three alternating pairs at the same and at 10 levels above: the all-reduces took
-  // 0.63, 0.91, 0.82 ms a step from the last rank's start against 0.37, 0.25, 0.24, and DDP scaled
-  // 1.86, 1.83, 1.85x against 1.96, 1.93, 1.88x; the GPT's went from 1.62 to 0.65 ms. Where the
-  // process may not raise priorities the thread stays as it is.
+  // --no-torch`, five alternating pairs at the same and at 10 levels above: the all-reduces took
+  // 0.58-0.91 ms a step from the last rank's start against 0.24-0.48 (faster in every pair), with
+  // DDP's scaling within the noise (1.83-1.95x against 1.87-1.96x); the GPT's went from 1.62 to
+  // 0.65 ms. Where the process may not raise priorities the thread stays as it is.
   raise_this_thread_priority(worker_priority_);
   pthread_setname_np(pthread_self(), "tessera-comm");  // in top -H, perf and gdb
   bool named = false;  // the timeline's communication lane, named once tracing is on

@@ -50,7 +50,6 @@ std::shared_ptr<void> ShmCommunicator::allocate_symmetric(size_t bytes, Deadline
     std::fprintf(stderr, "[shm] rank %d: no symmetric memory of %zu bytes (%s); using ordinary memory\n", rank_,
                  bytes, e.what());
   }
-  const bool created = mine.data() != nullptr;
 
   auto buffer = std::make_shared<detail::SymmetricBuffer>();
   buffer->bytes = bytes;
@@ -63,7 +62,7 @@ std::shared_ptr<void> ShmCommunicator::allocate_symmetric(size_t bytes, Deadline
   TESSERA_ASSERT(path.size() < chunk_bytes_, "path longer than a slot");
   std::memcpy(slot(rank_, k), path.c_str(), path.size() + 1);
   arrive_and_wait(k, "allocate_symmetric", deadline);
-  bool everyone_created = created;
+  bool everyone_created = true;  // this rank's own slot included: its path is empty if it made none
   for (int p = 0; p < size_; ++p) everyone_created = everyone_created && slot(p, k)[0] != '\0';
   if (!everyone_created) return nullptr;  // the same answer on every rank, after the same round
   bool mapped_all = true;
