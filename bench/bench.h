@@ -7,6 +7,11 @@
 
 namespace tessera::bench {
 
+// The interpreter of the PyTorch references: the virtual environment `scripts/setup.sh --bench` makes
+// (.venv in the source tree: the newest PyTorch 2 from PyPI), else Debian's /usr/bin/python3
+// (python3-torch 1.13). Every bench prints the version that ran.
+std::string reference_python();
+
 struct TrainStepOptions {
   std::string threads = "1,2";   // thread counts to measure
   std::string models = "mlp,cnn";
@@ -14,14 +19,17 @@ struct TrainStepOptions {
   int mlp_steps = 30;
   int cnn_steps = 10;
   int gpt_steps = 4;
-  bool with_torch = true;        // also run bench/torch_train_step.py under /usr/bin/python3
-  std::string python = "/usr/bin/python3";
+  bool with_torch = true;        // also run bench/torch_train_step.py under reference_python()
+  std::string python = reference_python();
+  bool with_compile = true;      // also PyTorch under torch.compile (a second column)
   std::string script;            // path of torch_train_step.py (defaults to the source tree's)
   // Also the same step from Python (bench/python_train_step.py over the tessera module in
   // python_path), when that module was built.
   bool with_python = true;
   std::string precision = "fp32";  // or bf16 / fp16: every column's steps under autocast
   std::string python_script, python_path;
+  // tessera's module is built for Debian's interpreter (CMakeLists.txt), not the reference's venv.
+  std::string module_python = "/usr/bin/python3";
 };
 
 int train_step(const TrainStepOptions& options);
@@ -50,7 +58,8 @@ struct DdpBenchOptions {
   std::string comm_hook = "none";
   double bucket_mb = 0;         // DDP's bucket cap (PyTorch's bucket_cap_mb; 0: DDP's auto); the first bucket is min(1, this)
   bool with_torch = true;
-  std::string python = "/usr/bin/python3";
+  std::string python = reference_python();
+  bool with_compile = true;  // also PyTorch's DDP under torch.compile
   std::string script;  // bench/torch_ddp.py
   bool worker = false;  // internal: one rank of a measured job (model = models)
   std::string model;
@@ -144,9 +153,29 @@ int serve(const ServeBenchOptions& options);
 // Shared by the benchmarks that run jobs under the launcher: the last JSON object a job's output
 // holds (rank 0's report line), a file's text, and median [min-max] cells.
 nlohmann::json last_json_line(const std::string& text);
+// Runs a shell command under coreutils' timeout (a wedged reference fails its cell instead of hanging
+// the bench): its stdout, and whether it exited 0.
+struct CommandOutput {
+  bool ok = false;
+  std::string out;
+};
+CommandOutput run_capture(const std::string& command, int timeout_s);
 std::string read_all(const std::string& path);
 double median(std::vector<double> values);
 std::string median_cell(const std::vector<double>& values);
+
+struct CudaMatmulOptions {
+  std::string device = "cuda:0";
+  std::string sizes = "2048,4096,8192";
+  std::string precisions = "fp32,tf32,bf16";
+  int repeats = 5;
+  int iters = 20;
+  bool with_torch = true;
+  std::string python = reference_python();
+  std::string script;  // bench/torch_matmul.py
+};
+// TFLOP/s of cuda::gemm (cuBLASLt) beside torch.matmul on the same GPU, as a ratio.
+int matmul_cuda(const CudaMatmulOptions& options);
 
 // nccl-tests-style table of one collective over the job's process group; exit 1 if a result was wrong.
 int comm(const CommOptions& options);

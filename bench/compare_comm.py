@@ -33,9 +33,18 @@ def commands(build, n, lo, hi, backends):
             out["tessera-" + b] = [tessera, "run", "--nproc-per-node", str(n), "--", tessera, "bench", "comm",
                                    "--backend", b, "--json"] + sizes
     out["openmpi"] = MPIRUN + ["-np", str(n), os.path.join(build, "tessera_ref_mpi_allreduce"), str(lo), str(hi)]
-    out["torch-gloo"] = ["/usr/bin/python3", os.path.join(ROOT, "bench", "reference", "torch_gloo_allreduce.py"),
+    out["torch-gloo"] = [TORCH_PYTHON, os.path.join(ROOT, "bench", "reference", "torch_gloo_allreduce.py"),
                          "--nproc", str(n), "--min-bytes", str(lo), "--max-bytes", str(hi)]
     return out
+
+
+# The reference PyTorch: the venv of scripts/setup.sh --bench (PyTorch 2 from PyPI), else Debian's 1.13.
+TORCH_PYTHON = next(p for p in (os.path.join(ROOT, ".venv", "bin", "python3"), "/usr/bin/python3") if os.path.exists(p))
+
+
+def torch_version():
+    p = subprocess.run([TORCH_PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    return p.stdout.strip() if p.returncode == 0 else "not installed"
 
 
 def run(cmd):
@@ -62,6 +71,7 @@ def main():
     ap.add_argument("--max-bytes", type=int, default=256 << 20)
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
+    print(f"# reference: pytorch {torch_version()} ({TORCH_PYTHON}), Open MPI from {MPIRUN[0]}")
     for n in [int(x) for x in a.nprocs.split(",")]:
         cmds = commands(a.build, n, a.min_bytes, a.max_bytes, a.backends.split(","))
         samples = {}  # (impl, bytes) -> [busbw]

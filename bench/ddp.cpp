@@ -209,21 +209,18 @@ nlohmann::json run_tessera(const DdpBenchOptions& o, const std::string& model) {
   return last_json_line(out);
 }
 
-nlohmann::json run_torch(const DdpBenchOptions& o, const std::string& model) {
+// PyTorch's DDP over gloo, eager or with the DDP-wrapped model under torch.compile.
+nlohmann::json run_torch(const DdpBenchOptions& o, const std::string& model, bool compiled) {
   std::ostringstream cmd;
-  cmd << "timeout " << kTorchTimeoutSeconds << " " << o.python << " " << o.script << " --model " << model
-      << " --nproc " << o.nproc << " --batch " << o.batch << " --steps " << o.steps << " --warmup " << o.warmup
-      << " 2>/dev/null";
-  FILE* pipe = popen(cmd.str().c_str(), "r");
-  if (!pipe) return nullptr;
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  if (pclose(pipe) != 0) {
-    std::fprintf(stderr, "bench ddp: the PyTorch run failed (is python3-torch installed?): %s\n", cmd.str().c_str());
+  cmd << o.python << " " << o.script << " --model " << model << " --nproc " << o.nproc << " --batch " << o.batch
+      << " --steps " << o.steps << " --warmup " << o.warmup << (compiled ? " --compile" : "") << " 2>/dev/null";
+  const CommandOutput run = run_capture(cmd.str(), kTorchTimeoutSeconds);
+  if (!run.ok) {
+    std::fprintf(stderr, "bench ddp: the PyTorch run failed (scripts/setup.sh --bench installs it): %s\n",
+                 cmd.str().c_str());
     return nullptr;
   }
-  return last_json_line(out);
+  return last_json_line(run.out);
 }
 
 }  // namespace
@@ -240,13 +237,15 @@ int ddp(const DdpBenchOptions& o) {
   std::printf("tessera bench ddp: %d processes x 1 thread, batch %d per process, SGD(momentum 0.9), %d steps after %d "
               "warm-up, median [min-max] of %d repeats; backend %s, comm hook %s\n",
               o.nproc, o.batch, o.steps, o.warmup, o.repeats, o.backend.c_str(), o.comm_hook.c_str());
-  constexpr const char* kRow = "%-5s %-24s %-8s %-9s %-11s %-10s %-12s %-11s %-24s %-8s %-24s %s\n";
+  constexpr const char* kRow = "%-5s %-24s %-8s %-9s %-11s %-10s %-12s %-11s %-24s %-8s %-24s %-6s %-24s %s\n";
   std::printf(kRow, "model", "tessera samples/s", "hidden", "comm ms", "after start", "alone ms", "busbw/alone",
-              "bytes/step", "1 process samples/s", "scaling", "pytorch DDP samples/s", "ratio");
+              "bytes/step", "1 process samples/s", "scaling", "pytorch DDP eager", "ratio", "pytorch DDP compiled",
+              "ratio");
+  std::string torch_version;
   int failures = 0;
   std::stringstream models(o.models);
   for (std::string model; std::getline(models, model, ',');) {
-    std::vector<double> ours, theirs, alone, hidden, comm, comm_alone, after_start;
+    std::vector<double> ours, theirs, theirs_compiled, alone, hidden, comm, comm_alone, after_start;
     double bytes = 0;
     {  // the bar ends its line before the row is printed
       TaskProgress progress("bench ddp " + model + ": repeats", o.repeats);
@@ -271,12 +270,17 @@ int ddp(const DdpBenchOptions& o) {
           else alone.push_back(a["samples_per_s"]);
         }
         if (o.with_torch && model != "gpt") {  // bench/torch_ddp.py has the MLP and the CNN
-          nlohmann::json p = run_torch(o, model);
-          if (!p.is_null()) theirs.push_back(p["samples_per_s"]);
+          for (bool compiled : {false, true}) {
+            if (compiled && !o.with_compile) continue;
+            nlohmann::json p = run_torch(o, model, compiled);
+            if (p.is_null()) continue;
+            (compiled ? theirs_compiled : theirs).push_back(p["samples_per_s"]);
+            torch_version = p.value("torch_version", torch_version);
+          }
         }
       }
     }
-    char h[32] = "-", c[32] = "-", b[32] = "-", ratio[32] = "-", scaling[32] = "-";
+    char h[32] = "-", c[32] = "-", b[32] = "-", ratio[32] = "-", ratio_compiled[32] = "-", scaling[32] = "-";
     char ca[32] = "-", bus[32] = "-", as[32] = "-";
     if (!hidden.empty()) std::snprintf(h, sizeof h, "%.0f%%", 100 * median(hidden));
     if (!comm.empty()) std::snprintf(c, sizeof c, "%.2f", median(comm));
@@ -288,11 +292,16 @@ int ddp(const DdpBenchOptions& o) {
       std::snprintf(bus, sizeof bus, "%.0f%%", 100 * median(comm_alone) / median(after_start));
     std::snprintf(b, sizeof b, "%.0f", bytes);
     if (!ours.empty() && !theirs.empty()) std::snprintf(ratio, sizeof ratio, "%.2fx", median(ours) / median(theirs));
+    if (!ours.empty() && !theirs_compiled.empty())
+      std::snprintf(ratio_compiled, sizeof ratio_compiled, "%.2fx", median(ours) / median(theirs_compiled));
     if (!ours.empty() && !alone.empty()) std::snprintf(scaling, sizeof scaling, "%.2fx", median(ours) / median(alone));
     std::printf(kRow, model.c_str(), median_cell(ours).c_str(), h, c, as, ca, bus, b, median_cell(alone).c_str(),
-                scaling, median_cell(theirs).c_str(), ratio);
+                scaling, median_cell(theirs).c_str(), ratio, median_cell(theirs_compiled).c_str(), ratio_compiled);
     std::fflush(stdout);
   }
+  if (o.with_torch)
+    std::printf("reference: pytorch %s (%s)\n", torch_version.empty() ? "did not run" : torch_version.c_str(),
+                o.python.c_str());
   return failures == 0 ? 0 : 1;
 }
 

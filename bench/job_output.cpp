@@ -1,6 +1,7 @@
 // Helpers of the benchmarks that run jobs under the launcher (bench.h).
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -20,6 +21,22 @@ nlohmann::json last_json_line(const std::string& text) {
     }
   }
   return found;
+}
+
+std::string reference_python() {
+  const std::string venv = std::string(TESSERA_SOURCE_DIR) + "/.venv/bin/python3";
+  return std::filesystem::exists(venv) ? venv : "/usr/bin/python3";
+}
+
+CommandOutput run_capture(const std::string& command, int timeout_s) {
+  CommandOutput result;
+  const std::string bounded = "timeout " + std::to_string(timeout_s) + " " + command;
+  FILE* pipe = popen(bounded.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) result.out.append(buf, n);
+  result.ok = pclose(pipe) == 0;
+  return result;
 }
 
 std::string read_all(const std::string& path) {

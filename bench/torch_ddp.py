@@ -1,9 +1,13 @@
 #!/usr/bin/python3
 """PyTorch reference for `tessera bench ddp`: DistributedDataParallel (gloo) training steps per second.
 
-Run with /usr/bin/python3 (Debian's python3-torch 1.13):
+Run with the reference's interpreter, .venv/bin/python3 (PyTorch 2 from PyPI: scripts/setup.sh --bench), or
+/usr/bin/python3 (Debian's python3-torch 1.13, the older tables of docs/benchmarks.md):
 
-    /usr/bin/python3 bench/torch_ddp.py --model {mlp,cnn} [--nproc 2] [--batch 64] [--steps N] [--warmup W]
+    .venv/bin/python3 bench/torch_ddp.py --model {mlp,cnn} [--nproc 2] [--batch 64] [--steps N] [--warmup W] [--compile]
+
+--compile wraps the DDP model in torch.compile (TorchInductor; its DDPOptimizer cuts the graph at the
+buckets so that the all-reduces still overlap backward); compilation happens in the untimed warm-up.
 
 N processes on this machine, each with one thread (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 and
 torch.set_num_threads(1), set before torch is imported: the configuration BENCHMARKING.md names for one
@@ -37,6 +41,8 @@ def run(rank, args, port, queue):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.nproc)
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(build_model(torch, nn, args.model))
+    if args.compile:
+        model = torch.compile(model)
     shape = (args.batch, 784) if args.model == "mlp" else (args.batch, 1, 28, 28)
     x, y = torch.randn(shape), torch.randint(0, 10, (args.batch,), dtype=torch.int64)
     loss_fn = nn.CrossEntropyLoss()
@@ -68,13 +74,17 @@ def main():
     ap.add_argument("--batch", type=int, default=64, help="per process")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--attempt-timeout", type=float, default=120,
-                    help="seconds before a run that has not finished is taken as hung and tried again")
+    ap.add_argument("--compile", action="store_true", help="the DDP model under torch.compile")
+    ap.add_argument("--attempt-timeout", type=float,
+                    help="seconds before a run that has not finished is taken as hung and tried again "
+                         "(default 120; 360 with --compile, whose warm-up compiles on each rank)")
     args = ap.parse_args()
+    if args.attempt_timeout is None:
+        args.attempt_timeout = 360 if args.compile else 120
     try:
         import torch.multiprocessing as mp
     except ImportError as e:
-        sys.exit(f"torch_ddp: PyTorch is not available under {sys.executable} ({e}); install python3-torch")
+        sys.exit(f"torch_ddp: PyTorch is not available under {sys.executable} ({e}); scripts/setup.sh --bench")
     ctx = mp.get_context("spawn")
     # Debian's torch 1.13 at times deadlocks here (both workers waiting on a lock, after gloo has
     # connected: 1 run in 5 to 8 on 2026-11-26), or a worker dies and its peer waits in
@@ -83,7 +93,8 @@ def main():
     for attempt in range(1, 4):
         result = attempt_run(ctx, args, args.attempt_timeout)
         if result is not None:
-            result.update({"model": args.model, "nproc": args.nproc, "batch_per_process": args.batch})
+            result.update({"model": args.model, "nproc": args.nproc, "batch_per_process": args.batch,
+                           "mode": "compiled" if args.compile else "eager"})
             print(json.dumps(result))
             return
         print(f"torch_ddp: attempt {attempt} failed, trying again", file=sys.stderr)

@@ -1,15 +1,19 @@
 #!/usr/bin/python3
 """PyTorch reference for `tessera bench train-step`: training steps per second of a small MLP, CNN or GPT.
 
-Run with /usr/bin/python3 (Debian's python3-torch 1.13):
+Run with the reference's interpreter: .venv/bin/python3 (PyTorch 2 from PyPI, scripts/setup.sh --bench), or
+/usr/bin/python3 for Debian's python3-torch 1.13 (the older tables of docs/benchmarks.md):
 
-    /usr/bin/python3 bench/torch_train_step.py --model {mlp,cnn,gpt} --threads {1,2} [--steps N] [--warmup W]
-                                               [--repeats R] [--batch 128] [--precision {fp32,bf16}]
+    .venv/bin/python3 bench/torch_train_step.py --model {mlp,cnn,gpt} --threads {1,2} [--steps N] [--warmup W]
+                                                [--repeats R] [--batch 128] [--precision {fp32,bf16,fp16}] [--compile]
+
+--compile runs the model under torch.compile (TorchInductor, its default mode: C++/OpenMP kernels
+generated for this CPU); the warm-up steps include the compilation, which is not timed.
 
 The GPT is tessera's CharTransformer at d 256, 4 layers, 4 heads, context 128 (pre-LayerNorm blocks,
 GELU MLP of 4d, causal attention written as two matmuls and a masked softmax, as tessera computes it),
-16 sequences a step, its figures in tokens/s. bf16 runs forward and loss under
-torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's CPU mixed precision.
+16 sequences a step, its figures in tokens/s. bf16 (fp16) runs forward and loss under
+torch.autocast("cpu", dtype=torch.bfloat16 (float16)), PyTorch's CPU mixed precision.
 
 Why several configurations (see /work/shared/BENCHMARKING.md): this PyTorch sends its matrix products to the
 system OpenBLAS, which ignores torch.set_num_threads and starts its own thread pool. With
@@ -96,6 +100,8 @@ def worker(args):
     torch.set_num_threads(CONFIGS[args.worker][1])
     torch.manual_seed(0)
     model = build_model(torch, nn, args.model)
+    if args.compile:
+        model = torch.compile(model)
     per_step = args.batch
     if args.model == "gpt":
         x = torch.randint(0, GPT_VOCAB, (GPT_BATCH, GPT_CONTEXT), dtype=torch.int64)
@@ -109,7 +115,8 @@ def worker(args):
 
     def step():
         opt.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+        with torch.autocast("cpu", dtype=torch.float16 if args.precision == "fp16" else torch.bfloat16,
+                            enabled=args.precision != "fp32"):
             loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
@@ -130,11 +137,13 @@ def run_config(name, args):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--model", args.model,
            "--threads", str(args.threads), "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--repeats", str(args.repeats), "--batch", str(args.batch), "--precision", args.precision]
+    if args.compile:
+        cmd.append("--compile")
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
         sys.stderr.write(p.stderr)
         if p.returncode == 3:  # torch not importable: no configuration can work
-            sys.exit("torch_train_step: PyTorch is not available; install python3-torch, run with /usr/bin/python3")
+            sys.exit("torch_train_step: PyTorch is not available under " + sys.executable + " (scripts/setup.sh --bench)")
         print(f"  {name}: failed (exit {p.returncode})", file=sys.stderr)
         return None
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -148,7 +157,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
+    ap.add_argument("--compile", action="store_true", help="run the model under torch.compile")
     ap.add_argument("--worker", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.steps is None:
@@ -173,7 +183,7 @@ def main():
     medians = {name: statistics.median(rates) for name, rates in results.items()}
     best = max(medians, key=medians.get)
     print(json.dumps({
-        "model": args.model, "threads": args.threads, "best_config": best,
+        "model": args.model, "threads": args.threads, "mode": "compiled" if args.compile else "eager", "best_config": best,
         "samples_per_s_median": medians[best], "samples_per_s_min": min(results[best]),
         "samples_per_s_max": max(results[best]), "configs": medians, "torch_version": version}))
 

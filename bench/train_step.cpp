@@ -88,7 +88,7 @@ Stats time_tessera(const std::string& model_name, int steps, int repeats, DType 
 struct TorchResult {
   bool ok = false;
   Stats stats;
-  std::string config, error;
+  std::string config, error, version;
 };
 
 // Runs a reference script (PyTorch's, or tessera's own step from Python) whose last stdout line is
@@ -118,6 +118,7 @@ TorchResult time_script(const std::string& command, const std::string& what) {
     auto j = nlohmann::json::parse(line);
     r.stats = {j.at("samples_per_s_median"), j.at("samples_per_s_min"), j.at("samples_per_s_max")};
     r.config = j.value("best_config", "-");
+    r.version = j.value("torch_version", "");
     r.ok = true;
   } catch (const std::exception& e) {
     r.error = "could not parse the " + what + " output: " + e.what();
@@ -125,15 +126,17 @@ TorchResult time_script(const std::string& command, const std::string& what) {
   return r;
 }
 
-TorchResult time_torch(const TrainStepOptions& o, const std::string& model, int threads, int steps) {
+// PyTorch's best configuration, eager or under torch.compile (Inductor's C++ kernels for this CPU).
+TorchResult time_torch(const TrainStepOptions& o, const std::string& model, int threads, int steps, bool compiled) {
   return time_script(o.python + " " + o.script + " --model " + model + " --threads " + std::to_string(threads) +
                          " --steps " + std::to_string(steps) + " --repeats " + std::to_string(o.repeats) +
-                         " --precision " + o.precision,
-                     "PyTorch (is python3-torch installed?)");
+                         " --precision " + o.precision + (compiled ? " --compile" : ""),
+                     std::string("PyTorch ") + (compiled ? "compiled" : "eager") +
+                         " (scripts/setup.sh --bench installs it)");
 }
 
 TorchResult time_python(const TrainStepOptions& o, const std::string& model, int threads, int steps) {
-  return time_script("env PYTHONPATH=" + o.python_path + " PYTHONDONTWRITEBYTECODE=1 " + o.python + " " +
+  return time_script("env PYTHONPATH=" + o.python_path + " PYTHONDONTWRITEBYTECODE=1 " + o.module_python + " " +
                          o.python_script + " --model " + model + " --threads " + std::to_string(threads) +
                          " --steps " + std::to_string(steps) + " --repeats " + std::to_string(o.repeats) +
                          " --precision " + o.precision,
@@ -164,9 +167,10 @@ int train_step(const TrainStepOptions& o) {
               "%s, median [min-max] of %d repeats\n",
               static_cast<long>(kBatch), static_cast<long>(kGptBatch), static_cast<long>(kGptContext),
               o.precision.c_str(), o.repeats);
-  std::printf("%-5s %-7s %-24s %-24s %-7s %-24s %-6s %s\n", "model", "threads", "tessera samples/s",
-              "from python samples/s", "py/c++", "pytorch samples/s", "ratio", "pytorch config");
+  std::printf("%-5s %-7s %-24s %-24s %-7s %-24s %-6s %-24s %-6s %s\n", "model", "threads", "tessera samples/s",
+              "from python samples/s", "py/c++", "pytorch eager", "ratio", "pytorch compiled", "ratio", "pytorch config");
   int worst = 0;
+  std::string torch_version;
   for (const std::string& model : split_list(o.models)) {
     TESSERA_CHECK(model == "mlp" || model == "cnn" || model == "gpt", "[bench train-step] unknown model '", model,
                   "' (expected mlp, cnn or gpt)");
@@ -174,7 +178,7 @@ int train_step(const TrainStepOptions& o) {
     for (int threads : parse_threads(o.threads)) {
       set_num_threads(threads);
       Stats t = time_tessera(model, steps, o.repeats, precision);
-      char ts[64], ps[64] = "-", ratio[16] = "-", pys[64] = "-", py_ratio[16] = "-";
+      char ts[64], pys[64] = "-", py_ratio[16] = "-";
       std::snprintf(ts, sizeof ts, "%.0f [%.0f-%.0f]", t.median, t.min, t.max);
       if (o.with_python && model != "gpt") {  // bench/python_train_step.py has the MLP and the CNN
         TorchResult py = time_python(o, model, threads, steps);
@@ -187,25 +191,39 @@ int train_step(const TrainStepOptions& o) {
           worst = 1;
         }
       }
+      // Two PyTorch columns, eager and compiled, each its best configuration; the ratio is ours over it.
+      struct Column {
+        std::string cell = "-", ratio = "-";
+      } eager, compiled;
       std::string config = "-";
-      if (o.with_torch && o.precision == "fp16") {
-        config = "PyTorch 1.13's CPU autocast has no fp16";
-      } else if (o.with_torch) {
-        TorchResult p = time_torch(o, model, threads, steps);
-        if (p.ok) {
-          std::snprintf(ps, sizeof ps, "%.0f [%.0f-%.0f]", p.stats.median, p.stats.min, p.stats.max);
-          std::snprintf(ratio, sizeof ratio, "%.2fx", t.median / p.stats.median);
-          config = p.config;
-        } else {
+      auto measure = [&](bool compile, Column& column) {
+        TorchResult p = time_torch(o, model, threads, steps, compile);
+        if (!p.ok) {
+          column.cell = "failed";
           config = p.error;
           worst = 1;
+          return;
         }
-      }
-      std::printf("%-5s %-7d %-24s %-24s %-7s %-24s %-6s %s\n", model.c_str(), threads, ts, pys, py_ratio, ps, ratio,
-                  config.c_str());
+        char cell[64], ratio[16];
+        std::snprintf(cell, sizeof cell, "%.0f [%.0f-%.0f]", p.stats.median, p.stats.min, p.stats.max);
+        std::snprintf(ratio, sizeof ratio, "%.2fx", t.median / p.stats.median);
+        column = {cell, ratio};
+        if (!compile) config = p.config;
+        if (torch_version.empty() && !p.version.empty()) {
+          torch_version = p.version;
+          std::fprintf(stderr, "bench train-step: reference pytorch %s under %s\n", torch_version.c_str(), o.python.c_str());
+        }
+      };
+      if (o.with_torch) measure(false, eager);
+      if (o.with_torch && o.with_compile) measure(true, compiled);
+      std::printf("%-5s %-7d %-24s %-24s %-7s %-24s %-6s %-24s %-6s %s\n", model.c_str(), threads, ts, pys, py_ratio,
+                  eager.cell.c_str(), eager.ratio.c_str(), compiled.cell.c_str(), compiled.ratio.c_str(), config.c_str());
       std::fflush(stdout);
     }
   }
+  if (o.with_torch)
+    std::printf("reference: pytorch %s (%s)\n", torch_version.empty() ? "did not run" : torch_version.c_str(),
+                o.python.c_str());
   std::printf("\n");
   matmul(1024, o.threads, 5);
   return worst;

@@ -18,7 +18,9 @@ Command add_bench_command(CLI::App& app) {
   train_step->add_option("--cnn-steps", ts->cnn_steps, "Steps per CNN repeat")->capture_default_str()->check(CLI::Range(1, 100000));
   train_step->add_option("--gpt-steps", ts->gpt_steps, "Steps per GPT repeat")->capture_default_str()->check(CLI::Range(1, 100000));
   train_step->add_flag("!--no-torch", ts->with_torch, "Skip the PyTorch reference");
-  train_step->add_option("--python", ts->python, "Python with torch")->capture_default_str();
+  train_step->add_option("--python", ts->python, "Python with torch (default: the venv of scripts/setup.sh --bench)")
+      ->capture_default_str();
+  train_step->add_flag("!--no-compile", ts->with_compile, "Skip the torch.compile column");
   train_step->add_option("--torch-script", ts->script, "Path of torch_train_step.py")->capture_default_str();
   ts->python_script = std::string(TESSERA_SOURCE_DIR) + "/bench/python_train_step.py";
   ts->python_path = std::string(TESSERA_BINARY_DIR) + "/python";
@@ -31,12 +33,23 @@ Command add_bench_command(CLI::App& app) {
   struct MatmulOptions {
     int n = 1024, repeats = 5;
     std::string threads = "1,2";
+    std::string device = "cpu";
   };
   auto mm = std::make_shared<MatmulOptions>();
-  auto* matmul = bench->add_subcommand("matmul", "sgemm GFLOP/s at n x n against the measured FP32 peak");
-  matmul->add_option("-n", mm->n, "Matrix size")->capture_default_str()->check(CLI::Range(1, 16384));
-  matmul->add_option("--threads-list", mm->threads, "Comma-separated thread counts")->capture_default_str();
+  auto cuda_mm = std::make_shared<bench::CudaMatmulOptions>();
+  cuda_mm->script = std::string(TESSERA_SOURCE_DIR) + "/bench/torch_matmul.py";
+  auto* matmul = bench->add_subcommand("matmul", "GEMM GFLOP/s: on the CPU against the measured FP32 peak, on a CUDA "
+                                                 "device (--device cuda:N) beside torch.matmul");
+  matmul->add_option("-n", mm->n, "Matrix size (CPU)")->capture_default_str()->check(CLI::Range(1, 16384));
+  matmul->add_option("--threads-list", mm->threads, "Comma-separated thread counts (CPU)")->capture_default_str();
   matmul->add_option("--repeats", mm->repeats, "Timed repeats")->capture_default_str()->check(CLI::Range(1, 1000));
+  matmul->add_option("--device", mm->device, "cpu or cuda:N")->capture_default_str();
+  matmul->add_option("--sizes", cuda_mm->sizes, "Comma-separated n (CUDA)")->capture_default_str();
+  matmul->add_option("--precisions", cuda_mm->precisions, "Comma-separated fp32, tf32, bf16 (CUDA)")->capture_default_str();
+  matmul->add_option("--iters", cuda_mm->iters, "Products per timed batch (CUDA)")->capture_default_str()->check(CLI::Range(1, 10000));
+  matmul->add_flag("!--no-torch", cuda_mm->with_torch, "Skip the PyTorch reference (CUDA)");
+  matmul->add_option("--python", cuda_mm->python, "Interpreter of the PyTorch reference (default: the bench venv's, else /usr/bin/python3)");
+  matmul->add_option("--script", cuda_mm->script, "Path of bench/torch_matmul.py");
 
   auto cm = std::make_shared<bench::CommOptions>();
   auto* comm = bench->add_subcommand(
@@ -67,7 +80,9 @@ Command add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 4096.0))
       ->capture_default_str();
   ddp->add_flag("!--no-torch", dd->with_torch, "Skip the PyTorch reference");
-  ddp->add_option("--python", dd->python, "Python with torch")->capture_default_str();
+  ddp->add_option("--python", dd->python, "Python with torch (default: the venv of scripts/setup.sh --bench)")
+      ->capture_default_str();
+  ddp->add_flag("!--no-compile", dd->with_compile, "Skip PyTorch's DDP under torch.compile");
   ddp->add_option("--hosts", dd->hosts, "Run across this many test hosts (scripts/cluster.sh; needs root), --nproc on each")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
@@ -170,6 +185,12 @@ Command add_bench_command(CLI::App& app) {
       return bench::ddp(o);
     }
     if (comm->parsed()) return bench::comm(*cm);
+    if (mm->device != "cpu") {
+      bench::CudaMatmulOptions o = *cuda_mm;
+      o.device = mm->device;
+      o.repeats = mm->repeats;
+      return bench::matmul_cuda(o);
+    }
     return bench::matmul(mm->n, mm->threads, mm->repeats);
   }};
 }

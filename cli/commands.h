@@ -22,5 +22,6 @@ Command add_serve_command(CLI::App& app);
 Command add_report_command(CLI::App& app);
 Command add_trace_command(CLI::App& app);
 Command add_data_command(CLI::App& app);
+Command add_devices_command(CLI::App& app);
 
 }  // namespace tessera::cli

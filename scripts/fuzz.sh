@@ -33,7 +33,7 @@ if [ "${#chosen[@]}" -gt 0 ]; then
   targets=("${chosen[@]}")
 fi
 CXX=clang++ CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
-  -DTESSERA_BUILD_TESTS=OFF >/dev/null
+  -DTESSERA_BUILD_TESTS=OFF -DTESSERA_CUDA=OFF >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 fuzz_one() {
   local t=$1

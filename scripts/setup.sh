@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Installs what tessera needs from Debian's packages. Usage: scripts/setup.sh [--bench]
-# --bench also installs PyTorch (python3-torch), the reference that `tessera bench` runs beside us, and
+# --bench also installs the references that `tessera bench` runs beside us: the newest PyTorch 2 that
+# PyPI serves, into the virtual environment .venv (ignored by git; the benches use it when it is there,
+# bench/bench.h reference_python), Debian's PyTorch 1.13 (python3-torch: the older tables of
+# docs/benchmarks.md were measured against it, --python /usr/bin/python3 reproduces them) and
 # scikit-learn (python3-sklearn) for bench/sklearn_tabular.py.
+# The CUDA toolkit (nvcc, cuBLASLt, cuDNN, NCCL) is not installed here: CMake builds the CUDA backend
+# where it finds one (TESSERA_CUDA=AUTO, cmake/cuda.cmake) and the CPU-only build elsewhere.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 packages=(cmake ninja-build ccache g++ libopenblas-openmp-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev
@@ -10,7 +16,7 @@ packages=(cmake ninja-build ccache g++ libopenblas-openmp-dev libdnnl-dev libgte
           etcd-server clang libclang-rt-14-dev iproute2 slurm-wlm munge
           libcpp-httplib-dev wrk chromium
           pybind11-dev python3-dev python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel)
-[ "${1:-}" = "--bench" ] && packages+=(python3-torch python3-sklearn)
+[ "${1:-}" = "--bench" ] && packages+=(python3-torch python3-sklearn python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,4 +25,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if [ "${1:-}" = "--bench" ]; then
+  # PyPI's torch brings its CUDA libraries (nvidia-* wheels, about 5 GB); on a CPU machine they are
+  # loaded but unused. Reinstalled only when the venv cannot import torch.
+  if ! .venv/bin/python3 -c 'import torch' 2>/dev/null; then
+    echo "setup: installing PyTorch 2 from PyPI into .venv"
+    /usr/bin/python3 -m venv .venv
+    .venv/bin/pip install --quiet --upgrade pip torch numpy
+  fi
+  echo "setup: reference pytorch $(.venv/bin/python3 -c 'import torch; print(torch.__version__)') in .venv"
 fi

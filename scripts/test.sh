@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Builds tessera and runs the whole test suite, then again under AddressSanitizer and
 # UndefinedBehaviorSanitizer. This is the README's test command and what CI runs.
+# Both CUDA configurations are built and tested (cmake/cuda.cmake): the first pass with TESSERA_CUDA=AUTO
+# (the CUDA backend where the toolkit is found; its tests, label "gpu", skip with the reason where no
+# GPU is there), the sanitizer passes CPU-only (TESSERA_CUDA=OFF: the CUDA runtime is not instrumented,
+# and these passes are what test the build without CUDA).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+configure=$(cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release) || { echo "$configure"; exit 1; }
+grep "tessera: CUDA" <<<"$configure" || true  # the one line that says whether CUDA is built, and why not
 cmake --build build -j "$jobs"
 # The chaos run (label "chaos", 4-7 minutes) only when asked: TESSERA_CHAOS=1 (docs/distributed.md).
 chaos=(-LE chaos)
@@ -18,7 +23,7 @@ if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   # One ctest test per GoogleTest suite here (TESSERA_TESTS_BY_SUITE): under ASan each process
   # costs 0.25 s to start and leak-check, and a suite's tests share one.
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DTESSERA_SANITIZE=ON \
-    -DTESSERA_TESTS_BY_SUITE=ON >/dev/null
+    -DTESSERA_TESTS_BY_SUITE=ON -DTESSERA_CUDA=OFF >/dev/null
   cmake --build build-asan -j "$jobs"
   # "LongTier" tests (full training runs on real data) ran above; under the sanitizers they would take
   # many minutes and check the same code paths as the short tests. So do the test-host and Slurm
@@ -32,7 +37,7 @@ if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   # minutes more here for nothing new (the other passes run them).
   # libgomp is not instrumented, so tests whose ops run on the OpenMP team would report false races;
   # these run with one intra-op thread.
-  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DTESSERA_SANITIZE_THREAD=ON >/dev/null
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DTESSERA_SANITIZE_THREAD=ON -DTESSERA_CUDA=OFF >/dev/null
   cmake --build build-tsan -j "$jobs" --target tessera_tests
   # The process group (worker and watchdog threads), DDP and its hooks run on the threaded backend.
   OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" \

@@ -1,0 +1,48 @@
+// The CUDA backend of a CPU-only build (TESSERA_CUDA=OFF, or no toolkit where CMake configured): the
+// same functions, no CUDA header, and an error that says why wherever a device is asked for.
+// TESSERA_NO_CUDA_REASON is CMake's own account (cmake/cuda.cmake).
+#include "tessera/backend/cuda/convert.h"
+#include "tessera/backend/cuda/device_buffer.h"
+#include "tessera/backend/cuda/device_info.h"
+#include "tessera/backend/cuda/gemm.h"
+#include "tessera/core/error.h"
+
+#ifndef TESSERA_NO_CUDA_REASON
+#define TESSERA_NO_CUDA_REASON "TESSERA_CUDA=OFF"
+#endif
+
+namespace tessera::cuda {
+namespace {
+
+[[noreturn]] void no_cuda(const char* op) {
+  throw NotSupportedError(tessera::detail::concat("[", op, "] this tessera was built without CUDA (",
+                                                  TESSERA_NO_CUDA_REASON, "): reconfigure with -DTESSERA_CUDA=ON "
+                                                  "on a machine with nvcc, cuBLASLt, cuDNN and NCCL"));
+}
+
+}  // namespace
+
+bool compiled() { return false; }
+int device_count() { return 0; }
+std::string unavailable_reason() {
+  return std::string("built without CUDA (") + TESSERA_NO_CUDA_REASON + ")";
+}
+DeviceProperties device_properties(int) { no_cuda("cuda::device_properties"); }
+std::vector<LibraryVersion> library_versions() { return {}; }
+void synchronize(int) { no_cuda("cuda::synchronize"); }
+
+DeviceBuffer::DeviceBuffer(int, size_t) { no_cuda("cuda::DeviceBuffer"); }
+DeviceBuffer::~DeviceBuffer() = default;
+DeviceBuffer::DeviceBuffer(DeviceBuffer&&) noexcept = default;
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&&) noexcept = default;
+void DeviceBuffer::release() noexcept {}
+void DeviceBuffer::copy_from_host(const void*, size_t, size_t) { no_cuda("cuda::DeviceBuffer::copy_from_host"); }
+void DeviceBuffer::copy_to_host(void*, size_t, size_t) const { no_cuda("cuda::DeviceBuffer::copy_to_host"); }
+
+void gemm(GemmPrecision, const DeviceBuffer&, const DeviceBuffer&, DeviceBuffer&, int64_t, int64_t, int64_t) {
+  no_cuda("cuda::gemm");
+}
+
+void float_to_bfloat16(const DeviceBuffer&, DeviceBuffer&, int64_t) { no_cuda("cuda::float_to_bfloat16"); }
+
+}  // namespace tessera::cuda
