@@ -8,6 +8,7 @@
 #include "python/src/bindings.h"
 #include "tessera/autograd/autocast.h"
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/backend/cuda/device_info.h"
 #include "tessera/core/rng.h"
 #include "tessera/ops/ops.h"
 #include "tessera/util/thread_pool.h"
@@ -122,6 +123,21 @@ void bind_tensor(py::module_& m) {
   m.attr("bfloat16") = DType::BFloat16;
   m.attr("float16") = DType::Float16;
 
+  // tessera.device("cuda:0"), as torch.device: where a tensor lives.
+  py::class_<Device>(m, "device")
+      .def(py::init([](const std::string& text) { return parse_device(text); }), py::arg("spec"))
+      .def_property_readonly("type", [](const Device& d) { return d.is_cpu() ? "cpu" : "cuda"; })
+      .def_property_readonly("index", [](const Device& d) { return d.index; })
+      .def("__eq__", [](const Device& a, const Device& b) { return a == b; })
+      .def("__eq__", [](const Device& a, const std::string& b) { return a.str() == b || (b == "cuda" && a == cuda_device(0)); })
+      .def("__hash__", [](const Device& d) { return std::hash<std::string>()(d.str()); })
+      .def("__str__", &Device::str)
+      .def("__repr__", [](const Device& d) { return "device('" + d.str() + "')"; });
+  py::implicitly_convertible<std::string, Device>();
+  // tessera.cuda.is_available() / device_count() (python/tessera/cuda.py) read these.
+  m.def("_cuda_device_count", [] { return cuda::device_count(); });
+  m.def("_cuda_unavailable_reason", [] { return cuda::unavailable_reason(); });
+
   py::class_<Tensor> tensor(m, "Tensor", py::buffer_protocol(), "A view of shared storage with autograd state");
   tensor
       .def_buffer([](const Tensor& t) -> py::buffer_info {
@@ -136,7 +152,7 @@ void bind_tensor(py::module_& m) {
       .def_property_readonly("dtype", &Tensor::dtype)
       .def_property_readonly("ndim", &Tensor::dim)
       .def_property_readonly("is_leaf", &Tensor::is_leaf)
-      .def_property_readonly("device", [](const Tensor& t) { return t.device().str(); })
+      .def_property_readonly("device", &Tensor::device)
       .def("dim", &Tensor::dim)
       .def("numel", &Tensor::numel)
       .def("size", [](const Tensor& t, const py::object& d) -> py::object {
@@ -194,7 +210,11 @@ void bind_tensor(py::module_& m) {
       .def("flatten", &Tensor::flatten, py::arg("start_dim") = 0, py::arg("end_dim") = -1)
       .def("contiguous", &Tensor::contiguous, Release())
       .def("clone", &Tensor::clone, Release())
-      .def("to", &Tensor::to, Release())
+      .def("to", py::overload_cast<DType>(&Tensor::to, py::const_), Release())
+      // t.to("cuda:0"), t.to(tessera.device("cuda")): a copy on that device (differentiable).
+      .def("to", py::overload_cast<Device>(&Tensor::to, py::const_), Release())
+      .def("cuda", &Tensor::cuda, py::arg("index") = 0, Release())
+      .def("cpu", &Tensor::cpu, Release())
       .def("float", [](const Tensor& t) { return t.to(DType::Float32); }, Release())
       .def("long", [](const Tensor& t) { return t.to(DType::Int64); }, Release())
       // In place, no autograd (as under torch.no_grad()).

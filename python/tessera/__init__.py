@@ -23,6 +23,7 @@ from ._tessera import (  # noqa: F401
     autocast,
     bfloat16,
     cat,
+    device,
     dtype,
     empty,
     float16,
@@ -116,6 +117,6 @@ def load(path, with_metadata=False):
     return (state, metadata) if with_metadata else state
 
 
-from . import autograd, data, distributed, nn, observe, optim, serve, train  # noqa: E402,F401
+from . import autograd, cuda, data, distributed, nn, observe, optim, serve, train  # noqa: E402,F401
 
 __all__ = [name for name in dir() if not name.startswith("_") and True]

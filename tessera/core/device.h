@@ -1,7 +1,9 @@
-// Where a tensor's storage lives. Only the CPU is implemented; a CUDA device plugs in through the
-// allocator in storage.cpp without callers changing.
+// Where a tensor's storage lives: the CPU, or a CUDA device whose memory comes from the CUDA
+// backend's allocator (core/allocator.h). A tensor on a device is never read through a host pointer.
 #pragma once
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace tessera {
 
@@ -19,5 +21,8 @@ struct Device {
 };
 
 inline Device cpu_device() { return Device{}; }
+inline Device cuda_device(int index = 0) { return Device{DeviceType::CUDA, index}; }
+// "cpu", "cuda" (cuda:0) or "cuda:N", as PyTorch writes them; ValueError for anything else.
+Device parse_device(std::string_view text);
 
 }  // namespace tessera

@@ -1,5 +1,6 @@
-// Reference-counted, 64-byte-aligned memory on one device. Tensors share a Storage through
-// std::shared_ptr, so views are free and the memory goes when the last view does.
+// Reference-counted memory on one device (64-byte aligned on the CPU), from that device's allocator
+// (core/allocator.h). Tensors share a Storage through std::shared_ptr, so views are free and the
+// memory goes when the last view does.
 #pragma once
 #include <atomic>
 #include <cstddef>

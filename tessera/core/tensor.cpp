@@ -44,6 +44,13 @@ bool Tensor::shares_storage_with(const Tensor& other) const {
 }
 
 void* Tensor::raw_data() const {
+  if (!checked().storage->device().is_cpu()) [[unlikely]]
+    throw ValueError("[Tensor::data] this " + shape_str(shape()) + " tensor is on " + device().str() +
+                     ": its memory is not readable from the host; copy it first (to(cpu_device()), .cpu())");
+  return data_ptr();
+}
+
+void* Tensor::data_ptr() const {
   const auto& i = checked();
   if (!i.storage->resident()) [[unlikely]]
     throw ValueError("[tensor] the memory of this " + shape_str(i.shape) + " tensor has been released (a ZeRO-3 "
@@ -132,6 +139,7 @@ Tensor Tensor::flatten(int64_t s, int64_t e) const { return tessera::flatten(*th
 Tensor Tensor::contiguous() const { return tessera::contiguous(*this); }
 Tensor Tensor::clone() const { return tessera::clone(*this); }
 Tensor Tensor::to(DType d) const { return tessera::to_dtype(*this, d); }
+Tensor Tensor::to(Device device) const { return tessera::to_device(*this, device); }
 
 std::string Tensor::str() const {
   if (!defined()) return "Tensor(undefined)";

@@ -65,7 +65,12 @@ class Tensor {
   bool is_contiguous() const;
   bool shares_storage_with(const Tensor& other) const;
 
+  // The first element's host address. A tensor on a device has none: ValueError naming the device
+  // and saying to copy it to the CPU (to(cpu_device())) first.
   void* raw_data() const;
+  // The first element's address on the tensor's own device: a device address for a GPU tensor, for
+  // its kernels and copies, never dereferenced on the host.
+  void* data_ptr() const;
   template <typename T>
   T* data() const {
     check_dtype(dtype_of<T>(), "Tensor::data");
@@ -108,6 +113,9 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DType dtype) const;
+  Tensor to(Device device) const;  // to_device
+  Tensor cuda(int index = 0) const { return to(cuda_device(index)); }
+  Tensor cpu() const { return to(cpu_device()); }
 
   std::string str() const;  // shape, dtype and (for small tensors) values
 

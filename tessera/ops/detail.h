@@ -11,7 +11,8 @@ namespace tessera::detail {
 
 // Strides of `t` seen as broadcast to `shape` (0 on broadcast dims).
 Shape broadcast_strides(const Tensor& t, const Shape& shape);
-// Throws if `t` is not float32 on the CPU; names the op and the argument.
+// Throws if `t` is not float32 (ValueError) or not on the CPU (NotSupportedError: no kernel there);
+// names the op and the argument.
 void check_float(const Tensor& t, const char* op, const char* arg);
 void check_defined(const Tensor& t, const char* op, const char* arg);
 void check_same_device(const Tensor& a, const Tensor& b, const char* op);

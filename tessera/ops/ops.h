@@ -30,6 +30,10 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen = d
 Tensor contiguous(const Tensor& t);
 Tensor clone(const Tensor& t);
 Tensor to_dtype(const Tensor& t, DType dtype);
+// `t` on `device` (a copy; `t` itself where it is there already), with its dtype and shape, contiguous.
+// Differentiable: the gradient goes back to t's device. A CUDA tensor must be contiguous for now (no
+// strided copy kernel yet: NotSupportedError says so).
+Tensor to_device(const Tensor& t, Device device);
 // In place, no autograd: dst (any strides) = src broadcast to dst's shape.
 void copy_(Tensor& dst, const Tensor& src);
 void fill_(Tensor& t, float value);

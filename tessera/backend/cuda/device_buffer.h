@@ -6,6 +6,13 @@
 
 namespace tessera::cuda {
 
+// Blocking copies between host memory and device memory (cudaMemcpy after the device's earlier work),
+// and between devices: what DeviceBuffer and Tensor::to(Device) move bytes with.
+void copy_host_to_device(void* device_destination, const void* host_source, size_t bytes, int device);
+void copy_device_to_host(void* host_destination, const void* device_source, size_t bytes, int device);
+void copy_device_to_device(void* destination, int destination_device, const void* source, int source_device,
+                           size_t bytes);
+
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

@@ -1,6 +1,7 @@
 // The CUDA backend of a CPU-only build (TESSERA_CUDA=OFF, or no toolkit where CMake configured): the
 // same functions, no CUDA header, and an error that says why wherever a device is asked for.
 // TESSERA_NO_CUDA_REASON is CMake's own account (cmake/cuda.cmake).
+#include "tessera/backend/cuda/allocator.h"
 #include "tessera/backend/cuda/convert.h"
 #include "tessera/backend/cuda/device_buffer.h"
 #include "tessera/backend/cuda/device_info.h"
@@ -44,5 +45,11 @@ void gemm(GemmPrecision, const DeviceBuffer&, const DeviceBuffer&, DeviceBuffer&
 }
 
 void float_to_bfloat16(const DeviceBuffer&, DeviceBuffer&, int64_t) { no_cuda("cuda::float_to_bfloat16"); }
+
+Allocator& tensor_allocator() { no_cuda("cuda::tensor_allocator"); }
+
+void copy_host_to_device(void*, const void*, size_t, int) { no_cuda("cuda::copy_host_to_device"); }
+void copy_device_to_host(void*, const void*, size_t, int) { no_cuda("cuda::copy_device_to_host"); }
+void copy_device_to_device(void*, int, const void*, int, size_t) { no_cuda("cuda::copy_device_to_device"); }
 
 }  // namespace tessera::cuda

@@ -1,0 +1,20 @@
+"""tessera.cuda: whether this process can use a CUDA device, as torch.cuda says it.
+
+tessera.cuda.is_available() is False on a machine without an NVIDIA GPU and driver, or in a build
+without the CUDA backend; unavailable_reason() says which.
+"""
+from ._tessera import _cuda_device_count, _cuda_unavailable_reason
+
+
+def device_count():
+    """The CUDA devices this process sees (CUDA_VISIBLE_DEVICES chooses them)."""
+    return _cuda_device_count()
+
+
+def is_available():
+    return _cuda_device_count() > 0
+
+
+def unavailable_reason():
+    """Why no CUDA device is usable here ("" when one is)."""
+    return _cuda_unavailable_reason()
