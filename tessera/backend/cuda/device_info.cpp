@@ -29,7 +29,9 @@ void throw_cublas_error(const char* call, cublasStatus_t status, const char* fil
 
 void use_device(int device, const char* op) {
   const int count = device_count();
-  if (count == 0) throw NotSupportedError(tessera::detail::concat("[", op, "] no CUDA device: ", unavailable_reason()));
+  if (count == 0)
+    throw NotSupportedError(tessera::detail::concat("[", op, "] cuda:", device, " is not usable, no CUDA device: ",
+                                                    unavailable_reason()));
   TESSERA_CHECK(device >= 0 && device < count, "[", op, "] cuda:", device, " does not exist: this process sees ",
                 count, " CUDA device(s) (cuda:0..cuda:", count - 1, "; CUDA_VISIBLE_DEVICES chooses them)");
   TESSERA_CUDA_CHECK(cudaSetDevice(device));

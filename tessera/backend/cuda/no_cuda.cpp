@@ -15,11 +15,21 @@
 namespace tessera::cuda {
 namespace {
 
-[[noreturn]] void no_cuda(const char* op) {
-  throw NotSupportedError(tessera::detail::concat("[", op, "] this tessera was built without CUDA (",
+[[noreturn]] void no_cuda(const char* op, const std::string& device = "cuda") {
+  throw NotSupportedError(tessera::detail::concat("[", op, "] ", device, " is not usable: this tessera was built without CUDA (",
                                                   TESSERA_NO_CUDA_REASON, "): reconfigure with -DTESSERA_CUDA=ON "
                                                   "on a machine with nvcc, cuBLASLt, cuDNN and NCCL"));
 }
+
+// Storage asks it for memory on cuda:N; every request is the error above, naming the device.
+class NoCudaAllocator final : public Allocator {
+ public:
+  void* allocate(size_t, Device device) override { no_cuda("cuda::tensor_allocator", device.str()); }
+  void deallocate(void*, size_t, Device) override {}
+  AllocatorStats stats(Device) const override { return {}; }
+  void reset_peak(Device) override {}
+  void empty_cache() override {}
+};
 
 }  // namespace
 
@@ -32,7 +42,7 @@ DeviceProperties device_properties(int) { no_cuda("cuda::device_properties"); }
 std::vector<LibraryVersion> library_versions() { return {}; }
 void synchronize(int) { no_cuda("cuda::synchronize"); }
 
-DeviceBuffer::DeviceBuffer(int, size_t) { no_cuda("cuda::DeviceBuffer"); }
+DeviceBuffer::DeviceBuffer(int device, size_t) { no_cuda("cuda::DeviceBuffer", "cuda:" + std::to_string(device)); }
 DeviceBuffer::~DeviceBuffer() = default;
 DeviceBuffer::DeviceBuffer(DeviceBuffer&&) noexcept = default;
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&&) noexcept = default;
@@ -46,7 +56,10 @@ void gemm(GemmPrecision, const DeviceBuffer&, const DeviceBuffer&, DeviceBuffer&
 
 void float_to_bfloat16(const DeviceBuffer&, DeviceBuffer&, int64_t) { no_cuda("cuda::float_to_bfloat16"); }
 
-Allocator& tensor_allocator() { no_cuda("cuda::tensor_allocator"); }
+Allocator& tensor_allocator() {
+  static NoCudaAllocator allocator;
+  return allocator;
+}
 
 void copy_host_to_device(void*, const void*, size_t, int) { no_cuda("cuda::copy_host_to_device"); }
 void copy_device_to_host(void*, const void*, size_t, int) { no_cuda("cuda::copy_device_to_host"); }
