@@ -27,14 +27,7 @@ constexpr size_t kLargeBlock = size_t{64} << 10;  // cache blocks from 64 KiB
 constexpr size_t kPage = 4096;
 
 size_t cache_limit_bytes() {
-  static const size_t limit = [] {
-    const char* env = env_setting("TESSERA_CPU_CACHE_MB");
-    if (!env) return size_t{2048} << 20;
-    char* end = nullptr;
-    unsigned long long mb = std::strtoull(env, &end, 10);
-    TESSERA_CHECK(end != env && *end == '\0', "[TESSERA_CPU_CACHE_MB] expected a number of MiB, got '", env, "'");
-    return static_cast<size_t>(mb) << 20;
-  }();
+  static const size_t limit = static_cast<size_t>(env_int("TESSERA_CPU_CACHE_MB", 2048)) << 20;
   return limit;
 }
 

@@ -20,10 +20,7 @@ namespace tessera::dist {
 
 namespace {
 
-bool debug_from_environment() {
-  const char* v = env_setting("TESSERA_DIST_DEBUG");
-  return v != nullptr && std::strcmp(v, "0") != 0 && *v != '\0';
-}
+bool debug_from_environment() { return env_flag("TESSERA_DIST_DEBUG", false); }
 
 // Every rank calls init_process_group the same number of times, so the n-th call of each meets
 // the others' n-th under the same store prefix.
@@ -67,10 +64,9 @@ ProcessGroupPtr init_process_group(const InitOptions& options) {
   ProcessGroupOptions group_options;
   group_options.timeout = options.timeout;
   group_options.debug = options.debug.value_or(debug_from_environment());
-  if (const char* check = env_setting("TESSERA_COLLECTIVE_CHECK")) group_options.collective_check = std::strcmp(check, "0") != 0;
+  group_options.collective_check = env_flag("TESSERA_COLLECTIVE_CHECK", group_options.collective_check);
   group_options.exit_when_stuck_after_mismatch = true;
-  if (const char* beat = env_setting(launcher::kHeartbeatMsVariable); beat != nullptr && std::atoi(beat) > 0)
-    group_options.heartbeat = Milliseconds(std::atoi(beat));
+  if (const int64_t beat = env_int(launcher::kHeartbeatMsVariable, 0); beat > 0) group_options.heartbeat = Milliseconds(beat);
   return std::make_shared<ProcessGroup>(std::move(communicator), context.store, group_options);
 }
 

@@ -23,15 +23,7 @@ using tessera::detail::concat;
 namespace {
 
 // TESSERA_COMM_PRIORITY: nice levels the collectives thread runs above the process (0 to 39).
-int comm_priority_setting() {
-  const char* text = env_setting("TESSERA_COMM_PRIORITY");
-  if (text == nullptr) return 10;
-  char* end = nullptr;
-  const long levels = std::strtol(text, &end, 10);
-  TESSERA_CHECK(*end == '\0' && levels >= 0 && levels <= 39, "[ProcessGroup] TESSERA_COMM_PRIORITY must be 0 to 39 "
-                "(nice levels above the process), got '", text, "'");
-  return static_cast<int>(levels);
-}
+int comm_priority_setting() { return static_cast<int>(env_int("TESSERA_COMM_PRIORITY", 10)); }
 
 // The same exception type as `error`, with `prefix` and `suffix` around its message, so callers
 // can still catch TimeoutError / PeerFailureError by type.

@@ -37,13 +37,13 @@ struct JobStore {
 JobStore* job_store = nullptr;
 
 Milliseconds exit_wait() {
-  const char* value = env_setting("TESSERA_SLURM_EXIT_WAIT_S");
-  if (value == nullptr || *value == '\0') return Milliseconds(30000);
-  char* end = nullptr;
-  const long seconds = std::strtol(value, &end, 10);
-  // Read at exit, where an error would only hide the job's own outcome: a bad value is the default.
-  if (end == value || *end != '\0' || seconds < 0 || seconds > 3600) return Milliseconds(30000);
-  return Milliseconds(seconds * 1000LL);
+  try {
+    return Milliseconds(env_int("TESSERA_SLURM_EXIT_WAIT_S", 30) * 1000);
+  } catch (const ValueError& e) {
+    // Read at exit, where an error would only hide the job's own outcome: said, then the default.
+    std::fprintf(stderr, "[slurm] %s; waiting the default 30 s\n", e.what());
+    return Milliseconds(30000);
+  }
 }
 
 // Rank 0 at exit: the other tasks may still be finishing their last store calls (their groups'

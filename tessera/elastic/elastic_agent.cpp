@@ -65,10 +65,8 @@ class Agent {
     }
     threads_ = o_.threads_per_worker;
     if (threads_ <= 0) {
-      if (const char* env = env_setting("TESSERA_NUM_THREADS"); env != nullptr && std::atoi(env) > 0)
-        threads_ = std::atoi(env);
-      else
-        threads_ = std::max(1, usable_cores() / o_.nproc_per_node);
+      threads_ = static_cast<int>(env_int("TESSERA_NUM_THREADS", 0));
+      if (threads_ <= 0) threads_ = std::max(1, usable_cores() / o_.nproc_per_node);
     }
     auto [host, port] = parse_endpoint(o_.endpoint);
     // Where this agent's workers' store listens when it is node 0: loopback for a rendezvous on this

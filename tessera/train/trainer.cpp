@@ -192,9 +192,9 @@ int64_t Trainer::per_replica_batch_size() const {
 void Trainer::check_elastic_world_sizes() const {
   // An elastic job may go on at any world size up to its largest after failures: refuse now, before
   // step 1, a global batch that one of them would not divide, rather than fail in a later generation.
-  const char* max_world = env_setting(dist::launcher::kElasticMaxWorldVariable);
-  if (max_world == nullptr || config_.train.global_batch_size <= 0) return;
-  const int64_t global = config_.train.global_batch_size, largest = std::atoll(max_world);
+  const int64_t largest = env_int(dist::launcher::kElasticMaxWorldVariable, 0);
+  if (largest <= 0 || config_.train.global_batch_size <= 0) return;
+  const int64_t global = config_.train.global_batch_size;
   std::vector<int64_t> bad;
   for (int64_t w = 1; w <= largest; ++w)
     if (global % w != 0) bad.push_back(w);

@@ -35,13 +35,7 @@ void adopt_num_threads() {
 }
 
 int init_threads_from_env() {
-  if (const char* env = env_setting("TESSERA_NUM_THREADS")) {
-    char* end = nullptr;
-    long n = std::strtol(env, &end, 10);
-    TESSERA_CHECK(end != env && *end == '\0' && n >= 1 && n <= 1024,
-                  "[TESSERA_NUM_THREADS] expected an integer in 1..1024, got '", env, "'");
-    set_num_threads(static_cast<int>(n));
-  }
+  if (const int64_t n = env_int("TESSERA_NUM_THREADS", 0); n > 0) set_num_threads(static_cast<int>(n));
   return num_threads();
 }
 

@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "tessera/core/error.h"
 #include "tessera/util/settings.h"
 #include "testing/temp_dir.h"
 
@@ -23,13 +24,64 @@ std::set<std::string> registered() {
   return names;
 }
 
-TEST(Settings, DocsListExactlyTheRegisteredSettings) {
+TEST(Settings, DocsListExactlyTheRegisteredSettingsWithWhatTheyAccept) {
   const std::string doc = tessera::testing::read_text(std::string(TESSERA_SOURCE_DIR) + "/docs/settings.md");
   std::set<std::string> listed;
-  const std::regex row("\\| `(TESSERA_[A-Z0-9_]+)` \\|");
-  for (std::sregex_iterator it(doc.begin(), doc.end(), row), end; it != end; ++it)
-    listed.insert((*it)[1]);
+  const std::regex row("\\| `(TESSERA_[A-Z0-9_]+)` \\|[^\n]*\\| ([^|\n]+) \\|\n");
+  for (std::sregex_iterator it(doc.begin(), doc.end(), row), end; it != end; ++it) {
+    const std::string name = (*it)[1];
+    listed.insert(name);
+    for (const Setting& s : all_settings())
+      if (s.name == name) EXPECT_EQ((*it)[2].str(), accepted_values(s)) << name << "'s values column";
+  }
   EXPECT_EQ(listed, registered());
+}
+
+// One reader per type: the value, the caller's fallback when unset, and for anything else an error
+// that names the variable, what it got and what it accepts.
+TEST(Settings, TypedReadersCheckTheRegisteredBounds) {
+  ::unsetenv("TESSERA_COMM_PRIORITY");
+  EXPECT_EQ(env_int("TESSERA_COMM_PRIORITY", 10), 10);
+  ::setenv("TESSERA_COMM_PRIORITY", "39", 1);
+  EXPECT_EQ(env_int("TESSERA_COMM_PRIORITY", 10), 39);
+  for (const char* bad : {"40", "-1", "7x", "x", " 7", "99999999999999999999999"}) {
+    ::setenv("TESSERA_COMM_PRIORITY", bad, 1);
+    try {
+      env_int("TESSERA_COMM_PRIORITY", 10);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const ValueError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("[TESSERA_COMM_PRIORITY]"), std::string::npos) << message;
+      EXPECT_NE(message.find(std::string("'") + bad + "'"), std::string::npos) << message;
+      EXPECT_NE(message.find("from 0 to 39"), std::string::npos) << message;
+    }
+  }
+  ::unsetenv("TESSERA_COMM_PRIORITY");
+
+  EXPECT_TRUE(env_flag("TESSERA_BIND_CORES", true));
+  for (const char* off : {"0", "false", "OFF", "no"}) {
+    ::setenv("TESSERA_BIND_CORES", off, 1);
+    EXPECT_FALSE(env_flag("TESSERA_BIND_CORES", true)) << off;
+  }
+  for (const char* on : {"1", "True", "on", "YES"}) {
+    ::setenv("TESSERA_BIND_CORES", on, 1);
+    EXPECT_TRUE(env_flag("TESSERA_BIND_CORES", false)) << on;
+  }
+  ::setenv("TESSERA_BIND_CORES", "2", 1);
+  EXPECT_THROW(env_flag("TESSERA_BIND_CORES", true), ValueError);
+  ::unsetenv("TESSERA_BIND_CORES");
+
+  EXPECT_THROW(env_int("TESSERA_BIND_CORES", 0), std::logic_error);   // a flag read as an integer
+  EXPECT_THROW(env_flag("TESSERA_NUM_THREADS", true), std::logic_error);
+  EXPECT_THROW(env_int("TESSERA_NO_SUCH_SETTING", 0), std::logic_error);
+}
+
+TEST(Settings, ABadThreadCountStopsTheCommandNamingIt) {
+  const std::string dir = tessera::testing::fresh_dir("settings", "bad-threads");
+  const std::string cmd = "TESSERA_NUM_THREADS=0 " + std::string(TESSERA_BINARY) + " env > " + dir + "/out 2>&1";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  const std::string out = tessera::testing::read_text(dir + "/out");
+  EXPECT_NE(out.find("[TESSERA_NUM_THREADS] expected an integer from 1 to 1024, got '0'"), std::string::npos) << out;
 }
 
 TEST(Settings, NoSourceReadsATesseraVariableAroundTheRegistry) {

@@ -81,8 +81,7 @@ std::unique_ptr<Communicator> make_auto_communicator(const BackendContext& conte
     return make_hierarchical_communicator(context, detail::tcp_bind_host(context.local_size, context.size));
   BackendContext shm = context, gloo = context;
   shm.store = std::make_shared<PrefixStore>("collectives", context.store);
-  const char* shm_p2p = env_setting("TESSERA_SHM_P2P");
-  if (shm_p2p == nullptr || std::string(shm_p2p) != "0") return make_shm_communicator(shm);
+  if (env_flag("TESSERA_SHM_P2P", true)) return make_shm_communicator(shm);
   gloo.store = std::make_shared<PrefixStore>("p2p", context.store);
   return std::make_unique<AutoCommunicator>(make_shm_communicator(shm), make_gloo_communicator(gloo));
 }

@@ -46,11 +46,7 @@ std::string resolve_token(const LaunchOptions& o) {
 
 int resolve_threads(const LaunchOptions& o) {
   if (o.threads_per_worker > 0) return o.threads_per_worker;
-  if (const char* env = env_setting("TESSERA_NUM_THREADS"); env != nullptr && *env != '\0') {
-    int n = std::atoi(env);
-    TESSERA_CHECK(n >= 1, "[run] TESSERA_NUM_THREADS='", env, "' is not a positive integer");
-    return n;
-  }
+  if (const int64_t n = env_int("TESSERA_NUM_THREADS", 0); n > 0) return static_cast<int>(n);
   return std::max(1, usable_cores() / (o.servers_per_node + o.nproc_per_node));
 }
 

@@ -79,8 +79,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 
 std::vector<std::vector<int>> core_binding(int processes, int threads) {
   std::vector<std::vector<int>> out(static_cast<size_t>(std::max(processes, 0)));
-  const char* setting = env_setting("TESSERA_BIND_CORES");
-  if (setting != nullptr && std::string_view(setting) == "0") return out;
+  if (!env_flag("TESSERA_BIND_CORES", true)) return out;
   cpu_set_t mask;
   if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return out;
   std::vector<int> usable;

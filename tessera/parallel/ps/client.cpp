@@ -103,8 +103,7 @@ int PsClient::attach_shared_memory() {
   TESSERA_CHECK(plan_, "[ps] attach_shared_memory before register_model");
   shm_.reset();
   shm_attached_.assign(servers_.size(), false);
-  const char* setting = env_setting("TESSERA_PS_SHM");
-  if (setting != nullptr && std::string(setting) == "0") return 0;
+  if (!env_flag("TESSERA_PS_SHM", true)) return 0;
   if (plan_->dense_elements() == 0) return 0;
   try {
     shm_ = std::make_shared<ShmChannel>(ShmChannel::create(plan_->dense_elements()));

@@ -61,8 +61,11 @@ const char* thread_level_name(int level) {
 // last checkpoint while the others have finished).
 void leave_after_deadline(const char* call) {
   double seconds = 300;
-  if (const char* text = env_setting("TESSERA_MPI_EXIT_TIMEOUT_S")) seconds = std::atof(text);
-  if (!(seconds > 0)) seconds = 300;
+  try {
+    seconds = static_cast<double>(env_int("TESSERA_MPI_EXIT_TIMEOUT_S", 300));
+  } catch (const ValueError& e) {  // at exit an error would hide the job's outcome: said, then the default
+    std::fprintf(stderr, "[mpi exit] %s; using 300 s\n", e.what());
+  }
   int rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::thread([seconds, rank, call] {

@@ -48,14 +48,7 @@ size_t segment_bytes(int size, size_t chunk_bytes, size_t buffers, size_t ring_b
 }
 
 size_t choose_chunk_bytes(int size) {
-  size_t chunk = kDefaultChunkBytes;
-  if (const char* env = env_setting("TESSERA_SHM_CHUNK_BYTES"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    unsigned long long v = std::strtoull(env, &end, 10);
-    TESSERA_CHECK(end != nullptr && *end == '\0' && v > 0, "[shm] TESSERA_SHM_CHUNK_BYTES must be a positive ",
-                  "number of bytes, got '", env, "'");
-    chunk = static_cast<size_t>(v);
-  }
+  const auto chunk = static_cast<size_t>(env_int("TESSERA_SHM_CHUNK_BYTES", static_cast<int64_t>(kDefaultChunkBytes)));
   // Whole pages, and at least 64 bytes per rank so that every rank's share of a round is a
   // cache-line multiple (shm_collectives.cpp splits rounds on 64-byte boundaries).
   return round_up(std::max<size_t>(chunk, size_t(64) * size), kPage);

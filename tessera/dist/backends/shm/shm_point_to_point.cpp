@@ -81,13 +81,9 @@ size_t shm_point_to_point_bytes(int size, size_t ring_bytes) {
 }
 
 size_t choose_ring_bytes(int size) {
-  if (const char* env = env_setting("TESSERA_SHM_RING_BYTES"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    unsigned long long v = std::strtoull(env, &end, 10);
-    TESSERA_CHECK(end != nullptr && *end == '\0' && v >= kRingPage, "[shm] TESSERA_SHM_RING_BYTES must be at least ",
-                  kRingPage, " bytes, got '", env, "'");
-    return round_up_to(static_cast<size_t>(v), kRingPage);
-  }
+  // The registry's lower bound is one ring page (kRingPage).
+  if (const int64_t bytes = env_int("TESSERA_SHM_RING_BYTES", 0); bytes > 0)
+    return round_up_to(static_cast<size_t>(bytes), kRingPage);
   // The segment's pages are reserved up front in /dev/shm (often 64 MiB in a container), and a mesh
   // job makes a group per line of each axis, so the rings share 8 MiB. A message larger than its
   // ring streams through it.

@@ -99,9 +99,7 @@ ShmSync::ShmSync(ShmCounter* counters, int rank, int size, std::vector<pid_t> pi
   // as oversubscribed here; they still sleep once a spin is seen not to pay.
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   int64_t max_pauses = static_cast<unsigned>(size) <= cores ? 4000 : 64;
-  if (const char* env = env_setting("TESSERA_SHM_SPIN"); env != nullptr && *env != '\0') {
-    max_pauses = std::max(0, std::atoi(env));
-  }
+  max_pauses = env_int("TESSERA_SHM_SPIN", max_pauses);
   max_spin_ns_ = max_pauses * 23 / 2;
   yield_first_ = static_cast<unsigned>(size) > cores;
   spin_ns_ = std::min<int64_t>(max_spin_ns_, 3000);

@@ -116,13 +116,7 @@ struct Step {
 constexpr long kDefaultSpinMicroseconds = 100;
 
 long spin_microseconds() {
-  static const long us = [] {
-    const char* v = env_setting("TESSERA_TCP_SPIN_US");
-    if (v == nullptr) return kDefaultSpinMicroseconds;
-    char* end = nullptr;
-    const long parsed = std::strtol(v, &end, 10);
-    return end != v && *end == '\0' && parsed >= 0 ? std::min(parsed, 100000L) : kDefaultSpinMicroseconds;
-  }();
+  static const long us = static_cast<long>(env_int("TESSERA_TCP_SPIN_US", kDefaultSpinMicroseconds));
   return us;
 }
 
