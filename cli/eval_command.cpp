@@ -7,12 +7,14 @@
 #include "tessera/util/task_progress.h"
 #include "tessera/train/trainer.h"
 #include "tessera/train/whole_checkpoint.h"
+#include "tessera/io/checkpoint_keys.h"
 
 namespace tessera::cli {
+namespace checkpoint_keys = io::checkpoint_keys;
 
 namespace {
 train::TrainConfig config_from(const io::CheckpointFiles& files) {
-  auto it = files.model.metadata.find("tessera.config");
+  auto it = files.model.metadata.find(checkpoint_keys::kConfig);
   if (it == files.model.metadata.end())
     throw IoError("[eval] " + files.path + "/model.safetensors has no tessera.config metadata; was it written by tessera train?");
   return train::parse_config(it->second, files.path + "/model.safetensors (tessera.config)");

@@ -7,8 +7,10 @@
 #include "tessera/nn/char_transformer.h"
 #include "tessera/train/trainer.h"
 #include "tessera/train/whole_checkpoint.h"
+#include "tessera/io/checkpoint_keys.h"
 
 namespace tessera::cli {
+namespace checkpoint_keys = io::checkpoint_keys;
 
 Command add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Sample text from a char-LM checkpoint");
@@ -28,8 +30,8 @@ Command add_generate_command(CLI::App& app) {
   return {cmd, [=]() -> int {
     io::CheckpointFiles files = train::load_whole_checkpoint(o->path);
     const auto& meta = files.model.metadata;
-    auto cfg_it = meta.find("tessera.config");
-    auto vocab_it = meta.find("tessera.vocabulary");
+    auto cfg_it = meta.find(checkpoint_keys::kConfig);
+    auto vocab_it = meta.find(checkpoint_keys::kVocabulary);
     if (cfg_it == meta.end() || vocab_it == meta.end())
       throw ValueError("[generate] " + files.path + " is not a character-level language model checkpoint "
                        "(no tessera.vocabulary metadata); train one with examples/char_lm.toml");

@@ -10,7 +10,16 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 configure=$(cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release) || { echo "$configure"; exit 1; }
 grep "tessera: CUDA" <<<"$configure" || true  # the one line that says whether CUDA is built, and why not
-cmake --build build -j "$jobs"
+# A clean build prints no warning (CMakeLists.txt says which two of -Wextra's are off, and why); one
+# that appears fails the run here, with its lines. (ccache replays a cached compile's warnings.)
+build_log=$(mktemp)
+trap 'rm -f "$build_log"' EXIT
+cmake --build build -j "$jobs" 2>&1 | tee "$build_log"
+if grep -q -E "warning:|warning :" "$build_log"; then
+  echo "test.sh: the build printed warnings; a clean build prints none:" >&2
+  grep -E -B4 "warning:|warning :" "$build_log" >&2
+  exit 1
+fi
 # The chaos run (label "chaos", 4-7 minutes) only when asked: TESSERA_CHAOS=1 (docs/distributed.md).
 chaos=(-LE chaos)
 [ "${TESSERA_CHAOS:-0}" = 1 ] && chaos=()

@@ -7,13 +7,15 @@
 #include "tessera/ops/ops.h"
 #include "tessera/train/builders.h"
 #include "tessera/train/whole_checkpoint.h"
+#include "tessera/io/checkpoint_keys.h"
 
 namespace tessera::serve {
+namespace checkpoint_keys = io::checkpoint_keys;
 
 std::shared_ptr<Predictor> Predictor::load(const std::string& path) {
   io::CheckpointFiles files = train::load_whole_checkpoint(path);
   const auto& meta = files.model.metadata;
-  auto config_it = meta.find("tessera.config");
+  auto config_it = meta.find(checkpoint_keys::kConfig);
   if (config_it == meta.end())
     throw ValueError("[serve] " + files.path + "/model.safetensors has no tessera.config metadata; was it written by "
                      "tessera train?");
@@ -21,7 +23,7 @@ std::shared_ptr<Predictor> Predictor::load(const std::string& path) {
   p->config_ = train::parse_config(config_it->second, files.path + " (tessera.config)");
   p->checkpoint_ = files.path;
   int64_t vocab_size = 0;
-  if (auto v = meta.find("tessera.vocabulary"); v != meta.end()) {
+  if (auto v = meta.find(checkpoint_keys::kVocabulary); v != meta.end()) {
     p->vocabulary_ = data::Vocabulary::from_string(v->second);
     vocab_size = p->vocabulary_->size();
   }

@@ -9,7 +9,7 @@
 //   evaluation: evaluate_batch(batch) on each rank's eval_share, sums added by sum_over_job
 //   checkpoint: model_state() (the whole model, on the writing rank), before_checkpoint / resume
 //
-// The strategies (one file each, chosen once from the config by make_strategy):
+// The strategies (one file each, chosen once from the config by make_strategy, make_strategy.h):
 //   local  one process
 //   ddp    replicas, gradients all-reduced in buckets during backward (parallel/ddp)
 //   zero   replicas with the optimizer state, gradients and (stage 3) parameters cut into pieces
@@ -28,7 +28,6 @@
 #include "tessera/dist/process_group.h"
 #include "tessera/nn/module.h"
 #include "tessera/optim/optimizer.h"
-#include "tessera/parallel/ps/client.h"
 #include "tessera/train/config.h"
 
 namespace tessera::train {
@@ -156,19 +155,5 @@ class Strategy {
   Objective objective_;
   double loss_scale_ = 1.0;
 };
-
-// Everything a strategy may need to be built: the job's process group (null for one process) or,
-// for a parameter-server worker, its client options and the number of workers.
-struct StrategyEnvironment {
-  dist::ProcessGroupPtr group;
-  std::shared_ptr<data::Dataset> train_set;  // the mesh measures its layers' time on a batch of it
-  std::optional<parallel::ps::ClientOptions> ps;
-  int ps_workers = 0;
-};
-
-// The strategy the config and environment ask for: ps when there are client options; mesh when
-// distributed.strategy = "mesh" or parallel.pp · parallel.tp > 1; zero or ddp (as the config says)
-// with a group of several ranks; local otherwise.
-std::unique_ptr<Strategy> make_strategy(const TrainConfig& config, StrategyEnvironment env);
 
 }  // namespace tessera::train

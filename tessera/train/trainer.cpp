@@ -28,10 +28,12 @@
 #include "tessera/dist/launcher/env.h"
 #include "tessera/util/settings.h"
 #include "tessera/util/task_progress.h"
+#include "tessera/io/checkpoint_keys.h"
 
 namespace tessera::train {
 
 namespace fs = std::filesystem;
+namespace checkpoint_keys = io::checkpoint_keys;
 
 std::atomic<bool> Trainer::stop_requested_{false};
 
@@ -504,28 +506,28 @@ std::pair<io::SafetensorsFile, io::SafetensorsFile> Trainer::checkpoint_files(nn
                                                                               const std::string& rng) {
   io::SafetensorsFile model, trainer;
   model.tensors = std::move(model_state);
-  model.metadata = {{"format", "pt"}, {"tessera.config", to_toml(config_)}};
-  if (vocab_) model.metadata["tessera.vocabulary"] = vocab_->to_string();
+  model.metadata = {{"format", "pt"}, {checkpoint_keys::kConfig, to_toml(config_)}};
+  if (vocab_) model.metadata[checkpoint_keys::kVocabulary] = vocab_->to_string();
   // In one process's layout whatever the strategy: a checkpoint resumes at any layout.
   trainer.tensors = std::move(optimizer_state);
-  trainer.metadata = {{"tessera.step", std::to_string(step_)},
-                      {"tessera.epoch", std::to_string(epoch_)},
-                      {"tessera.batch_in_epoch", std::to_string(batch_in_epoch_)},
+  trainer.metadata = {{checkpoint_keys::kStep, std::to_string(step_)},
+                      {checkpoint_keys::kEpoch, std::to_string(epoch_)},
+                      {checkpoint_keys::kBatchInEpoch, std::to_string(batch_in_epoch_)},
                       // The world-size-independent position: a job resumed with any number of ranks
                       // continues from sample samples_in_epoch of the epoch's global order.
-                      {"tessera.global_batch_size", std::to_string(global_batch_size())},
-                      {"tessera.samples_in_epoch", std::to_string(batch_in_epoch_ * global_batch_size())},
-                      {"tessera.world_size", std::to_string(world_size())},
-                      {"tessera.strategy", strategy_->name()},
-                      {"tessera.run_id", run_id_},
-                      {"tessera.rng", rng},
-                      {"tessera.config", to_toml(config_)}};
+                      {checkpoint_keys::kGlobalBatchSize, std::to_string(global_batch_size())},
+                      {checkpoint_keys::kSamplesInEpoch, std::to_string(batch_in_epoch_ * global_batch_size())},
+                      {checkpoint_keys::kWorldSize, std::to_string(world_size())},
+                      {checkpoint_keys::kStrategy, strategy_->name()},
+                      {checkpoint_keys::kRunId, run_id_},
+                      {checkpoint_keys::kRng, rng},
+                      {checkpoint_keys::kConfig, to_toml(config_)}};
   if (scaler_) {  // fp16: the loss scale goes on where it was
     char scale[32];
     std::snprintf(scale, sizeof scale, "%.17g", scaler_->scale());
-    trainer.metadata["tessera.loss_scale"] = scale;
-    trainer.metadata["tessera.loss_scale_growth_tracker"] = std::to_string(scaler_->growth_tracker());
-    trainer.metadata["tessera.skipped_steps"] = std::to_string(scaler_->skipped_steps());
+    trainer.metadata[checkpoint_keys::kLossScale] = scale;
+    trainer.metadata[checkpoint_keys::kLossScaleGrowthTracker] = std::to_string(scaler_->growth_tracker());
+    trainer.metadata[checkpoint_keys::kSkippedSteps] = std::to_string(scaler_->skipped_steps());
   }
   return {std::move(model), std::move(trainer)};
 }
@@ -572,7 +574,7 @@ std::string Trainer::save_survivor_checkpoint() {
   // Which generation's survivors wrote it: the next generation's recovery report can then say that
   // no step a surviving replica completed was lost, even when the count of rank 0 is gone with it.
   if (const char* generation = env_setting(dist::launcher::kElasticGenerationVariable))
-    trainer.metadata["tessera.survivors_of_generation"] = generation;
+    trainer.metadata[checkpoint_keys::kSurvivorsOfGeneration] = generation;
   return io::save_checkpoint(dir.string(), step_, model, trainer, config_.train.keep_checkpoints, run_id_);
 }
 
@@ -580,7 +582,7 @@ void Trainer::resume(const std::string& path_in) {
   const std::string path = path_in.empty() ? checkpoints_dir() : path_in;
   io::CheckpointFiles files = io::load_checkpoint(path);
   const std::string trainer_file = files.path + "/trainer.safetensors";
-  TESSERA_CHECK(!files.trainer.metadata.count("tessera.model_parallel"), "[resume] ", trainer_file,
+  TESSERA_CHECK(!files.trainer.metadata.count(checkpoint_keys::kLegacyModelParallel), "[resume] ", trainer_file,
                 " was written by a model-parallel run of an earlier version, without the optimizer's state: it "
                 "can be evaluated or fine-tuned from (a fresh run that loads model.safetensors), not resumed");
   if (!files.shards.empty() && strategy_->reads_sharded_checkpoints()) {
@@ -591,15 +593,15 @@ void Trainer::resume(const std::string& path_in) {
     strategy_->load_optimizer_state(*optimizer_, files.trainer.tensors);
   }
   resumed_ = true;
-  step_ = metadata_int(files.trainer.metadata, "tessera.step", trainer_file);
-  epoch_ = metadata_int(files.trainer.metadata, "tessera.epoch", trainer_file);
-  batch_in_epoch_ = metadata_int(files.trainer.metadata, "tessera.batch_in_epoch", trainer_file);
-  if (files.trainer.metadata.count("tessera.samples_in_epoch")) {
+  step_ = metadata_int(files.trainer.metadata, checkpoint_keys::kStep, trainer_file);
+  epoch_ = metadata_int(files.trainer.metadata, checkpoint_keys::kEpoch, trainer_file);
+  batch_in_epoch_ = metadata_int(files.trainer.metadata, checkpoint_keys::kBatchInEpoch, trainer_file);
+  if (files.trainer.metadata.count(checkpoint_keys::kSamplesInEpoch)) {
     // Step s of every world size covers positions [s·G, (s+1)·G) of the epoch's global order
     // (DistributedSampler deals position p to rank p mod W), so the position in samples is all a run
     // with another world size needs, provided its global batch G divides it.
-    const int64_t samples = metadata_int(files.trainer.metadata, "tessera.samples_in_epoch", trainer_file);
-    const int64_t saved_global = metadata_int(files.trainer.metadata, "tessera.global_batch_size", trainer_file);
+    const int64_t samples = metadata_int(files.trainer.metadata, checkpoint_keys::kSamplesInEpoch, trainer_file);
+    const int64_t saved_global = metadata_int(files.trainer.metadata, checkpoint_keys::kGlobalBatchSize, trainer_file);
     TESSERA_CHECK(samples % global_batch_size() == 0, "[resume] ", trainer_file, " stopped after ", samples,
                   " samples of epoch ", epoch_, " with a global batch of ", saved_global,
                   "; this run's global batch of ", global_batch_size(), " (", world_size(),
@@ -612,17 +614,17 @@ void Trainer::resume(const std::string& path_in) {
                 batch_in_epoch_, " of ", loader_->batches_per_epoch(), "); was the batch size or dataset changed?");
   {
     std::lock_guard lock(generator_mutex);
-    default_generator().set_state(metadata_value(files.trainer.metadata, "tessera.rng", trainer_file));
+    default_generator().set_state(metadata_value(files.trainer.metadata, checkpoint_keys::kRng, trainer_file));
   }
   // The run continues under the id of the run that wrote the checkpoint (one written before runs had
   // ids starts a new one).
-  if (scaler_ && files.trainer.metadata.count("tessera.loss_scale"))  // a checkpoint of an fp32 or bf16 run has none
-    scaler_->restore(std::strtod(files.trainer.metadata.at("tessera.loss_scale").c_str(), nullptr),
-                     metadata_int(files.trainer.metadata, "tessera.loss_scale_growth_tracker", trainer_file),
-                     metadata_int(files.trainer.metadata, "tessera.skipped_steps", trainer_file));
-  auto survivors = files.trainer.metadata.find("tessera.survivors_of_generation");
+  if (scaler_ && files.trainer.metadata.count(checkpoint_keys::kLossScale))  // a checkpoint of an fp32 or bf16 run has none
+    scaler_->restore(std::strtod(files.trainer.metadata.at(checkpoint_keys::kLossScale).c_str(), nullptr),
+                     metadata_int(files.trainer.metadata, checkpoint_keys::kLossScaleGrowthTracker, trainer_file),
+                     metadata_int(files.trainer.metadata, checkpoint_keys::kSkippedSteps, trainer_file));
+  auto survivors = files.trainer.metadata.find(checkpoint_keys::kSurvivorsOfGeneration);
   resumed_survivors_of_ = survivors == files.trainer.metadata.end() ? -1 : std::atoll(survivors->second.c_str());
-  auto id = files.trainer.metadata.find("tessera.run_id");
+  auto id = files.trainer.metadata.find(checkpoint_keys::kRunId);
   if (id != files.trainer.metadata.end() && !id->second.empty()) run_id_ = id->second;
   if (batch_in_epoch_ == loader_->batches_per_epoch()) {  // saved right at an epoch's end, before evaluation
     ++epoch_;

@@ -6,8 +6,8 @@
 //
 // evaluate each epoch; checkpoint on schedule, at each epoch's end and when stopped. Everything a
 // resumed run needs is in the checkpoint, so interrupted-and-resumed training ends with parameters
-// bitwise equal to an uninterrupted run (every strategy but the mesh, whose optimizer state stays
-// sharded).
+// bitwise equal to an uninterrupted run, with every strategy (the mesh writes its sharded optimizer
+// state in one process's layout: mesh_strategy.h).
 //
 // The data: each replica (a DDP rank, a parameter-server worker, a mesh's data-parallel replica)
 // reads its DistributedSampler share of every global batch. The global batch is
@@ -39,6 +39,7 @@
 #include "tessera/train/config.h"
 #include "tessera/train/elastic_report.h"
 #include "tessera/train/progress.h"
+#include "tessera/train/make_strategy.h"
 #include "tessera/train/strategy.h"
 #include "tessera/train/survivor_save.h"
 
@@ -68,7 +69,8 @@ ValueError another_runs_checkpoints(const std::string& output_dir, const std::st
 class Trainer {
  public:
   // `group`: the job's ranks (null or a group of one: single-process training). The strategy is
-  // chosen from the config (make_strategy): ddp, or mesh for pipeline / tensor parallelism.
+  // chosen from the config (make_strategy.h): local, ddp, zero, or mesh for pipeline / tensor
+  // parallelism.
   explicit Trainer(TrainConfig config, dist::ProcessGroupPtr group = nullptr);
   // One worker of a parameter-server job: `ps.rank` of `num_workers`, served by `ps.servers`.
   Trainer(TrainConfig config, parallel::ps::ClientOptions ps, int num_workers);

@@ -152,7 +152,9 @@ TEST(Autograd, GradientsGoStraightIntoTheirBufferAndATwiceUsedWeightIsStillSumme
     Tensor in_buffer = grad_of(twice, true, &buffer);
     // Used once, the gradient is the buffer; used twice, it is the sum of the two (which DDP moves
     // into its slot as it does any kept gradient).
-    if (!twice) EXPECT_TRUE(in_buffer.shares_storage_with(buffer));
+    if (!twice) {
+      EXPECT_TRUE(in_buffer.shares_storage_with(buffer));
+    }
     expect_near(in_buffer, want, 1e-5);
     expect_near(grad_of(twice, false, nullptr), want, 1e-5);
   }

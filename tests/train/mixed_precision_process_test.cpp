@@ -66,7 +66,7 @@ TEST(MixedPrecisionTraining, Fp16WithDdpAndZeroSkipsTheSameStepsAsOneProcess) {
   const int64_t skipped = single_last["skipped_steps_total"].get<int64_t>();
   EXPECT_GE(skipped, 2);
   EXPECT_LT(skipped, 20);  // it did train after finding its scale
-  for (const std::string& strategy : {"ddp", "zero"}) {
+  for (const std::string strategy : {"ddp", "zero"}) {
     const std::string out = dir + "/" + strategy;
     const nn::StateDict split = train(config, out, 2, overflowing_scale(16777216) + " --set distributed.strategy=" + strategy);
     EXPECT_LT(tessera::testing::max_state_difference(single, split), 1e-5) << strategy;

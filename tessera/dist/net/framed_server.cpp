@@ -37,6 +37,12 @@ constexpr int kReadsPerRound = 16;  // per connection and poll round: one sender
 // not read its replies cannot make the server buffer without bound.
 constexpr size_t kOutHighWater = size_t(4) << 20;
 
+}  // namespace
+
+// Named, not anonymous: State holds Connections, and in a unity build this file is included into
+// another, where GCC takes a member of internal-linkage type for a mistake (-Wsubobject-linkage).
+namespace framed_server_state {
+
 // Received, not yet parsed bytes, read into directly: growing it leaves the new bytes uninitialised
 // (recv() writes them at once), where a std::vector would zero 256 KiB before every read, and its
 // memory is kept from frame to frame.
@@ -84,8 +90,9 @@ struct Connection {
   bool reading() const { return !held && !closing && !dead && pending_out() <= kOutHighWater; }
 };
 
+}  // namespace framed_server_state
 
-}  // namespace
+using framed_server_state::Connection;
 
 struct FramedServer::State {
   FramedServerOptions options;

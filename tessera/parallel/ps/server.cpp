@@ -49,7 +49,9 @@ std::vector<std::string> lookup_server_addresses(dist::Store& store, int num_ser
   return out;
 }
 
-namespace {
+// Named, not anonymous: Impl holds Workers, and in a unity build this file is included into another,
+// where GCC takes a member of internal-linkage type for a mistake (-Wsubobject-linkage).
+namespace server_state {
 
 struct Worker {
   bool connected = false, done = false, lost = false;
@@ -66,6 +68,12 @@ struct Worker {
   std::vector<int64_t> shm_offsets;  // per held piece: where it is in the segment's dense layout
   bool active() const { return !done && !lost; }
 };
+
+}  // namespace server_state
+
+namespace {
+
+using server_state::Worker;
 
 std::string describe(const ParamSpec& s) {
   return concat("'", s.name, "' ", s.rows, "x", s.row_size, s.sparse ? " (sparse)" : "");

@@ -1,8 +1,7 @@
 // Not a test: the measurement behind the shm backend's choices (chunk size, spinning), kept here so
 // that it can be rerun. Disabled, so ctest never runs it. Forks TESSERA_SHM_BENCH_NPROC processes
 // (default 2) over a TcpStore and prints nccl-tests' figures for float32 allreduce:
-//   TESSERA_SHM_BENCH_NPROC=2 ./tessera_tests --gtest_also_run_disabled_tests \
-//       --gtest_filter='*ShmTiming*'
+//   TESSERA_SHM_BENCH_NPROC=2 ./tessera_tests --gtest_also_run_disabled_tests --gtest_filter='*ShmTiming*'
 // busbw = bytes / time * 2(n-1)/n, time = the slowest rank's mean per call after warm-up.
 #include <gtest/gtest.h>
 #include <sys/wait.h>

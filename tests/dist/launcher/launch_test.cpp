@@ -110,7 +110,9 @@ TEST(Launch, LocalWorkersThatFillTheCoresAreBoundToTheirOwn) {
   EXPECT_EQ(binding[0], std::vector<int>(usable.begin(), usable.begin() + half));
   EXPECT_EQ(binding[1], std::vector<int>(usable.begin() + half, usable.end()));
   EXPECT_EQ(core_binding(2, half + 1), std::vector<std::vector<int>>(2));  // more threads than cores
-  if (half > 1) EXPECT_EQ(core_binding(2, 1), std::vector<std::vector<int>>(2));  // would leave cores idle
+  if (half > 1) {
+    EXPECT_EQ(core_binding(2, 1), std::vector<std::vector<int>>(2));  // would leave cores idle
+  }
   ::setenv("TESSERA_BIND_CORES", "0", 1);
   EXPECT_EQ(core_binding(2, half), std::vector<std::vector<int>>(2));
   ::unsetenv("TESSERA_BIND_CORES");

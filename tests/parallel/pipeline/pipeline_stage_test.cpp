@@ -57,8 +57,11 @@ struct Case {
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   const char* names[] = {"GPipe", "OneFOneB", "Interleaved", "ZeroBubbleH1"};
-  return std::string(c.gpt ? "Gpt" : "Mlp") + "P" + std::to_string(c.stages) + "M" + std::to_string(c.microbatches) +
-         names[static_cast<int>(c.schedule)] + (c.chunks > 1 ? "V" + std::to_string(c.chunks) : "");
+  std::string name = c.gpt ? "Gpt" : "Mlp";
+  name += "P" + std::to_string(c.stages) + "M" + std::to_string(c.microbatches);
+  name += names[static_cast<int>(c.schedule)];
+  if (c.chunks > 1) name += "V" + std::to_string(c.chunks);
+  return name;
 }
 
 class PipelineEquivalence : public ::testing::TestWithParam<Case> {};
@@ -103,9 +106,12 @@ TEST_P(PipelineEquivalence, GradientsAndLossEqualOneProcess) {
   for (int r = 0; r < c.stages; ++r) {
     EXPECT_NEAR(stats[r].loss, ref_loss.item<float>(), 1e-5) << "stage " << r;
     const int64_t want_peak = peak_in_flight(make_schedule(c.schedule, r, c.stages, c.microbatches, c.chunks));
-    if (c.schedule == ScheduleKind::GPipe) EXPECT_EQ(want_peak, c.microbatches);
-    if (c.schedule != ScheduleKind::GPipe && c.chunks == 1)
+    if (c.schedule == ScheduleKind::GPipe) {
+      EXPECT_EQ(want_peak, c.microbatches);
+    }
+    if (c.schedule != ScheduleKind::GPipe && c.chunks == 1) {
       EXPECT_EQ(want_peak, std::min<int64_t>(c.stages - r, c.microbatches));
+    }
     EXPECT_EQ(stats[r].peak_activations, want_peak) << "stage " << r;
     EXPECT_GE(stats[r].compute_seconds, 0.0);
     EXPECT_LE(stats[r].compute_seconds, stats[r].wall_seconds);
@@ -212,7 +218,9 @@ TEST(PipelineStageZeroBubble, AnOrderPlannedFromGivenTimesGivesTheUnitOrdersBits
       if (plan) {
         stage.plan_from(times);
         EXPECT_EQ(stage.schedule(), make_schedule(ScheduleKind::ZeroBubbleH1, r, stages, microbatches, 1, times));
-        if (r == 0) EXPECT_NE(stage.schedule(), unit) << "these times should move stage 0's passes";
+        if (r == 0) {
+          EXPECT_NE(stage.schedule(), unit) << "these times should move stage 0's passes";
+        }
       }
       const float loss =
           static_cast<float>(stage.train_step(r == 0 ? inputs : Tensor(), r == stages - 1 ? targets : Tensor()).loss);

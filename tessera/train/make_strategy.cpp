@@ -1,4 +1,4 @@
-#include "tessera/train/strategy.h"
+#include "tessera/train/make_strategy.h"
 
 #include "tessera/train/ddp_strategy.h"
 #include "tessera/train/local_strategy.h"
