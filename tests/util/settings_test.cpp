@@ -31,8 +31,11 @@ TEST(Settings, DocsListExactlyTheRegisteredSettingsWithWhatTheyAccept) {
   for (std::sregex_iterator it(doc.begin(), doc.end(), row), end; it != end; ++it) {
     const std::string name = (*it)[1];
     listed.insert(name);
-    for (const Setting& s : all_settings())
-      if (s.name == name) EXPECT_EQ((*it)[2].str(), accepted_values(s)) << name << "'s values column";
+    for (const Setting& s : all_settings()) {
+      if (s.name == name) {
+        EXPECT_EQ((*it)[2].str(), accepted_values(s)) << name << "'s values column";
+      }
+    }
   }
   EXPECT_EQ(listed, registered());
 }
