@@ -6,7 +6,8 @@ interleaved, and each cell is the median busbw (GB/s) with its min-max.
     python3 bench/compare_comm.py [--build build] [--nprocs 2,4] [--min-bytes 4096] [--max-bytes 268435456]
         [--backends shm,gloo,mpi,auto,shm-symmetric]
 
-Needs the release build (tessera, tessera_ref_mpi_allreduce), openmpi-bin and python3-torch.
+Needs the release build (tessera, tessera_ref_mpi_allreduce), openmpi-bin and PyTorch (the .venv of
+scripts/setup.sh --bench, else Debian's python3-torch); the first line says which version ran.
 """
 import argparse
 import json
