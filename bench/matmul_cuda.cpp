@@ -34,11 +34,13 @@ double tessera_tflops(int device, int64_t n, cuda::GemmPrecision precision, int 
   std::mt19937 rng(0);
   std::normal_distribution<float> normal;
   for (float& x : host) x = normal(rng);
-  cuda::DeviceBuffer f32(device, host.size() * 4);
-  f32.copy_from_host(host.data(), host.size() * 4);
-  cuda::DeviceBuffer a(device, host.size() * cuda::gemm_input_element_size(precision));
-  if (precision == cuda::GemmPrecision::kBFloat16) cuda::float_to_bfloat16(f32, a, n * n);
-  else a = std::move(f32);
+  cuda::DeviceBuffer a(device, host.size() * 4);
+  a.copy_from_host(host.data(), host.size() * 4);
+  if (precision == cuda::GemmPrecision::kBFloat16) {  // A in bfloat16, rounded on the device
+    cuda::DeviceBuffer bf16(device, host.size() * 2);
+    cuda::float_to_bfloat16(a, bf16, n * n);
+    a = std::move(bf16);
+  }
   cuda::DeviceBuffer c(device, host.size() * 4);
   for (int i = 0; i < 3; ++i) cuda::gemm(precision, a, a, c, n, n, n);
   cuda::synchronize(device);

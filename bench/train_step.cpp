@@ -9,7 +9,6 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <vector>
 
 #include "bench/bench.h"
@@ -94,28 +93,14 @@ struct TorchResult {
 // Runs a reference script (PyTorch's, or tessera's own step from Python) whose last stdout line is
 // one JSON object with samples_per_s_median/min/max.
 TorchResult time_script(const std::string& command, const std::string& what) {
-  std::ostringstream cmd;
-  // coreutils' timeout bounds the wait: a wedged run fails this cell instead of hanging.
-  cmd << "timeout " << kTorchTimeoutSeconds << " " << command << " 2>/dev/null";
   TorchResult r;
-  FILE* pipe = popen(cmd.str().c_str(), "r");
-  if (!pipe) {
-    r.error = "could not start: " + cmd.str();
-    return r;
-  }
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  int status = pclose(pipe);
-  if (status != 0) {
-    r.error = what + " run failed or timed out: " + cmd.str();
+  const CommandOutput run = run_capture(command + " 2>/dev/null", kTorchTimeoutSeconds);
+  if (!run.ok) {
+    r.error = what + " run failed or timed out (" + std::to_string(kTorchTimeoutSeconds) + " s): " + command;
     return r;
   }
   try {
-    // The JSON is the last line of stdout.
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-    auto line = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
-    auto j = nlohmann::json::parse(line);
+    const nlohmann::json j = last_json_line(run.out);
     r.stats = {j.at("samples_per_s_median"), j.at("samples_per_s_min"), j.at("samples_per_s_max")};
     r.config = j.value("best_config", "-");
     r.version = j.value("torch_version", "");

@@ -115,7 +115,8 @@ constexpr std::array kSettings{
 const Setting& registered(std::string_view name, SettingType type, const char* reader) {
   for (const Setting& s : kSettings) {
     if (s.name != name) continue;
-    if (s.type != type && !(type == SettingType::kText))
+    // env_setting reads any setting's text (a presence check); the typed readers only their own type.
+    if (type != SettingType::kText && s.type != type)
       throw std::logic_error(std::string(reader) + ": " + std::string(name) + " is not registered as " +
                              (type == SettingType::kFlag ? "a flag" : "an integer") + " in tessera/util/settings.cpp");
     return s;
