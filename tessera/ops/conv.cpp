@@ -128,11 +128,11 @@ void set_conv_algorithm(ConvAlgorithm algorithm) { algorithm_setting() = algorit
 ConvAlgorithm conv_algorithm() { return algorithm_setting(); }
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dOptions& opt) {
-  detail::check_float(x_in, "conv2d", "input");
-  detail::check_float(w_in, "conv2d", "weight");
+  detail::check_float_on_cpu(x_in, "conv2d", "input");
+  detail::check_float_on_cpu(w_in, "conv2d", "weight");
   ConvPlan p = plan_conv(x_in, w_in, opt);
   if (bias.defined()) {
-    detail::check_float(bias, "conv2d", "bias");
+    detail::check_float_on_cpu(bias, "conv2d", "bias");
     TESSERA_CHECK(bias.dim() == 1 && bias.shape()[0] == p.OC, "[conv2d] bias ", shape_str(bias.shape()),
                   " does not match ", p.OC, " output channels");
   }
@@ -397,7 +397,7 @@ void max_pool_planes(const float* xp, const PoolPlan& p, const Pool2dOptions& o,
 // max_pool2d, of relu(x) when relu_first; the backward sends each window's gradient to its argmax
 // (none where the argmax is -1).
 Tensor max_pool2d_of(const Tensor& x_in, const Pool2dOptions& o, bool relu_first, const char* op) {
-  detail::check_float(x_in, op, "input");
+  detail::check_float_on_cpu(x_in, op, "input");
   PoolPlan p = plan_pool(x_in, o, op);
   Tensor x = detail::as_contiguous(x_in);
   Tensor out = Tensor::empty({p.N, p.C, p.OH, p.OW});
@@ -444,7 +444,7 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) { return max_pool2d_o
 Tensor relu_max_pool2d(const Tensor& x, const Pool2dOptions& o) { return max_pool2d_of(x, o, true, "relu_max_pool2d"); }
 
 Tensor avg_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
-  detail::check_float(x_in, "avg_pool2d", "input");
+  detail::check_float_on_cpu(x_in, "avg_pool2d", "input");
   PoolPlan p = plan_pool(x_in, o, "avg_pool2d");
   Tensor x = detail::as_contiguous(x_in);
   Tensor out = zeros({p.N, p.C, p.OH, p.OW});

@@ -25,6 +25,10 @@ void check_float(const Tensor& t, const char* op, const char* arg) {
   check_defined(t, op, arg);
   TESSERA_CHECK(t.dtype() == DType::Float32, "[", op, "] argument '", arg, "' must be float32, got ",
                 dtype_name(t.dtype()), " with shape ", shape_str(t.shape()));
+}
+
+void check_float_on_cpu(const Tensor& t, const char* op, const char* arg) {
+  check_float(t, op, arg);
   // A missing kernel is an error naming the op and the device, never a silent copy to the CPU.
   if (!t.device().is_cpu())
     throw NotSupportedError(concat("[", op, "] has no kernel on ", t.device().str(), " yet (argument '", arg,

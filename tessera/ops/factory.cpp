@@ -1,10 +1,10 @@
-// Factories, copies, dtype conversion and the in-place helpers optimizers use.
+// Factories (on the CPU), copies, dtype conversion and the in-place helpers optimizers use; the
+// copies and in-place helpers run the kernel of their tensors' device (kernels.h).
 #include <cstring>
 
-#include "tessera/backend/cpu/loops.h"
-#include "tessera/core/half_codec.h"
 #include "tessera/util/thread_pool.h"
 #include "tessera/ops/detail.h"
+#include "tessera/ops/kernels.h"
 
 namespace tessera {
 
@@ -25,8 +25,18 @@ Tensor full(const Shape& shape, float value, DType dtype) {
 }
 
 Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0f, dtype); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
+namespace {
+// `t`'s shape and dtype on its device, every element `value`.
+Tensor filled_like(const Tensor& t, float value) {
+  if (t.device().is_cpu()) return full(t.shape(), value, t.dtype());
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  kernels_for(out).fill(out, value);
+  return out;
+}
+}  // namespace
+
+Tensor zeros_like(const Tensor& t) { return t.device().is_cpu() ? zeros(t.shape(), t.dtype()) : filled_like(t, 0.0f); }
+Tensor ones_like(const Tensor& t) { return filled_like(t, 1.0f); }
 Tensor scalar_tensor(float value) { return full({}, value); }
 
 Tensor arange(int64_t end, DType dtype) {
@@ -85,68 +95,6 @@ void check_inplace_allowed(const Tensor& t, const char* op) {
                 shape_str(t.shape()), " that requires grad; do it inside a NoGradGuard scope (as optimizers do)");
 }
 
-template <typename Dst, typename Src, typename Convert>
-void strided_convert(Tensor& dst, const Tensor& src, const Convert& convert) {
-  Shape sst = detail::broadcast_strides(src, dst.shape());
-  Dst* d = static_cast<Dst*>(dst.raw_data());
-  const Src* s = static_cast<const Src*>(src.raw_data());
-  cpu::for_each_row<2>(dst.shape(), {&dst.strides(), &sst},
-                       [&](int64_t n, std::array<int64_t, 2> off, std::array<int64_t, 2> st) {
-                         Dst* dp = d + off[0];
-                         const Src* sp = s + off[1];
-                         if (st[0] == 1 && st[1] == 1) {
-                           for (int64_t i = 0; i < n; ++i) dp[i] = convert(sp[i]);
-                         } else {
-                           for (int64_t i = 0; i < n; ++i) dp[i * st[0]] = convert(sp[i * st[1]]);
-                         }
-                       });
-}
-
-void convert_into(Tensor& dst, const Tensor& src) {
-  auto same = [](auto v) { return v; };
-  DType a = dst.dtype(), b = src.dtype();
-  if (a == b && dst.shape() == src.shape() && dst.is_contiguous() && src.is_contiguous()) {
-    // A plain copy (clone, a gradient into DDP's bucket): memcpy split across the intra-op threads
-    // (memmove where the two overlap) instead of the strided loop. Measured in `tessera bench ddp`
-    // on the MLP: the loop was 15% of a DDP step, more than the whole all-reduce.
-    char* d = static_cast<char*>(dst.raw_data());
-    const char* s = static_cast<const char*>(src.raw_data());
-    const int64_t bytes = src.numel() * static_cast<int64_t>(dtype_size(src.dtype()));
-    if (d == s) return;
-    if (d + bytes <= s || s + bytes <= d) {  // apart: split across the intra-op threads
-      parallel_for(0, bytes, int64_t{1} << 18, [=](int64_t b, int64_t e) {
-        std::memcpy(d + b, s + b, static_cast<size_t>(e - b));
-      });
-    } else {
-      std::memmove(d, s, static_cast<size_t>(bytes));
-    }
-    return;
-  }
-  if (a == DType::Float32 && b == DType::Float32) strided_convert<float, float>(dst, src, same);
-  else if (a == DType::Int64 && b == DType::Int64) strided_convert<int64_t, int64_t>(dst, src, same);
-  else if (a == DType::BFloat16 && b == DType::BFloat16) strided_convert<BFloat16, BFloat16>(dst, src, same);
-  else if (a == DType::Float32 && b == DType::Int64)
-    strided_convert<float, int64_t>(dst, src, [](int64_t v) { return static_cast<float>(v); });
-  else if (a == DType::Int64 && b == DType::Float32)
-    strided_convert<int64_t, float>(dst, src, [](float v) { return static_cast<int64_t>(v); });
-  else if (a == DType::BFloat16 && b == DType::Float32)
-    strided_convert<BFloat16, float>(dst, src, [](float v) { return float_to_bf16(v); });
-  else if (a == DType::Float32 && b == DType::BFloat16)
-    strided_convert<float, BFloat16>(dst, src, [](BFloat16 v) { return bf16_to_float(v); });
-  else if (a == DType::BFloat16 && b == DType::Int64)
-    strided_convert<BFloat16, int64_t>(dst, src, [](int64_t v) { return float_to_bf16(static_cast<float>(v)); });
-  else if (a == DType::Int64 && b == DType::BFloat16)
-    strided_convert<int64_t, BFloat16>(dst, src, [](BFloat16 v) { return static_cast<int64_t>(bf16_to_float(v)); });
-  else if (a == DType::Float16 && b == DType::Float16) strided_convert<Half, Half>(dst, src, same);
-  else if (a == DType::Float16 && b == DType::Float32)
-    strided_convert<Half, float>(dst, src, [](float v) { return Half{fp16_from_float(v)}; });
-  else if (a == DType::Float32 && b == DType::Float16)
-    strided_convert<float, Half>(dst, src, [](Half v) { return fp16_to_float(v.bits); });
-  else
-    throw NotSupportedError(std::string("[to] no conversion from ") + dtype_name(b) + " to " + dtype_name(a) +
-                            "; go through float32");
-}
-
 }  // namespace
 
 void copy_(Tensor& dst, const Tensor& src) {
@@ -156,29 +104,30 @@ void copy_(Tensor& dst, const Tensor& src) {
   dst.impl()->storage->bump_version();
   TESSERA_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(), "[copy_] source shape ",
                 shape_str(src.shape()), " does not broadcast to destination shape ", shape_str(dst.shape()));
-  convert_into(dst, src);
+  detail::check_same_device(dst, src, "copy_");
+  kernels_for(dst).copy(dst, src);
 }
 
 Tensor contiguous(const Tensor& t) {
   detail::check_defined(t, "contiguous", "t");
   if (t.is_contiguous()) return t;
-  Tensor out = Tensor::empty(t.shape(), t.dtype());
-  convert_into(out, t);
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  kernels_for(t).copy(out, t);
   return record(out, "ContiguousBackward", {t}, [](const Tensor& g) { return std::vector<Tensor>{g}; }, autograd::Saves::Nothing);
 }
 
 Tensor clone(const Tensor& t) {
   detail::check_defined(t, "clone", "t");
-  Tensor out = Tensor::empty(t.shape(), t.dtype());
-  convert_into(out, t);
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  kernels_for(t).copy(out, t);
   return record(out, "CloneBackward", {t}, [](const Tensor& g) { return std::vector<Tensor>{g}; }, autograd::Saves::Nothing);
 }
 
 Tensor to_dtype(const Tensor& t, DType dtype) {
   detail::check_defined(t, "to", "t");
   if (t.dtype() == dtype) return t;
-  Tensor out = Tensor::empty(t.shape(), dtype);
-  convert_into(out, t);
+  Tensor out = Tensor::empty(t.shape(), dtype, t.device());
+  kernels_for(t).copy(out, t);
   return out;  // conversions are not differentiable (only float32 carries gradients)
 }
 
@@ -186,14 +135,7 @@ void fill_(Tensor& t, float value) {
   detail::check_defined(t, "fill_", "t");
   check_inplace_allowed(t, "fill_");
   t.impl()->storage->bump_version();
-  if (t.dtype() == DType::Float32 && t.is_contiguous()) {
-    float* p = t.data<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
-    return;
-  }
-  Tensor v = Tensor::empty({});
-  v.data<float>()[0] = value;
-  convert_into(t, v);
+  kernels_for(t).fill(t, value);
 }
 
 void add_(Tensor& dst, const Tensor& src, float alpha) {
@@ -203,29 +145,15 @@ void add_(Tensor& dst, const Tensor& src, float alpha) {
   dst.impl()->storage->bump_version();
   TESSERA_CHECK(broadcast_shapes(dst.shape(), src.shape(), "add_") == dst.shape(), "[add_] source shape ",
                 shape_str(src.shape()), " does not broadcast to destination shape ", shape_str(dst.shape()));
-  Shape sst = detail::broadcast_strides(src, dst.shape());
-  float* d = dst.data<float>();
-  const float* s = src.data<float>();
-  cpu::for_each_row<2>(dst.shape(), {&dst.strides(), &sst},
-                       [&](int64_t n, std::array<int64_t, 2> off, std::array<int64_t, 2> st) {
-                         float* dp = d + off[0];
-                         const float* sp = s + off[1];
-                         if (st[0] == 1 && st[1] == 1)
-                           for (int64_t i = 0; i < n; ++i) dp[i] += alpha * sp[i];
-                         else
-                           for (int64_t i = 0; i < n; ++i) dp[i * st[0]] += alpha * sp[i * st[1]];
-                       });
+  detail::check_same_device(dst, src, "add_");
+  kernels_for(dst).add_scaled(dst, src, alpha);
 }
 
 void mul_(Tensor& dst, float value) {
   detail::check_float(dst, "mul_", "dst");
   check_inplace_allowed(dst, "mul_");
   dst.impl()->storage->bump_version();
-  float* d = dst.data<float>();
-  cpu::for_each_row<1>(dst.shape(), {&dst.strides()},
-                       [&](int64_t n, std::array<int64_t, 1> off, std::array<int64_t, 1> st) {
-                         for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] *= value;
-                       });
+  kernels_for(dst).scale(dst, value);
 }
 
 }  // namespace tessera

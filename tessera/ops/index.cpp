@@ -1,5 +1,6 @@
-// Joining and indexing: cat, stack, split, index_select.
+// Joining and indexing: cat, stack, split (views and copies), index_select (the table's kernel).
 #include "tessera/ops/detail.h"
+#include "tessera/ops/kernels.h"
 
 namespace tessera {
 
@@ -76,34 +77,12 @@ Tensor index_select(const Tensor& t_in, int64_t dim, const Tensor& indices_in) {
                 "[index_select] indices must be a 1-D int64 tensor, got ", dtype_name(indices_in.dtype()), " ",
                 shape_str(indices_in.shape()));
   int64_t d = normalize_dim(dim, t_in.dim(), "index_select");
+  detail::check_same_device(t_in, indices_in, "index_select");
   Tensor t = detail::as_contiguous(t_in), indices = detail::as_contiguous(indices_in);
-  const int64_t n = t.shape()[d], k = indices.numel();
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < d; ++i) outer *= t.shape()[i];
-  for (int64_t i = d + 1; i < t.dim(); ++i) inner *= t.shape()[i];
-  const int64_t* ix = indices.data<int64_t>();
-  for (int64_t i = 0; i < k; ++i)
-    TESSERA_CHECK_INDEX(ix[i] >= 0 && ix[i] < n, "[index_select] index ", ix[i], " is out of range for dim ", d,
-                        " of size ", n);
-  Shape out_shape = t.shape();
-  out_shape[d] = k;
-  Tensor out = Tensor::empty(out_shape);
-  const float* src = t.data<float>();
-  float* dst = out.data<float>();
-  for (int64_t a = 0; a < outer; ++a)
-    for (int64_t i = 0; i < k; ++i)
-      std::copy(src + (a * n + ix[i]) * inner, src + (a * n + ix[i] + 1) * inner, dst + (a * k + i) * inner);
+  Tensor out = kernels_for(t).index_select(t, d, indices);
   Shape in_shape = t.shape();
-  return record(out, "IndexSelectBackward", {t_in}, [in_shape, indices, outer, inner, n, k](const Tensor& g_in) {
-    Tensor g = detail::as_contiguous(g_in);
-    Tensor grad = zeros(in_shape);
-    const int64_t* ix = indices.data<int64_t>();
-    const float* gp = g.data<float>();
-    float* dp = grad.data<float>();
-    for (int64_t a = 0; a < outer; ++a)
-      for (int64_t i = 0; i < k; ++i)
-        for (int64_t j = 0; j < inner; ++j) dp[(a * n + ix[i]) * inner + j] += gp[(a * k + i) * inner + j];
-    return std::vector<Tensor>{grad};
+  return record(out, "IndexSelectBackward", {t_in}, [in_shape, d, indices](const Tensor& g) {
+    return std::vector<Tensor>{kernels_for(g).index_select_backward(g, in_shape, d, indices)};
   }, autograd::Saves::Nothing);
 }
 

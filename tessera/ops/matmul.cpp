@@ -139,8 +139,8 @@ Tensor matmul_bf16(const Tensor& a, const Tensor& b, const Shape& batch, const S
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  detail::check_float(a, "matmul", "a");
-  detail::check_float(b, "matmul", "b");
+  detail::check_float_on_cpu(a, "matmul", "a");
+  detail::check_float_on_cpu(b, "matmul", "b");
   TESSERA_CHECK(a.dim() >= 1 && b.dim() >= 1, "[matmul] both operands need at least one dim, got ",
                 shape_str(a.shape()), " and ", shape_str(b.shape()));
   if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b), -2);
@@ -291,13 +291,13 @@ Tensor linear_2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  detail::check_float(x, "linear", "x");
-  detail::check_float(weight, "linear", "weight");
+  detail::check_float_on_cpu(x, "linear", "x");
+  detail::check_float_on_cpu(weight, "linear", "weight");
   TESSERA_CHECK(weight.dim() == 2, "[linear] weight must be 2-D (out, in), got ", shape_str(weight.shape()));
   TESSERA_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "[linear] input ", shape_str(x.shape()),
                 " does not match weight ", shape_str(weight.shape()), " (expected last dim ", weight.shape()[1], ")");
   if (bias.defined()) {
-    detail::check_float(bias, "linear", "bias");
+    detail::check_float_on_cpu(bias, "linear", "bias");
     TESSERA_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "[linear] bias ",
                   shape_str(bias.shape()), " does not match weight ", shape_str(weight.shape()));
   }

@@ -3,6 +3,7 @@
 // their forwards in the ops/*.cpp files.
 #pragma once
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "tessera/autograd/grad_mode.h"
@@ -15,6 +16,7 @@ namespace tessera {
 Tensor zeros(const Shape& shape, DType dtype = DType::Float32);
 Tensor ones(const Shape& shape, DType dtype = DType::Float32);
 Tensor full(const Shape& shape, float value, DType dtype = DType::Float32);
+// Shaped, typed and placed like `t` (on its device).
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor arange(int64_t end, DType dtype = DType::Int64);
@@ -161,5 +163,39 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim);
 std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim);
 Tensor index_select(const Tensor& t, int64_t dim, const Tensor& indices);
+
+// ---- fused optimizer updates (in place, no autograd; optim/ and the parameter servers) ----
+// One pass over a parameter, its gradient and its state: contiguous float32 tensors of one shape on
+// one device; a buffer is undefined where the optimizer keeps none (SGD and LARS without momentum).
+// One step's constants, in float32 as the state is (optim/ computes them from its options).
+struct SgdStep {
+  float lr, momentum, dampening, weight_decay;
+  bool nesterov;
+  bool first;  // the momentum buffer's first step: it takes the gradient (torch's rule)
+};
+struct AdamStep {
+  float step_size;   // lr / (1 - beta1^t)
+  float bias2_sqrt;  // sqrt(1 - beta2^t)
+  float beta1, beta2, eps, weight_decay, lr;
+  bool decoupled;    // AdamW: weight decay on the parameter, not added to the gradient
+};
+struct LambStep {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2;  // 1 - beta computed in double
+  float bias1, bias2, eps, weight_decay;
+};
+
+void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& step);
+void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamStep& step);
+// LAMB in two passes, so that the norms can be summed over ZeRO pieces between them: the moments,
+// returning ||w||² and ||u||² of the update direction u; then w -= step · u (u recomputed bit for bit).
+std::pair<double, double> lamb_moments_(const Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                                        const LambStep& step);
+void lamb_apply_(Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const LambStep& step,
+                 float scaled_lr);
+// LARS with its layer's local lr: v = mu v + local_lr (g + wd w), w -= v (w -= local_lr (g + wd w) without momentum).
+void lars_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, float local_lr, float weight_decay,
+                  float momentum);
+// Σ x² of a float32 tensor, in double.
+double squared_norm(const Tensor& t);
 
 }  // namespace tessera

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "tessera/ops/ops.h"
+
 namespace tessera::optim {
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions o, bool decoupled)
@@ -11,30 +13,23 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions o, bool decoupled)
   TESSERA_CHECK(o.eps >= 0 && o.weight_decay >= 0, "[Adam] eps and weight_decay must be >= 0");
 }
 
+AdamStep adam_step(const AdamOptions& o, double lr_d, int64_t step, bool decoupled) {
+  const double t = static_cast<double>(step);
+  const float lr = static_cast<float>(lr_d);
+  const float bias1 = static_cast<float>(1.0 - std::pow(o.beta1, t));
+  const float bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(o.beta2, t)));
+  return {lr / bias1, bias2_sqrt, static_cast<float>(o.beta1), static_cast<float>(o.beta2),
+          static_cast<float>(o.eps), static_cast<float>(o.weight_decay), lr, decoupled};
+}
+
 void Adam::step() {
   ++step_count_;
-  const double t = static_cast<double>(step_count_);
-  const float lr = static_cast<float>(lr_), b1 = static_cast<float>(options.beta1), b2 = static_cast<float>(options.beta2),
-              eps = static_cast<float>(options.eps), wd = static_cast<float>(options.weight_decay);
-  const float bias1 = static_cast<float>(1.0 - std::pow(options.beta1, t));
-  const float bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(options.beta2, t)));
-  const float step_size = lr / bias1;
+  const AdamStep constants = adam_step(options, lr_, step_count_, decoupled_);
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor g_t = gradient_to_apply(i);
-    if (!g_t.defined()) continue;
-    float* p = params_[i].data<float>();
-    const float* g = g_t.data<float>();
-    float* m = state(i, "exp_avg").data<float>();
-    float* v = state(i, "exp_avg_sq").data<float>();
-    const int64_t n = params_[i].numel();
-    for (int64_t k = 0; k < n; ++k) {
-      float grad = g[k];
-      if (decoupled_) p[k] *= 1.0f - lr * wd;
-      else grad += wd * p[k];
-      m[k] = b1 * m[k] + (1.0f - b1) * grad;
-      v[k] = b2 * v[k] + (1.0f - b2) * grad * grad;
-      p[k] -= step_size * m[k] / (std::sqrt(v[k]) / bias2_sqrt + eps);
-    }
+    Tensor g = gradient_to_apply(i);
+    if (!g.defined()) continue;
+    Tensor exp_avg = state(i, "exp_avg"), exp_avg_sq = state(i, "exp_avg_sq");
+    adam_update_(params_[i], g, exp_avg, exp_avg_sq, constants);
   }
 }
 

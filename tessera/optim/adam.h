@@ -23,6 +23,9 @@ class Adam : public Optimizer {
   bool decoupled_;
 };
 
+// The fused update's constants for step `step` (1-based) at `lr`.
+AdamStep adam_step(const AdamOptions& options, double lr, int64_t step, bool decoupled_weight_decay);
+
 class AdamW : public Adam {
  public:
   // PyTorch's AdamW default weight decay is 0.01.

@@ -2,16 +2,9 @@
 
 #include <cmath>
 
-namespace tessera::optim {
+#include "tessera/ops/ops.h"
 
-namespace {
-// Accumulated in double: a layer's norm sums up to millions of squares.
-double squared_norm(const float* x, int64_t n) {
-  double s = 0.0;
-  for (int64_t k = 0; k < n; ++k) s += static_cast<double>(x[k]) * x[k];
-  return s;
-}
-}  // namespace
+namespace tessera::optim {
 
 LARS::LARS(std::vector<Tensor> params, LARSOptions o) : Optimizer(std::move(params), o.lr), options(o) {
   TESSERA_CHECK(o.momentum >= 0 && o.weight_decay >= 0, "[LARS] momentum and weight_decay must be >= 0, got ",
@@ -29,16 +22,12 @@ void LARS::step() {
   for (size_t i = 0; i < count; ++i) {
     grads[i] = gradient_to_apply(i);
     if (!grads[i].defined()) continue;
-    const int64_t n = params_[i].numel();
-    sums[2 * i] = squared_norm(params_[i].data<float>(), n);
-    sums[2 * i + 1] = squared_norm(grads[i].data<float>(), n);
+    sums[2 * i] = squared_norm(params_[i]);
+    sums[2 * i + 1] = squared_norm(grads[i]);
   }
   sum_over_pieces(sums);
   for (size_t i = 0; i < count; ++i) {
     if (!grads[i].defined()) continue;
-    float* p = params_[i].data<float>();
-    const float* g = grads[i].data<float>();
-    const int64_t n = params_[i].numel();
     const bool adapt = !(options.exclude_bias_and_norm && whole_dim(i) <= 1);
     const double wd = adapt ? options.weight_decay : 0.0;
     double trust = 1.0;
@@ -48,17 +37,9 @@ void LARS::step() {
         trust = options.trust_coefficient * w_norm / (g_norm + wd * w_norm + options.eps);
     }
     // lr as float32, the precision state_dict keeps it in, so a resumed run takes identical steps.
-    const float local_lr = static_cast<float>(lr_) * static_cast<float>(trust), wdf = static_cast<float>(wd),
-                mu = static_cast<float>(options.momentum);
-    if (mu == 0.0f) {
-      for (int64_t k = 0; k < n; ++k) p[k] -= local_lr * (g[k] + wdf * p[k]);
-      continue;
-    }
-    float* v = state(i, "momentum_buffer").data<float>();
-    for (int64_t k = 0; k < n; ++k) {
-      v[k] = mu * v[k] + local_lr * (g[k] + wdf * p[k]);
-      p[k] -= v[k];
-    }
+    const float local_lr = static_cast<float>(lr_) * static_cast<float>(trust), mu = static_cast<float>(options.momentum);
+    Tensor buffer = mu == 0.0f ? Tensor() : state(i, "momentum_buffer");
+    lars_update_(params_[i], grads[i], buffer, local_lr, static_cast<float>(wd), mu);
   }
   ++step_count_;
 }

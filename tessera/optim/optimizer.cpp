@@ -19,18 +19,16 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(
 
 void Optimizer::zero_grad(bool set_to_none) { nn::zero_grad(params_, set_to_none); }
 
-Tensor& Optimizer::state(size_t index, const std::string& name) {
+Tensor Optimizer::state(size_t index, const std::string& name) {
   for (auto& [n, t] : state_[index])
     if (n == name) return t;
-  state_[index].emplace_back(name, zeros(params_[index].shape()));
+  state_[index].emplace_back(name, zeros_like(params_[index]));
   return state_[index].back().second;
 }
 
 Tensor Optimizer::gradient_to_apply(size_t index) {
   Tensor g = params_[index].grad();
-  if (!g.defined()) return g;
-  params_[index].impl()->storage->bump_version();
-  return g.contiguous();
+  return g.defined() ? g.contiguous() : g;
 }
 
 void Optimizer::set_partition(Partition partition) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tessera/nn/module.h"
+#include "tessera/ops/ops.h"
 
 namespace tessera::optim {
 
@@ -35,11 +36,12 @@ class Optimizer {
   void set_partition(Partition partition);
 
  protected:
-  // Per-parameter state buffer `name` (allocated zero on first use).
-  Tensor& state(size_t index, const std::string& name);
+  // Per-parameter state buffer `name` (allocated zero, on the parameter's device, on first use): a
+  // handle sharing the buffer's storage, so that it stays valid as more buffers are added.
+  Tensor state(size_t index, const std::string& name);
   bool has_state(size_t index, const std::string& name) const;
-  // The contiguous gradient of parameter `index`, undefined when it has none; otherwise the
-  // parameter is marked modified (autograd's version counter), since step() is about to write it.
+  // The contiguous gradient of parameter `index`, undefined when it has none. (The fused update ops
+  // of ops.h mark the parameter modified, autograd's version counter, as they write it.)
   Tensor gradient_to_apply(size_t index);
   // The whole-tensor sums of per-parameter sums of squares (unchanged without a partition), and a
   // parameter's number of dimensions as the model has it.

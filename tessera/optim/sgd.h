@@ -19,4 +19,7 @@ class SGD : public Optimizer {
   SGDOptions options;
 };
 
+// The fused update's constants for one step at `lr` (`first`: the momentum buffer's first step).
+SgdStep sgd_step(const SGDOptions& options, double lr, bool first);
+
 }  // namespace tessera::optim

@@ -1,24 +1,28 @@
 #include "tessera/parallel/ps/shard_optimizer.h"
 
-#include <cmath>
-
+#include "tessera/backend/cpu/optimizer_update.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/adam.h"
 #include "tessera/optim/sgd.h"
 
 namespace tessera::parallel::ps {
 
+namespace {
+// The servers' optimizer as the workers' optim:: options (lr 1: each step's lr comes with the push).
+optim::SGDOptions sgd_options(const OptimizerSpec& spec) {
+  return optim::SGDOptions{1.0, spec.momentum, 0.0, spec.weight_decay, spec.nesterov};
+}
+optim::AdamOptions adam_options(const OptimizerSpec& spec) {
+  return optim::AdamOptions{1.0, spec.beta1, spec.beta2, spec.eps, spec.weight_decay};
+}
+}  // namespace
+
 ShardOptimizer::ShardOptimizer(const OptimizerSpec& spec, std::vector<Tensor> dense, std::vector<Tensor> sparse)
     : spec_(spec), sparse_(std::move(sparse)) {
   TESSERA_CHECK(spec.name == "sgd" || spec.name == "adam" || spec.name == "adamw", "[ps] the servers run sgd, adam "
                 "or adamw; got optimizer '", spec.name, "'");
-  if (spec.name == "sgd")
-    dense_ = std::make_unique<optim::SGD>(std::move(dense),
-                                          optim::SGDOptions{1.0, spec.momentum, 0.0, spec.weight_decay, spec.nesterov});
-  else
-    dense_ = std::make_unique<optim::Adam>(std::move(dense),
-                                           optim::AdamOptions{1.0, spec.beta1, spec.beta2, spec.eps, spec.weight_decay},
-                                           spec.name == "adamw");
+  if (spec.name == "sgd") dense_ = std::make_unique<optim::SGD>(std::move(dense), sgd_options(spec));
+  else dense_ = std::make_unique<optim::Adam>(std::move(dense), adam_options(spec), spec.name == "adamw");
   momentum_.resize(sparse_.size());
   exp_avg_.resize(sparse_.size());
   exp_avg_sq_.resize(sparse_.size());
@@ -33,55 +37,35 @@ void ShardOptimizer::step_dense(double lr) {
   dense_->step();
 }
 
-void ShardOptimizer::step_rows(size_t index, const std::vector<int64_t>& rows, const float* grads, double lr_d) {
+// The rows go through the fused updates' own arithmetic (backend/cpu/optimizer_update.h), one row
+// at a time: a server's shards are in host memory.
+void ShardOptimizer::step_rows(size_t index, const std::vector<int64_t>& rows, const float* grads, double lr) {
   Tensor& values = sparse_.at(index);
   const int64_t row_size = values.shape()[1];
   float* p = values.data<float>();
-  const float lr = static_cast<float>(lr_d), wd = static_cast<float>(spec_.weight_decay);
   if (spec_.name == "sgd") {
-    const float mu = static_cast<float>(spec_.momentum);
-    if (mu > 0 && !momentum_[index].defined()) momentum_[index] = zeros(values.shape());
-    float* buf = mu > 0 ? momentum_[index].data<float>() : nullptr;
+    const optim::SGDOptions options = sgd_options(spec_);
+    if (options.momentum > 0 && !momentum_[index].defined()) momentum_[index] = zeros(values.shape());
+    float* buf = options.momentum > 0 ? momentum_[index].data<float>() : nullptr;
+    // A zero buffer makes the first step torch's buf = g, so no row needs `first`.
+    const SgdStep step = optim::sgd_step(options, lr, false);
     for (size_t i = 0; i < rows.size(); ++i) {
-      float* pr = p + rows[i] * row_size;
-      const float* g = grads + static_cast<int64_t>(i) * row_size;
-      float* br = buf ? buf + rows[i] * row_size : nullptr;
-      for (int64_t k = 0; k < row_size; ++k) {
-        float d = g[k] + wd * pr[k];
-        if (!br) {
-          pr[k] -= lr * d;
-          continue;
-        }
-        br[k] = mu * br[k] + d;  // a zero buffer makes the first step torch's buf = d
-        pr[k] -= lr * (spec_.nesterov ? d + mu * br[k] : br[k]);
-      }
+      const int64_t off = rows[i] * row_size;
+      cpu::sgd_update(p + off, grads + static_cast<int64_t>(i) * row_size, buf ? buf + off : nullptr, row_size, step);
     }
     return;
   }
-  // Adam / AdamW, as optim::Adam, on the touched rows only.
+  // Adam / AdamW on the touched rows only, with this tensor's own step count.
   if (!exp_avg_[index].defined()) {
     exp_avg_[index] = zeros(values.shape());
     exp_avg_sq_[index] = zeros(values.shape());
   }
-  const double t = static_cast<double>(++sparse_steps_[index]);
-  const float b1 = static_cast<float>(spec_.beta1), b2 = static_cast<float>(spec_.beta2),
-              eps = static_cast<float>(spec_.eps);
-  const float step_size = lr / static_cast<float>(1.0 - std::pow(spec_.beta1, t));
-  const float bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(spec_.beta2, t)));
-  const bool decoupled = spec_.name == "adamw";
+  const AdamStep step = optim::adam_step(adam_options(spec_), lr, ++sparse_steps_[index], spec_.name == "adamw");
   float* m = exp_avg_[index].data<float>();
   float* v = exp_avg_sq_[index].data<float>();
   for (size_t i = 0; i < rows.size(); ++i) {
     const int64_t off = rows[i] * row_size;
-    const float* g = grads + static_cast<int64_t>(i) * row_size;
-    for (int64_t k = 0; k < row_size; ++k) {
-      float grad = g[k];
-      if (decoupled) p[off + k] *= 1.0f - lr * wd;
-      else grad += wd * p[off + k];
-      m[off + k] = b1 * m[off + k] + (1.0f - b1) * grad;
-      v[off + k] = b2 * v[off + k] + (1.0f - b2) * grad * grad;
-      p[off + k] -= step_size * m[off + k] / (std::sqrt(v[off + k]) / bias2_sqrt + eps);
-    }
+    cpu::adam_update(p + off, grads + static_cast<int64_t>(i) * row_size, m + off, v + off, row_size, step);
   }
 }
 

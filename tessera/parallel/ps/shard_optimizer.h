@@ -1,7 +1,8 @@
 // The optimizer a parameter server runs on its shard. Dense pieces go through tessera's own
 // optimizers (optim::SGD, optim::Adam, optim::AdamW), so synchronous PS training does exactly the
 // arithmetic of single-process training, element for element. Sparse pieces (embedding rows) are
-// updated row by row, only where a gradient arrived: momentum and Adam's moments of an untouched
+// updated row by row by the same fused update code (backend/cpu/optimizer_update.h), only where a
+// gradient arrived: momentum and Adam's moments of an untouched
 // row stay as they are ("lazy" updates, as TensorFlow's sparse apply ops and LazyAdam). With plain
 // SGD and no weight decay that equals the dense update; with momentum or Adam it is the standard
 // sparse approximation, and what keeps a step's cost proportional to the rows touched.
