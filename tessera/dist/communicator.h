@@ -7,6 +7,13 @@
 // order on every rank. post_send/post_recv may be called from any thread, concurrently with a
 // collective (pipeline schedules overlap the two), and return at once.
 //
+// Device contract: a backend takes the buffers of the devices takes() names (the host only, unless
+// it says otherwise). A backend that takes a device's buffers (NCCL, CUDA-IPC) runs each call on its
+// own stream for that device (stream()): the call issues the operation there and returns, and the
+// data is ready when that stream reaches the call's end. ProcessGroup orders that stream after the
+// caller's compute stream (an event recorded when the call was issued) and records the end into
+// the operation's Work, so no host thread waits between the compute and the collective.
+//
 // Failure contract: every call returns by `deadline` or throws. TimeoutError when the deadline
 // passes; PeerFailureError when a peer is known to be gone (connection reset, process exited). The
 // message names the backend, the operation and the peer where the backend knows it. After a
@@ -17,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/stream.h"
 #include "tessera/dist/types.h"
 
 namespace tessera::dist {
@@ -70,6 +78,12 @@ class Communicator {
   // copies through the backend's own buffers. nullptr: this backend has none (use ordinary memory).
   // The memory lives as long as the returned pointer, even past the communicator.
   virtual std::shared_ptr<void> allocate_symmetric(size_t /*bytes*/, Deadline /*deadline*/) { return nullptr; }
+
+  // Whether this backend moves buffers of `device` (host backends: the CPU only).
+  virtual bool takes(Device device) const { return device.is_cpu(); }
+  // The stream this backend runs `device`'s operations on (null for the CPU: a call's work is done
+  // when it returns).
+  virtual Stream* stream(Device /*device*/) { return nullptr; }
 
   // Whether allreduce, reduce and reduce_scatter take ReduceOp::Avg: the sum divided by size()
   // (int64: truncated; bf16: summed in float32, divided, rounded once), in the reduction's own pass.

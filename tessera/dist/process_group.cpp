@@ -148,10 +148,13 @@ ProcessGroup::~ProcessGroup() {
 // ---- queue ----------------------------------------------------------------------------------
 
 WorkPtr ProcessGroup::enqueue(const detail::CallKey& key, detail::DetailsText details, std::vector<Tensor> keep,
-                              std::function<void(Deadline)> body) {
+                              std::function<void(Deadline)> body, Device device) {
   Task task;
   task.keep = std::move(keep);
   task.body = std::move(body);
+  task.device = device;
+  // The compute stream's point at the call: what was issued to it so far produced the buffers.
+  if (!device.is_cpu() && communicator_->stream(device) != nullptr) task.ready = current_stream(device).record();
   return enqueue_task(std::move(task), &key, &details);
 }
 
@@ -288,7 +291,12 @@ void ProcessGroup::run_task(Task& task) {
     observe::TraceSpan span(traced, "comm");
     try {
       if (options_.debug && task.collective && size_ > 1) check_same_call(task, deadline);
+      // A device backend's stream runs the operation after the compute that made its buffers, and
+      // its end goes into the Work: wait() orders the compute stream after it, not the host.
+      Stream* device_stream = task.device.is_cpu() ? nullptr : communicator_->stream(task.device);
+      if (device_stream && task.ready) device_stream->wait(*task.ready);
       task.body(deadline);
+      if (device_stream) task.work->set_completion_event(device_stream->record(), task.device);
     } catch (...) {
       error = std::current_exception();
     }

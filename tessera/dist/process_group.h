@@ -167,12 +167,17 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup>, public I
     WorkPtr work;
     bool collective = true;  // false for new_group's split, which has no sequence number
     std::vector<Tensor> keep;  // alive until the task has run
+    // The buffers' device, and for a device backend's stream the point of the caller's compute
+    // stream the operation must run after (recorded when it was issued).
+    Device device;
+    std::shared_ptr<Event> ready;
     std::string description() const { return call->description(sequence); }  // "allreduce #3 (sum, float32 x 10)"
   };
 
-  // Queues a collective; `key` and `details` describe it (the text is built once per distinct call).
+  // Queues a collective over buffers of `device`; `key` and `details` describe it (the text is
+  // built once per distinct call).
   WorkPtr enqueue(const detail::CallKey& key, detail::DetailsText details, std::vector<Tensor> keep,
-                  std::function<void(Deadline)> body);
+                  std::function<void(Deadline)> body, Device device = cpu_device());
   // The shared text of the call `key` describes, built with `details` the first time (call_text.h).
   // Under mu_.
   CallTextPtr intern_call(const detail::CallKey& key, detail::DetailsText details);
@@ -182,6 +187,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup>, public I
   WorkPtr reduce_scatter_buffer(Buffer input, Buffer output, std::vector<int64_t> counts, ReduceOp op,
                                 std::vector<Tensor> keep);
   void check_counts(const char* op, const std::vector<int64_t>& counts) const;
+  // The backend takes the buffer's device (and an input's and output's are one device).
+  void check_device(const Buffer& data, const char* op) const;
+  void check_devices(const Buffer& input, const Buffer& output, const char* op) const;
+  void divide_by_size(Buffer data) const;
   ReduceOp backend_op(ReduceOp op) const;  // what the communicator is asked for
   bool divides_after(ReduceOp op) const;   // whether its result still needs dividing by the size
   // `key` and `details`: the call to intern as task.call (under the queue's lock); null when the

@@ -75,10 +75,30 @@ detail::CallKey call_key(const char* op, std::array<int64_t, 4> numbers = {}, st
 
 Buffer ProcessGroup::checked_buffer(const Tensor& tensor, const char* op, const char* name) const {
   TESSERA_CHECK(tensor.defined(), "[", op, "] ", name, " is an undefined tensor");
-  TESSERA_CHECK(tensor.device().is_cpu(), "[", op, "] ", name, " is on ", tensor.device().str(),
-                "; backend ", backend_name(), " takes CPU tensors");
+  TESSERA_CHECK(communicator_->takes(tensor.device()), "[", op, "] ", name, " is on ", tensor.device().str(),
+                "; backend ", backend_name(), " takes ", communicator_->takes(cuda_device(0)) ? "CPU and CUDA" : "CPU",
+                " tensors");
   TESSERA_CHECK(tensor.is_contiguous(), "[", op, "] ", name, " must be contiguous (call .contiguous() first)");
-  return Buffer{tensor.raw_data(), tensor.numel(), tensor.dtype()};
+  return Buffer{tensor.data_ptr(), tensor.numel(), tensor.dtype(), tensor.device()};
+}
+
+void ProcessGroup::check_device(const Buffer& data, const char* op) const {
+  TESSERA_CHECK(communicator_->takes(data.device), "[", op, "] a buffer on ", data.device.str(), ": backend ",
+                backend_name(), " does not take ", data.device.str(), " memory");
+}
+
+void ProcessGroup::check_devices(const Buffer& input, const Buffer& output, const char* op) const {
+  check_device(input, op);
+  TESSERA_CHECK(input.device == output.device, "[", op, "] input is on ", input.device.str(), " but output on ",
+                output.device.str());
+}
+
+// Avg's second pass, where the backend only sums: on the host. A backend that takes device memory
+// averages in its own pass (NCCL's ncclAvg), so a device buffer never comes here.
+void ProcessGroup::divide_by_size(Buffer data) const {
+  TESSERA_ASSERT(data.device.is_cpu(), "backend ", backend_name(), " sums ", data.device.str(),
+                 " buffers without averaging them (Communicator::reduces_average)");
+  divide_in_place(data, size_);
 }
 
 void ProcessGroup::check_rank(int r, const char* op, const char* what) const {
@@ -131,13 +151,14 @@ void ProcessGroup::blocking_barrier(std::source_location where) {
 }
 
 WorkPtr ProcessGroup::allreduce_buffer(Buffer data, ReduceOp op, std::vector<Tensor> keep) {
+  check_device(data, "allreduce");
   return enqueue(call_key("allreduce", {static_cast<int64_t>(op), static_cast<int64_t>(data.dtype), data.count}),
                  [&] { return concat(reduce_op_name(op), ", ", buffer_details(data)); }, std::move(keep),
                  [this, data, op](Deadline d) {
                    if (data.count == 0) return;
                    communicator_->allreduce(data, backend_op(op), d);
-                   if (divides_after(op)) divide_in_place(data, size_);
-                 });
+                   if (divides_after(op)) divide_by_size(data);
+                 }, data.device);
 }
 
 WorkPtr ProcessGroup::broadcast(Buffer data, int root, std::source_location where) {
@@ -152,11 +173,12 @@ WorkPtr ProcessGroup::broadcast(const Tensor& tensor, int root, std::source_loca
 
 WorkPtr ProcessGroup::broadcast_buffer(Buffer data, int root, std::vector<Tensor> keep) {
   check_rank(root, "broadcast", "root");
+  check_device(data, "broadcast");
   return enqueue(call_key("broadcast", {root, static_cast<int64_t>(data.dtype), data.count}),
                  [&] { return concat("root ", root, ", ", buffer_details(data)); }, std::move(keep),
                  [this, data, root](Deadline d) {
                    if (data.count > 0) communicator_->broadcast(data, root, d);
-                 });
+                 }, data.device);
 }
 
 WorkPtr ProcessGroup::reduce(const Tensor& tensor, ReduceOp op, int root, std::source_location where) {
@@ -168,8 +190,8 @@ WorkPtr ProcessGroup::reduce(const Tensor& tensor, ReduceOp op, int root, std::s
                  [this, data, op, root](Deadline d) {
                    if (data.count == 0) return;
                    communicator_->reduce(data, backend_op(op), root, d);
-                   if (divides_after(op) && rank_ == root) divide_in_place(data, size_);
-                 });
+                   if (divides_after(op) && rank_ == root) divide_by_size(data);
+                 }, data.device);
 }
 
 WorkPtr ProcessGroup::allgather(Buffer input, Buffer output, std::vector<int64_t> counts, std::source_location where) {
@@ -196,6 +218,7 @@ WorkPtr ProcessGroup::allgather(const Tensor& input, const Tensor& output, std::
 WorkPtr ProcessGroup::allgather_buffer(Buffer input, Buffer output, std::vector<int64_t> counts,
                                        std::vector<Tensor> keep) {
   check_counts("allgather", counts);
+  check_devices(input, output, "allgather");
   TESSERA_CHECK(input.count == counts[static_cast<size_t>(rank_)], "[allgather] rank ", rank_, " input has ",
                 input.count, " elements but counts says ", counts[static_cast<size_t>(rank_)]);
   TESSERA_CHECK(output.count == total(counts), "[allgather] output has ", output.count,
@@ -206,7 +229,7 @@ WorkPtr ProcessGroup::allgather_buffer(Buffer input, Buffer output, std::vector<
   return enqueue(key, [&] { return concat(dtype_name(input.dtype), ", counts ", counts_text(key.counts)); }, std::move(keep),
                  [this, input, output, counts = std::move(counts)](Deadline d) {
     if (total(counts) > 0) communicator_->allgather(input, output, counts, d);
-  });
+  }, input.device);
 }
 
 WorkPtr ProcessGroup::reduce_scatter(Buffer input, Buffer output, std::vector<int64_t> counts, ReduceOp op,
@@ -237,6 +260,7 @@ WorkPtr ProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, 
 WorkPtr ProcessGroup::reduce_scatter_buffer(Buffer input, Buffer output, std::vector<int64_t> counts, ReduceOp op,
                                             std::vector<Tensor> keep) {
   check_counts("reduce_scatter", counts);
+  check_devices(input, output, "reduce_scatter");
   TESSERA_CHECK(output.count == counts[static_cast<size_t>(rank_)], "[reduce_scatter] rank ", rank_,
                 " output has ", output.count, " elements but counts says ", counts[static_cast<size_t>(rank_)]);
   TESSERA_CHECK(input.count == total(counts), "[reduce_scatter] input has ", input.count,
@@ -251,8 +275,8 @@ WorkPtr ProcessGroup::reduce_scatter_buffer(Buffer input, Buffer output, std::ve
                  [this, input, output, op, counts = std::move(counts)](Deadline d) {
                    if (total(counts) == 0) return;
                    communicator_->reduce_scatter(input, output, counts, backend_op(op), d);
-                   if (divides_after(op)) divide_in_place(output, size_);
-                 });
+                   if (divides_after(op)) divide_by_size(output);
+                 }, input.device);
 }
 
 WorkPtr ProcessGroup::alltoall(const Tensor& input, const Tensor& output, std::source_location where) {
@@ -264,10 +288,11 @@ WorkPtr ProcessGroup::alltoall(const Tensor& input, const Tensor& output, std::s
                 " equal blocks");
   TESSERA_CHECK(in.dtype == out.dtype, "[alltoall] input is ", dtype_name(in.dtype), " but output is ",
                 dtype_name(out.dtype));
+  check_devices(in, out, "alltoall");
   return enqueue(call_key("alltoall", {static_cast<int64_t>(in.dtype), in.count}), [&] { return buffer_details(in); },
                  {input, output}, [this, in, out](Deadline d) {
     if (in.count > 0) communicator_->alltoall(in, out, d);
-  });
+  }, in.device);
 }
 
 WorkPtr ProcessGroup::barrier(std::source_location where) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tessera/core/device.h"
 #include "tessera/core/dtype.h"
 #include "tessera/dist/net/deadline.h"
 #include "tessera/dist/store/store.h"
@@ -17,17 +18,20 @@ const char* reduce_op_name(ReduceOp op);
 
 using Deadline = detail::Clock::time_point;
 
-// A contiguous run of `count` elements of `dtype` in this process's memory. Inputs and outputs use
-// the same type; a collective documents which it reads and which it writes.
+// A contiguous run of `count` elements of `dtype` in this process's memory: host memory, or a
+// device's (then `data` is a device address, never read on the host; only a backend that takes that
+// device, Communicator::takes, is given it). Inputs and outputs use the same type; a collective
+// documents which it reads and which it writes.
 struct Buffer {
   void* data = nullptr;
   int64_t count = 0;
   DType dtype = DType::Float32;
+  Device device = cpu_device();
 
   size_t nbytes() const { return static_cast<size_t>(count) * dtype_size(dtype); }
   // Elements [offset, offset + n).
   Buffer slice(int64_t offset, int64_t n) const {
-    return Buffer{static_cast<char*>(data) + static_cast<size_t>(offset) * dtype_size(dtype), n, dtype};
+    return Buffer{static_cast<char*>(data) + static_cast<size_t>(offset) * dtype_size(dtype), n, dtype, device};
   }
   template <typename T> T* as() const { return static_cast<T*>(data); }
 };

@@ -8,6 +8,26 @@ Work::Work(std::string description, std::unique_ptr<PendingTransfer> transfer, D
     : description_(std::move(description)), transfer_(std::move(transfer)), transfer_deadline_(deadline) {}
 
 void Work::wait() {
+  wait_for_host();
+  if (completion_event_) current_stream(completion_device_).wait(*completion_event_);
+}
+
+void Work::wait_on(Stream& stream) {
+  wait_for_host();
+  if (completion_event_) stream.wait(*completion_event_);
+}
+
+void Work::synchronize() {
+  wait_for_host();
+  if (completion_event_) completion_event_->synchronize();
+}
+
+void Work::set_completion_event(std::shared_ptr<Event> event, Device device) {
+  completion_event_ = std::move(event);
+  completion_device_ = device;
+}
+
+void Work::wait_for_host() {
   if (!is_completed()) {
     if (auto runner = runner_.lock()) runner->run_queued_through(this);
   }
@@ -20,7 +40,10 @@ void Work::wait() {
   wait_until(Deadline::max());
 }
 
-void Work::wait(Milliseconds timeout) { wait_until(detail::deadline_after(timeout)); }
+void Work::wait(Milliseconds timeout) {
+  wait_until(detail::deadline_after(timeout));
+  if (completion_event_) current_stream(completion_device_).wait(*completion_event_);
+}
 
 void Work::wait_until(Deadline deadline) {
   std::unique_lock lock(mu_);

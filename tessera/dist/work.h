@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "tessera/core/stream.h"
 #include "tessera/dist/call_text.h"
 #include "tessera/dist/communicator.h"
 
@@ -35,8 +36,15 @@ class Work {
 
   // Blocks until done; rethrows the operation's error. Every operation is already bounded by its
   // group's timeout, so this never waits forever. An operation not started yet runs on this thread
-  // (see set_run_inline).
+  // (see set_run_inline). An operation on a device stream (completion_event) is done here once it
+  // is issued there, and the device's compute stream is then ordered after it, as PyTorch's
+  // Work.wait() orders the current stream: what the compute stream runs next sees the result, and
+  // the host does not wait for the device.
   void wait();
+  // As wait(), ordering `stream` after the operation instead of the compute stream.
+  void wait_on(Stream& stream);
+  // As wait(), and the host waits for the device too.
+  void synchronize();
   // As wait(), but gives up after `timeout`: TimeoutError naming the operation (which keeps
   // running; a later wait() may still succeed).
   void wait(Milliseconds timeout);
@@ -46,6 +54,10 @@ class Work {
 
   // For the process group's threads; the first call decides how the operation ended.
   void finish(std::exception_ptr error);
+  // Where the operation ran on a device backend's stream: the event that stream records at its end
+  // (set before finish()). Null for host backends.
+  void set_completion_event(std::shared_ptr<Event> event, Device device);
+  const std::shared_ptr<Event>& completion_event() const { return completion_event_; }
   // What wait() calls first, before it blocks: the process group runs the operation on the waiting
   // thread if no thread has started it. Not called by wait(timeout), which must return in time.
   // A weak reference: a Work may outlive its group.
@@ -54,6 +66,8 @@ class Work {
 
  private:
   void wait_until(Deadline deadline);
+  // The host's part of wait(): the operation has run (or been issued on its device stream).
+  void wait_for_host();
 
   std::string description_;  // when not a collective's (call_ null)
   CallTextPtr call_;
@@ -67,6 +81,8 @@ class Work {
   std::unique_ptr<PendingTransfer> transfer_;  // guarded by mu_; null for collectives
   Deadline transfer_deadline_{};
   std::weak_ptr<InlineRunner> runner_;  // set once, before the Work is shared
+  std::shared_ptr<Event> completion_event_;  // set before finish(), read after wait's host part
+  Device completion_device_;
 };
 
 using WorkPtr = std::shared_ptr<Work>;

@@ -6,6 +6,7 @@
 #include "tessera/backend/cuda/device_buffer.h"
 #include "tessera/backend/cuda/device_info.h"
 #include "tessera/backend/cuda/gemm.h"
+#include "tessera/backend/cuda/stream.h"
 #include "tessera/core/error.h"
 
 #ifndef TESSERA_NO_CUDA_REASON
@@ -55,6 +56,9 @@ void gemm(GemmPrecision, const DeviceBuffer&, const DeviceBuffer&, DeviceBuffer&
 }
 
 void float_to_bfloat16(const DeviceBuffer&, DeviceBuffer&, int64_t) { no_cuda("cuda::float_to_bfloat16"); }
+
+Stream& compute_stream(int device) { no_cuda("cuda::compute_stream", "cuda:" + std::to_string(device)); }
+std::unique_ptr<Stream> make_stream(int device) { no_cuda("cuda::make_stream", "cuda:" + std::to_string(device)); }
 
 Allocator& tensor_allocator() {
   static NoCudaAllocator allocator;

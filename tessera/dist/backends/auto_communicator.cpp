@@ -49,6 +49,8 @@ class AutoCommunicator : public Communicator {
   }
   void barrier(Deadline deadline) override { collectives_->barrier(deadline); }
   bool reduces_average() const override { return collectives_->reduces_average(); }
+  bool takes(Device device) const override { return collectives_->takes(device); }
+  Stream* stream(Device device) override { return collectives_->stream(device); }
   std::shared_ptr<void> allocate_symmetric(size_t bytes, Deadline deadline) override {
     return collectives_->allocate_symmetric(bytes, deadline);
   }
