@@ -24,6 +24,12 @@ class Dataset {
   // [0, size()) is an IndexError. Runs on the loader's thread, concurrently with training, so it must
   // not use the intra-op thread pool (OpenMP would then oversubscribe the cores): plain loops/memcpy.
   virtual Batch get_batch(const std::vector<int64_t>& indices) const = 0;
+  // Whether each replica reads only its own part of this dataset (PartitionedDataset); the others
+  // hold every sample, and a sampler picks each replica's.
+  virtual bool reads_one_share() const { return false; }
+  virtual void select_share(int /*index*/, int /*count*/) {
+    throw NotSupportedError("[Dataset::select_share] this dataset holds every sample; a sampler shares it out");
+  }
 };
 
 // A dataset each replica reads only its own part of (a table larger than memory, split by bytes):
@@ -32,7 +38,8 @@ class Dataset {
 // replica takes the same number of steps.
 class PartitionedDataset : public Dataset {
  public:
-  virtual void select_share(int index, int count) = 0;
+  bool reads_one_share() const override { return true; }
+  void select_share(int index, int count) override = 0;
 };
 
 // Row i of `inputs` and of `targets` is sample i. Both are stored contiguous and detached (a copy

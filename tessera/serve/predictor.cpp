@@ -32,9 +32,9 @@ std::shared_ptr<Predictor> Predictor::load(const std::string& path) {
   p->model_->eval();
   if (p->generates_text()) return p;
 
-  const auto& name = p->model_name();
-  if (name == "cnn") p->sample_shape_ = {1, 28, 28};
-  else if (name == "bow") p->sample_shape_ = {p->config_.data.bag_length};
+  const train::ModelEntry& entry = p->model_entry();
+  if (entry.image_shape) p->sample_shape_ = *entry.image_shape;
+  else if (entry.reads_word_ids) p->sample_shape_ = {p->config_.data.bag_length};
   else p->sample_shape_ = {p->config_.model.input_dim};
   // One forward of a zero sample: checks the weights fit the model and tells the output width.
   Shape one{1};
@@ -46,7 +46,7 @@ std::shared_ptr<Predictor> Predictor::load(const std::string& path) {
 
 std::string Predictor::describe_input() const {
   if (generates_text()) return "{\"prompt\": text}";
-  if (model_name() == "bow") return "[N, L] int64 word ids below " + std::to_string(id_bound());
+  if (model_entry().reads_word_ids) return "[N, L] int64 word ids below " + std::to_string(id_bound());
   std::string s = shape_str(sample_shape_);
   s.insert(1, "N, ");
   if (sample_shape_.size() > 1) s += " or [N, " + std::to_string(shape_numel(sample_shape_)) + "]";

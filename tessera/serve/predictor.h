@@ -13,6 +13,7 @@
 #include "tessera/data/char_dataset.h"
 #include "tessera/nn/module.h"
 #include "tessera/train/config.h"
+#include "tessera/train/model_registry.h"
 
 namespace tessera::serve {
 
@@ -33,17 +34,18 @@ class Predictor {
   const std::string& model_name() const { return config_.model.name; }
   const std::string& checkpoint() const { return checkpoint_; }  // the step directory read
   bool generates_text() const { return vocabulary_.has_value(); }
-  bool regression() const { return model_name() == "linear"; }
+  const train::ModelEntry& model_entry() const { return train::model_entry(model_name()); }
+  bool regression() const { return model_entry().regression; }
   int64_t outputs() const { return outputs_; }  // classes (1 for regression)
 
   // One sample's shape and dtype: [1, 28, 28] float32 for the cnn, [input_dim] float32 for the
   // other dense models, [bag_length] int64 for bow (any bag length is accepted).
   const Shape& sample_shape() const { return sample_shape_; }
-  DType input_dtype() const { return model_name() == "bow" ? DType::Int64 : DType::Float32; }
+  DType input_dtype() const { return model_entry().reads_word_ids ? DType::Int64 : DType::Float32; }
   // What a request may send, for error messages: "[N, 1, 28, 28] or [N, 784] float32".
   std::string describe_input() const;
   // The id bound of bow's inputs (vocabulary size), 0 for the others.
-  int64_t id_bound() const { return model_name() == "bow" ? config_.data.vocab_size : 0; }
+  int64_t id_bound() const { return model_entry().reads_word_ids ? config_.data.vocab_size : 0; }
 
   // [n, *sample_shape] -> [n, outputs]: softmax probabilities for classifiers, values for regression.
   // Not for concurrent calls (the server's batcher is its one caller).

@@ -5,57 +5,16 @@
 #include "tessera/data/csv.h"
 #include "tessera/data/csv_stream.h"
 #include "tessera/data/image_folder.h"
-#include "tessera/nn/char_transformer.h"
-#include "tessera/nn/embedding_bag.h"
-#include "tessera/nn/milnce.h"
-#include "tessera/nn/models.h"
 #include "tessera/optim/adam.h"
 #include "tessera/optim/lamb.h"
 #include "tessera/optim/lars.h"
 #include "tessera/optim/sgd.h"
+#include "tessera/train/model_registry.h"
 
 namespace tessera::train {
 
 std::shared_ptr<nn::Module> build_model(const TrainConfig& c, int64_t vocab_size) {
-  if (c.model.name == "cnn") return nn::make_cnn(10);
-  if (c.model.name == "milnce") {  // its shapes are the data's: data.dir/train/meta.json
-    const data::ClipTextMeta m = data::read_clip_text_meta(c.data.dir + "/train");
-    nn::MilNceConfig mc;
-    mc.feature_dim = m.feature_dim, mc.vocab = m.vocab, mc.frames = m.frames, mc.candidates = m.candidates;
-    mc.words = m.words, mc.hidden = c.model.hidden.front(), mc.embed_dim = c.model.embed_dim;
-    mc.text = c.model.text_encoder, mc.layers = c.model.layers, mc.heads = c.model.heads;
-    return std::make_shared<nn::MilNceModel>(mc);
-  }
-  if (c.model.name == "bow")  // a Sequential, so DDP, checkpoints and evaluation need nothing new
-    return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
-        std::make_shared<nn::EmbeddingBag>(c.data.vocab_size, c.model.embed_dim),
-        std::make_shared<nn::Linear>(c.model.embed_dim, c.data.classes)});
-  // Tables: logistic (softmax) regression over data.classes, linear regression to one number.
-  if (c.model.name == "logistic" || c.model.name == "linear")
-    return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
-        std::make_shared<nn::Linear>(c.model.input_dim, c.model.name == "linear" ? 1 : c.data.classes)});
-  if (c.model.name == "mlp") {
-    auto model = std::make_shared<nn::Sequential>();
-    model->push_back(std::make_shared<nn::Flatten>());
-    int64_t in = c.model.input_dim;
-    for (int64_t h : c.model.hidden) {
-      model->push_back(std::make_shared<nn::Linear>(in, h));
-      model->push_back(std::make_shared<nn::ReLU>());
-      if (c.model.dropout > 0) model->push_back(std::make_shared<nn::Dropout>(static_cast<float>(c.model.dropout)));
-      in = h;
-    }
-    model->push_back(std::make_shared<nn::Linear>(in, c.data.dataset == "synthetic" || c.data.dataset == "csv" || c.data.dataset == "image-folder" ? c.data.classes : 10));
-    return model;
-  }
-  nn::CharTransformerConfig t;
-  t.vocab_size = vocab_size;
-  t.context = c.model.context;
-  t.embed_dim = c.model.embed_dim;
-  t.heads = c.model.heads;
-  t.layers = c.model.layers;
-  t.dropout = static_cast<float>(c.model.dropout);
-  t.checkpoint_activations = c.model.activation_checkpointing;
-  return std::make_shared<nn::CharTransformer>(t);
+  return model_entry(c.model.name).build(c, vocab_size);
 }
 
 // `lr` is o.lr after optimizer.scale_lr.
@@ -92,7 +51,7 @@ Datasets load_datasets(const TrainConfig& c) {
   if (d.dataset == "csv") {
     data::CsvOptions options;
     options.label = d.label;
-    options.regression = c.model.name == "linear";
+    options.regression = model_entry(c.model.name).regression;
     auto load = [&](const std::string& where, const char* key) -> std::shared_ptr<data::Dataset> {
       if (d.streaming) {  // indexed per replica when the trainer knows its share (select_share)
         auto table = std::make_shared<data::StreamingCsv>(data::csv_files(where), options,
@@ -125,12 +84,13 @@ Datasets load_datasets(const TrainConfig& c) {
     for (const char* split : {"train", "test"}) {
       auto set = data::load_image_folder(d.dir + "/" + split);
       const Shape s = set->image_shape();
-      const int64_t classes = c.model.name == "cnn" ? 10 : d.classes;
+      const ModelEntry& model = model_entry(c.model.name);
+      const int64_t classes = model.fixed_classes > 0 ? model.fixed_classes : d.classes;
       TESSERA_CHECK(static_cast<int64_t>(set->classes().size()) <= classes, "[config] ", d.dir, "/", split, " has ",
                     set->classes().size(), " class folders, the model ", classes, " outputs (data.classes)");
-      if (c.model.name == "cnn")
-        TESSERA_CHECK(s == (Shape{1, 28, 28}), "[config] the cnn takes 1x28x28 images; ", d.dir, "/", split, " holds ",
-                      shape_str(s));
+      if (model.image_shape)
+        TESSERA_CHECK(s == *model.image_shape, "[config] the ", model.name, " takes ", shape_str(*model.image_shape),
+                      " images; ", d.dir, "/", split, " holds ", shape_str(s));
       else
         TESSERA_CHECK(s[0] * s[1] * s[2] == c.model.input_dim, "[config] ", d.dir, "/", split, " holds ", shape_str(s),
                       " images (", s[0] * s[1] * s[2], " values), model.input_dim is ", c.model.input_dim);

@@ -228,7 +228,7 @@ void apply_override(TrainConfig& config, const std::string& assignment) {
   }
 }
 
-void validate(const TrainConfig& c) {
+void check_settings(const TrainConfig& c) {
   auto one_of = [](const std::string& key, const std::string& v, std::initializer_list<const char*> options) {
     std::string list;
     for (const char* o : options) {
@@ -243,28 +243,7 @@ void validate(const TrainConfig& c) {
   auto non_negative = [](const std::string& key, double v) {
     TESSERA_CHECK(v >= 0, "[config] ", key, " must be >= 0, got ", v);
   };
-  one_of("model.name", c.model.name, {"mlp", "cnn", "transformer", "bow", "logistic", "linear", "milnce"});
   one_of("data.dataset", c.data.dataset, {"fashion-mnist", "text", "synthetic", "bag-of-words", "csv", "image-folder", "clip-text"});
-  TESSERA_CHECK((c.model.name == "milnce") == (c.data.dataset == "clip-text"), "[config] model.name = 'milnce' trains on "
-                "data.dataset = 'clip-text' (and only it): got model.name = '", c.model.name, "', data.dataset = '",
-                c.data.dataset, "'");
-  if (c.model.name == "milnce") {
-    one_of("model.text_encoder", c.model.text_encoder, {"bag", "transformer"});
-    TESSERA_CHECK(c.model.temperature > 0, "[config] model.temperature must be positive, got ", c.model.temperature);
-    TESSERA_CHECK(!c.model.hidden.empty() && c.model.hidden.front() > 0, "[config] model.hidden[0] is the milnce video "
-                  "MLP's width: give a positive one");
-    TESSERA_CHECK(c.distributed.strategy != "ps" && c.distributed.strategy != "mesh" && c.parallel.pp == 1 &&
-                      c.parallel.tp == 1,
-                  "[config] model.name = 'milnce' trains with distributed.strategy 'ddp' or 'zero' (its negatives come "
-                  "from the replicas' whole batch); not '", c.distributed.strategy, "' or pipeline/tensor parallelism");
-  }
-  const bool tabular = c.model.name == "logistic" || c.model.name == "linear";
-  TESSERA_CHECK(!tabular || c.data.dataset == "csv", "[config] model.name = '", c.model.name,
-                "' reads a table: set data.dataset = 'csv' (and data.path, data.test_path, data.label)");
-  TESSERA_CHECK(c.data.dataset != "csv" || tabular || c.model.name == "mlp", "[config] model.name = '", c.model.name,
-                "' does not fit data.dataset = 'csv' (tables train logistic, linear or mlp)");
-  TESSERA_CHECK(c.data.dataset != "image-folder" || c.model.name == "mlp" || c.model.name == "cnn",
-                "[config] data.dataset = 'image-folder' trains mlp or cnn, not '", c.model.name, "'");
   TESSERA_CHECK(c.data.dataset != "csv" || !c.data.test_path.empty(),
                 "[config] data.dataset = 'csv' needs data.test_path, the table to evaluate on");
   TESSERA_CHECK(!c.data.streaming || c.data.dataset == "csv", "[config] data.streaming reads csv tables where they lie; "
@@ -280,12 +259,6 @@ void validate(const TrainConfig& c) {
                 "needed) or 'fp32' with distributed.strategy = 'ps'");
   one_of("optimizer.scale_lr", c.optimizer.scale_lr, {"none", "linear", "sqrt"});
   one_of("schedule.name", c.schedule.name, {"constant", "step", "cosine"});
-  TESSERA_CHECK((c.model.name == "transformer") == (c.data.dataset == "text"),
-                "[config] model.name = '", c.model.name, "' does not fit data.dataset = '", c.data.dataset,
-                "' (the transformer is a character-level LM for the text dataset; mlp and cnn classify images)");
-  TESSERA_CHECK((c.model.name == "bow") == (c.data.dataset == "bag-of-words"),
-                "[config] model.name = '", c.model.name, "' does not fit data.dataset = '", c.data.dataset,
-                "' (the bow model reads the int64 word ids of the bag-of-words dataset, and only it does)");
   for (int64_t h : c.model.hidden) positive("model.hidden", static_cast<double>(h));
   TESSERA_CHECK(c.model.dropout >= 0 && c.model.dropout < 1, "[config] model.dropout must be in [0, 1), got ",
                 c.model.dropout);
@@ -293,9 +266,6 @@ void validate(const TrainConfig& c) {
   positive("model.heads", c.model.heads);
   positive("model.embed_dim", c.model.embed_dim);
   positive("model.context", c.model.context);
-  // Only the transformer splits embed_dim into heads (bow uses embed_dim alone).
-  TESSERA_CHECK(c.model.name != "transformer" || c.model.embed_dim % c.model.heads == 0, "[config] model.embed_dim ",
-                c.model.embed_dim, " must be divisible by model.heads ", c.model.heads);
   TESSERA_CHECK(c.data.val_fraction > 0 && c.data.val_fraction < 1, "[config] data.val_fraction must be in (0, 1)");
   positive("data.samples", c.data.samples);
   positive("data.test_samples", c.data.test_samples);
@@ -334,9 +304,6 @@ void validate(const TrainConfig& c) {
   TESSERA_CHECK(!c.train.output_dir.empty(), "[config] train.output_dir must not be empty");
   one_of("distributed.backend", c.distributed.backend, {"auto", "gloo", "tcp", "shm", "mpi"});
   one_of("distributed.strategy", c.distributed.strategy, {"ddp", "zero", "ps", "mesh"});
-  TESSERA_CHECK(!c.model.activation_checkpointing || (c.model.name == "transformer" && !uses_model_parallelism(c)),
-                "[config] model.activation_checkpointing applies to model.name = 'transformer' without parallel.pp / "
-                "parallel.tp (got model.name = '", c.model.name, "')");
   TESSERA_CHECK(c.distributed.zero_stage >= 1 && c.distributed.zero_stage <= 3,
                 "[config] distributed.zero_stage must be 1, 2 or 3, got ", c.distributed.zero_stage);
   one_of("distributed.zero_wrap_policy", c.distributed.zero_wrap_policy, {"layer", "size"});
@@ -386,8 +353,6 @@ void validate(const TrainConfig& c) {
   if (uses_model_parallelism(c) || c.distributed.strategy == "mesh") {
     TESSERA_CHECK(c.distributed.strategy != "ps", "[config] parallel.pp / parallel.tp need distributed.strategy = "
                   "'mesh' or 'ddp' (data parallelism across pipelines), not 'ps'");
-    TESSERA_CHECK(c.parallel.tp == 1 || c.model.name == "transformer", "[config] parallel.tp = ", c.parallel.tp,
-                  " needs model.name = 'transformer' (tensor-parallel layers exist for the Transformer only)");
     TESSERA_CHECK(c.parallel.tp == 1 || c.model.heads % c.parallel.tp == 0, "[config] model.heads ", c.model.heads,
                   " must be divisible by parallel.tp ", c.parallel.tp, " (each rank takes whole heads)");
     TESSERA_CHECK(c.train.batch_size % c.parallel.microbatches == 0, "[config] train.batch_size ",

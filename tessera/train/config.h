@@ -183,8 +183,11 @@ TrainConfig parse_config(const std::string& toml_text, const std::string& source
 TrainConfig load_config(const std::string& path);
 // Applies one "section.key=value" override (the value parsed as the key's type).
 void apply_override(TrainConfig& config, const std::string& assignment);
-// Checks values (names, ranges); throws ValueError naming the key.
+// Checks values (names, ranges) and that the model fits the rest (its dataset, keys and layouts:
+// train/model_registry.h); throws ValueError naming the key. config_validation.cpp.
 void validate(const TrainConfig& config);
+// The checks that need no model: every setting's name and range, and how settings combine.
+void check_settings(const TrainConfig& config);
 // Canonical TOML of every key (stored in checkpoints, so `tessera eval` can rebuild the run).
 std::string to_toml(const TrainConfig& config);
 // All known dotted keys (for help and suggestions).

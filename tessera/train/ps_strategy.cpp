@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "tessera/parallel/ps/remote_optimizer.h"
+
 namespace tessera::train {
 
 PsStrategy::PsStrategy(parallel::ps::ClientOptions options, int num_workers)
@@ -18,6 +20,11 @@ std::string PsStrategy::shard_dir(const RunOutput& run) {
 std::vector<Tensor> PsStrategy::prepare(std::shared_ptr<nn::Module> model) {
   worker_ = std::make_unique<parallel::ps::PsWorker>(model, options_);
   return LocalStrategy::prepare(std::move(model));
+}
+
+std::unique_ptr<optim::Optimizer> PsStrategy::own_optimizer(std::vector<Tensor>& params, double lr) {
+  TESSERA_ASSERT(worker_, "PsStrategy::own_optimizer before prepare");
+  return std::make_unique<parallel::ps::RemoteOptimizer>(params, lr, *worker_);
 }
 
 void PsStrategy::on_fit_start(int64_t step, bool resumed, const RunOutput& run) {

@@ -1,7 +1,7 @@
 // PsStrategy: one worker of a parameter-server job (parallel/ps). It reads its share of every
 // global batch, computes gradients on its copy of the model, and the optimizer step pushes them and
 // pulls the next values: the servers run the optimizer, the worker's schedule sets the lr each push
-// carries. Worker 0 initialises the servers (or has them restore a checkpoint's shards), evaluates
+// carries (its optimizer is a RemoteOptimizer, whose step is the push and pull). Worker 0 initialises the servers (or has them restore a checkpoint's shards), evaluates
 // for the job, and has the servers write their shards before it writes a checkpoint.
 #pragma once
 #include "tessera/parallel/ps/worker.h"
@@ -22,7 +22,8 @@ class PsStrategy : public LocalStrategy {
   bool takes_part_in_evaluation() const override { return rank() == 0; }
 
   std::vector<Tensor> prepare(std::shared_ptr<nn::Module> model) override;
-  void optimizer_step(optim::Optimizer& optimizer) override { worker_->step(optimizer.lr()); }
+  // Its step pushes the gradients at the schedule's lr and pulls the next values (remote_optimizer.h).
+  std::unique_ptr<optim::Optimizer> own_optimizer(std::vector<Tensor>& params, double lr) override;
   int64_t max_over_job(int64_t value) override { return value; }  // workers stop on their own
   std::optional<EvalContribution> evaluate_batch(const data::Batch& batch) override;
   void before_evaluation() override;

@@ -4,7 +4,7 @@
 //   batch (this replica's share of the global batch: data_share)
 //     -> forward_backward(batch)          model, loss, backward; gradients synchronised
 //     -> clip_gradients(max_norm)         by the norm over everything the strategy splits
-//     -> optimizer_step(optimizer)        or the servers' step
+//     -> optimizer_step(optimizer)        (a parameter-server worker's pushes and pulls)
 //     -> any_rank(stop)                   every rank agrees on stopping after the same step
 //   evaluation: evaluate_batch(batch) on each rank's eval_share, sums added by sum_over_job
 //   checkpoint: model_state() (the whole model, on the writing rank), before_checkpoint / resume
@@ -29,6 +29,7 @@
 #include "tessera/nn/module.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/train/config.h"
+#include "tessera/train/objective.h"
 
 namespace tessera::train {
 
@@ -43,14 +44,6 @@ struct EvalContribution {
   Tensor loss;    // the batch's mean loss (scalar)
   Tensor output;  // logits (N, classes) for a classifier; undefined where there is no accuracy
   int64_t hits = -1;  // where the objective counts its own hits (MIL-NCE's in-batch R@1): the accuracy's numerator
-};
-
-// A model's own objective in place of default_loss (MIL-NCE): its loss, given the group whose whole
-// batch supplies the negatives (null for one process and in evaluation, where ranks evaluate apart),
-// and the hits of an evaluation batch.
-struct Objective {
-  std::function<Tensor(const Tensor& output, const Tensor& targets, dist::ProcessGroup* group)> loss;
-  std::function<int64_t(const Tensor& output, const Tensor& targets)> hits;
 };
 
 // Where a run writes: the output directory and the run's id. A strategy keeps its own files under
@@ -97,6 +90,11 @@ class Strategy {
   // Collective.
   virtual bool unscale_gradients(double inv_scale) = 0;
   virtual void optimizer_step(optim::Optimizer& optimizer) { optimizer.step(); }
+  // The strategy's own optimizer where the update runs elsewhere (the parameter servers'), over
+  // the parameters prepare() returned, at `lr`; null: the one the config names.
+  virtual std::unique_ptr<optim::Optimizer> own_optimizer(std::vector<Tensor>& /*params*/, double /*lr*/) {
+    return nullptr;
+  }
   // The largest of every rank's `value` (one tiny all-reduce where there are peers; a parameter-server
   // worker's own value: the workers never wait for each other).
   virtual int64_t max_over_job(int64_t value) = 0;

@@ -17,11 +17,11 @@
 #include "tessera/core/cpu_allocator.h"
 #include "tessera/data/sampler.h"
 #include "tessera/io/checkpoint.h"
-#include "tessera/nn/milnce.h"
 #include "tessera/observe/tensorboard.h"
 #include "tessera/observe/trace.h"
 #include "tessera/ops/ops.h"
 #include "tessera/train/lr_scaling.h"
+#include "tessera/train/model_registry.h"
 #include "tessera/train/whole_checkpoint.h"
 #include "tessera/util/clock.h"
 #include "tessera/util/thread_pool.h"
@@ -98,22 +98,16 @@ void Trainer::assemble(StrategyEnvironment env) {
   train_set_ = sets.train, eval_set_ = sets.eval, vocab_ = sets.vocabulary;
   env.train_set = train_set_;
   strategy_ = make_strategy(config_, std::move(env));
-  if (config_.model.name == "milnce") {  // MIL-NCE's loss, its negatives from the replicas' whole batch
+  const ModelEntry& model_kind = model_entry(config_.model.name);
+  if (model_kind.objective) {  // e.g. MIL-NCE's loss, its negatives from the replicas' whole batch
     TESSERA_CHECK(strategy_->supports_objectives(), "[train] the ", strategy_->name(),
-                  " strategy cannot train model.name = 'milnce'");
-    const auto temperature = static_cast<float>(config_.model.temperature);
-    strategy_->set_objective({[temperature](const Tensor& output, const Tensor&, dist::ProcessGroup* group) {
-                                return nn::mil_nce_loss_of(output, temperature, group);
-                              },
-                              [temperature](const Tensor& output, const Tensor&) {
-                                return nn::in_batch_hits(output, temperature);
-                              }});
+                  " strategy cannot train model.name = '", config_.model.name, "'");
+    strategy_->set_objective(model_kind.objective(config_));
   }
   // A table read where it lies: each replica takes its own byte range (before anything reads it).
-  if (auto* table = dynamic_cast<data::PartitionedDataset*>(train_set_.get()))
-    table->select_share(strategy_->data_share().index, strategy_->data_share().count);
-  if (auto* table = dynamic_cast<data::PartitionedDataset*>(eval_set_.get())) {
-    table->select_share(strategy_->eval_share().index, strategy_->eval_share().count);
+  if (train_set_->reads_one_share()) train_set_->select_share(strategy_->data_share().index, strategy_->data_share().count);
+  if (eval_set_->reads_one_share()) {
+    eval_set_->select_share(strategy_->eval_share().index, strategy_->eval_share().count);
     TESSERA_CHECK(strategy_->max_over_job(eval_set_->size()) > 0, "[train] the test table ", config_.data.test_path,
                   " holds no rows");
   }
@@ -129,7 +123,8 @@ void Trainer::assemble(StrategyEnvironment env) {
   if (strategy_->keeps_whole_model()) model_ = model;
   // The linear (or square-root) scaling rule: the global batch grows with the replicas, so may the lr.
   const double lr = scaled_lr(config_.optimizer.lr, config_.optimizer.scale_lr, strategy_->data_share().count);
-  optimizer_ = build_optimizer(config_.optimizer, lr, params);
+  optimizer_ = strategy_->own_optimizer(params, lr);
+  if (!optimizer_) optimizer_ = build_optimizer(config_.optimizer, lr, params);
   // The schedule spans the configured epochs; max_steps only stops the run early (as an interruption
   // would), so a run stopped by it and resumed follows the same curve as one never stopped.
   schedule_ = build_schedule(config_.schedule, *optimizer_, config_.train.epochs * loader_->batches_per_epoch());
@@ -150,7 +145,7 @@ void Trainer::build_data() {
   // With one replica this is the RandomSampler order (sampler.h), so single-process runs are unchanged.
   const DataShare share = strategy_->data_share();
   std::shared_ptr<data::Sampler> sampler;
-  if (dynamic_cast<const data::PartitionedDataset*>(train_set_.get()) != nullptr) {
+  if (train_set_->reads_one_share()) {
     // This replica's own rows; the shares differ by a few rows, so each is padded to the largest.
     const int64_t largest = strategy_->max_over_job(train_set_->size());
     TESSERA_CHECK(largest > 0, "[train] the training table ", config_.data.path, " holds no rows");
@@ -433,7 +428,7 @@ EvalResult Trainer::evaluate(TaskProgress* progress) {
   const DataShare share = strategy_->eval_share();
   const int64_t n = eval_set_->size();
   // A table read where it lies holds only this replica's rows already.
-  const bool own_rows = dynamic_cast<const data::PartitionedDataset*>(eval_set_.get()) != nullptr;
+  const bool own_rows = eval_set_->reads_one_share();
   const int64_t first = own_rows ? 0 : n * share.index / share.count;
   const int64_t end = own_rows ? n : n * (share.index + 1) / share.count;
   data::DataLoader loader(eval_set_, std::make_shared<data::RangeSampler>(first, end), opts);
@@ -463,7 +458,7 @@ EvalResult Trainer::evaluate(TaskProgress* progress) {
   strategy_->sum_over_job(sums);
   r.samples = sums.samples;
   r.loss = sums.weight ? sums.loss_sum / sums.weight : std::numeric_limits<double>::quiet_NaN();
-  r.accuracy = vocab_ || config_.model.name == "linear" ? std::numeric_limits<double>::quiet_NaN()
+  r.accuracy = !model_entry(config_.model.name).reports_accuracy ? std::numeric_limits<double>::quiet_NaN()
                       : (sums.samples ? static_cast<double>(sums.correct) / sums.samples : 0.0);
   return r;
 }

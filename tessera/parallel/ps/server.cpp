@@ -14,6 +14,7 @@
 #include "tessera/dist/net/framed_server.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/ops/ops.h"
+#include "tessera/parallel/ps/consistency.h"
 #include "tessera/parallel/ps/protocol.h"
 #include "tessera/parallel/ps/shm_channel.h"
 #include "tessera/parallel/ps/server_shard.h"
@@ -25,17 +26,6 @@ namespace fs = std::filesystem;
 using dist::net::Clock;
 using dist::net::ConnectionId;
 using tessera::detail::concat;
-
-Mode parse_mode(const std::string& name) {
-  if (name == "sync") return Mode::kSync;
-  if (name == "async") return Mode::kAsync;
-  if (name == "ssp") return Mode::kBoundedStaleness;
-  throw ValueError(concat("[ps] unknown mode '", name, "'; expected sync, async or ssp"));
-}
-
-std::string mode_name(Mode mode) {
-  return mode == Mode::kSync ? "sync" : mode == Mode::kAsync ? "async" : "ssp";
-}
 
 void publish_server_address(dist::Store& store, int server_rank, const std::string& address) {
   store.set(concat("ps/server/", server_rank), address);
@@ -59,7 +49,7 @@ struct Worker {
   std::string peer;
   int64_t clock = 0;  // gradients pushed (its global step)
   Clock::time_point last_seen{};
-  bool waiting = false;  // a pull is held until the mode allows it
+  bool waiting = false;  // a pull is held until the consistency rule allows it
   int64_t pull_clock = 0;
   bool pull_dense = true;
   std::vector<std::pair<int, std::vector<int64_t>>> pull_rows;  // sparse part of the held pull
@@ -89,21 +79,19 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
   std::map<ConnectionId, int> rank_of;
   std::optional<ServerShard> shard;  // once the first worker registered the model
   bool ready = false;  // initialised or restored: pulls may be answered
-  int64_t version = 0;
+  ConsistencyRule rule;  // when pushes are applied and pulls answered (consistency.h)
   // Kept from request to request for their memory: megabytes every step would otherwise be
   // allocated, page-faulted in and given back (a fifth of the CPU of `tessera bench ps` on the MLP).
   std::vector<float> pushed;
   Bytes values_frame;
-  int sync_pushes = 0;  // gradients received for the current synchronous step
-  double sync_lr = 0.0;
   ServerReport report;
   std::string fatal;  // set when run() must fail
 
-  explicit Impl(ServerOptions o) : options(std::move(o)), net(net_options(options)) {
+  explicit Impl(ServerOptions o)
+      : options(std::move(o)), net(net_options(options)), rule(options.mode, options.staleness) {
     TESSERA_CHECK(options.num_workers >= 1 && options.server_rank >= 0 && options.server_rank < options.num_servers,
                   "[ps] server ", options.server_rank, " of ", options.num_servers, " with ", options.num_workers,
                   " workers");
-    TESSERA_CHECK(options.staleness >= 0, "[ps] staleness must be >= 0, got ", options.staleness);
     if (!options.log) options.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     workers.resize(static_cast<size_t>(options.num_workers));
   }
@@ -163,8 +151,8 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     w.lost = true;
     w.waiting = false;
     report.lost_workers.push_back(rank);
-    if (options.mode == Mode::kSync) return fail(concat(what, "; synchronous training cannot go on without it"));
-    log(concat(what, "; going on with the ", active_workers(), " other workers (", mode_name(options.mode), " mode)"));
+    if (rule.needs_every_worker()) return fail(concat(what, "; synchronous training cannot go on without it"));
+    log(concat(what, "; going on with the ", active_workers(), " other workers (", rule.describe(), ")"));
     after_change();
   }
 
@@ -258,9 +246,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     shard.emplace(std::move(specs), options.server_rank, options.num_servers, options.optimizer);
     report.elements = shard->elements();
     log(concat("holds ", shard->held().size(), " pieces of ", shard->plan().specs().size(), " parameters: ", report.elements,
-               " elements; ", mode_name(options.mode), " mode",
-               options.mode == Mode::kBoundedStaleness ? concat(", staleness ", options.staleness) : "", ", ",
-               options.num_workers, " workers"));
+               " elements; ", rule.describe(), ", ", options.num_workers, " workers"));
   }
 
   ServerShard& registered(const char* what) {
@@ -327,8 +313,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     const double lr = bits_double(r.i64());
     if (!ready) throw ProtocolError("push before the parameters were initialised");
     if (clock != w.clock) throw ProtocolError(concat("push of step ", clock, " after ", w.clock, " pushes"));
-    if (options.mode == Mode::kSync && clock != version)
-      return reply_error(id, concat("worker ", rank, " pushed step ", clock, " while the servers are at step ", version));
+    if (auto refused = rule.refuse_push(clock, rank)) return reply_error(id, *refused);
     uint32_t n = r.u32();
     if (dense_in_shm) {
       if (!w.shm.attached()) throw ProtocolError("a push through shared memory without a channel");
@@ -340,7 +325,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
         const size_t count = static_cast<size_t>(h.values.numel());
         const float* pushed_here = w.shm.push_region() + w.shm_offsets[i];
         float* grad = h.grad.data<float>();
-        if (options.mode == Mode::kSync) {
+        if (rule.sums_pushes()) {
           for (size_t k = 0; k < count; ++k) grad[k] += pushed_here[k];
         } else {
           std::memcpy(grad, pushed_here, count * sizeof(float));
@@ -353,7 +338,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
       HeldPiece& h = registered("push").piece(piece, "push");
       if (h.sparse) throw ProtocolError(concat("dense push of sparse piece ", piece));
       const size_t count = static_cast<size_t>(h.values.numel());
-      if (options.mode == Mode::kSync) {
+      if (rule.sums_pushes()) {
         pushed.resize(count);
         read_floats(r, pushed.data(), count, "pushed gradient");
         float* sum = h.grad.data<float>();
@@ -365,8 +350,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
       report.bytes_received += static_cast<int64_t>(count * sizeof(float));
     }
     uint32_t m = r.u32();
-    std::vector<std::pair<HeldPiece*, std::vector<int64_t>>> sparse_rows;
-    std::vector<std::vector<float>> sparse_grads;
+    std::vector<RowsPush> sparse_rows;
     for (uint32_t i = 0; i < m; ++i) {
       uint32_t param = r.u32();
       std::vector<int64_t> ids = read_ids(r);
@@ -377,34 +361,14 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
       const int64_t begin = shard->row_begin(h);
       for (auto& id : ids) id -= begin;
       report.bytes_received += static_cast<int64_t>(grads.size() * sizeof(float) + ids.size() * sizeof(int64_t));
-      sparse_rows.emplace_back(&h, std::move(ids));
-      sparse_grads.push_back(std::move(grads));
+      sparse_rows.push_back({&h, std::move(ids), std::move(grads)});
     }
     r.expect_end();
     ++report.pushes;
     ++w.clock;
-    if (options.mode == Mode::kSync) {
-      for (size_t i = 0; i < sparse_rows.size(); ++i) shard->accumulate_rows(*sparse_rows[i].first, sparse_rows[i].second, sparse_grads[i]);
-      sync_lr = lr;
-      ++sync_pushes;
-    } else {
-      shard->step_dense(lr);
-      for (size_t i = 0; i < sparse_rows.size(); ++i)
-        shard->step_rows(*sparse_rows[i].first, sparse_rows[i].second, sparse_grads[i].data(), lr);
-      ++version;
-      ++report.updates;
-    }
+    if (rule.on_push(*shard, lr, sparse_rows)) ++report.updates;
     reply_ok(id);
     after_change();
-  }
-
-  // Synchronous mode: every active worker has pushed this step (a worker that finished early, as
-  // with uneven data, no longer counts). Average and apply.
-  void apply_sync() {
-    shard->apply_sums(sync_pushes, sync_lr);
-    sync_pushes = 0;
-    ++version;
-    ++report.updates;
   }
 
   void on_pull(ConnectionId id, int rank, FrameReader& r, bool dense_in_shm) {
@@ -434,15 +398,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     return slowest;
   }
 
-  bool may_serve(const Worker& w) const {
-    if (!ready) return false;
-    switch (options.mode) {
-      case Mode::kSync: return version >= w.pull_clock;
-      case Mode::kAsync: return true;
-      case Mode::kBoundedStaleness: return slowest_clock() >= w.pull_clock - options.staleness;
-    }
-    return false;
-  }
+  bool may_serve(const Worker& w) const { return ready && rule.may_serve(w.pull_clock, slowest_clock()); }
 
   void serve_pulls() {
     for (int rank = 0; rank < options.num_workers; ++rank) {
@@ -469,7 +425,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
       }
     }
     FrameWriter out(uint8_t(w.pull_in_shm ? PsReply::kValuesInShm : PsReply::kValues), std::move(values_frame));
-    out.i64(version);
+    out.i64(rule.version());
     if (!w.pull_in_shm) write_dense_values(out, w);
     write_rows(out, w);
     values_frame = out.finish();
@@ -503,9 +459,10 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     }
   }
 
-  // After anything that can complete a step, unblock a pull or end the job.
+  // After anything that can complete a step, unblock a pull or end the job. A worker that finished
+  // early (uneven data) or was lost no longer counts towards a synchronous step.
   void after_change() {
-    if (options.mode == Mode::kSync && sync_pushes > 0 && sync_pushes >= active_workers()) apply_sync();
+    if (shard && rule.complete_step(*shard, active_workers())) ++report.updates;
     serve_pulls();
     if (std::all_of(workers.begin(), workers.end(), [](const Worker& w) { return w.connected && !w.active(); })) net.stop();
   }
@@ -516,7 +473,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
     int64_t step = r.i64();
     r.expect_end();
     if (!shard || !ready) return reply_error(id, "save before the parameters were initialised");
-    ShardCheckpoint at{options.server_rank, options.num_servers, step, version, options.keep_checkpoints};
+    ShardCheckpoint at{options.server_rank, options.num_servers, step, rule.version(), options.keep_checkpoints};
     try {
       save_server_shard(dir, at, shard->plan(), shard->shards(), shard->optimizer().state_dict());
     } catch (const std::exception& e) {
@@ -535,7 +492,7 @@ struct ParameterServer::Impl : dist::net::FramedServer::Handler {
       std::vector<HeldShard> views = held.shards();
       RestoredShard restored = restore_server_shard(dir, step, options.server_rank, options.num_servers, held.plan(), views);
       held.optimizer().load_state_dict(restored.optimizer_state);
-      version = restored.version;
+      rule.restore_version(restored.version);
       from = restored.from;
     } catch (const std::exception& e) {
       return reply_error(id, e.what());
@@ -561,7 +518,7 @@ ServerReport ParameterServer::run() {
   impl_->log(concat("finished: ", r.updates, " updates, ", r.pushes, " pushes, ", r.pulls, " pulls, ",
                     r.finished_workers.size(), " workers finished, ", r.lost_workers.size(),
                     " lost; largest staleness ", r.max_staleness,
-                    impl_->options.mode == Mode::kBoundedStaleness ? concat(" (bound ", impl_->options.staleness, ")") : ""));
+                    impl_->rule.mode() == Mode::kBoundedStaleness ? concat(" (bound ", impl_->rule.staleness(), ")") : ""));
   return r;
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tessera/dist/store/store.h"
+#include "tessera/parallel/ps/consistency.h"
 #include "tessera/parallel/ps/server_checkpoint.h"  // server_checkpoint_path
 #include "tessera/parallel/ps/shard_optimizer.h"
 
@@ -27,10 +28,6 @@ namespace tessera::parallel::ps {
 
 using dist::Bytes;
 using dist::Milliseconds;
-
-enum class Mode { kSync, kAsync, kBoundedStaleness };
-Mode parse_mode(const std::string& name);  // sync | async | ssp
-std::string mode_name(Mode mode);
 
 struct ServerOptions {
   int server_rank = 0;

@@ -1,8 +1,8 @@
 // What one parameter server holds and how it changes: its pieces of the plan (dense slices and
 // sparse row ranges, shard_plan.h), their optimizer, and the synchronous step's gradient sums.
-// The server (server.cpp) decides who may push and pull and when a step is applied; this class does
-// the arithmetic, and checks that a request names pieces and rows this server really holds (a
-// ProtocolError naming what was asked otherwise, so the connection that asked is dropped).
+// The consistency rule (consistency.h) decides when a push is applied and a pull answered; this
+// class does the arithmetic, and checks that a request names pieces and rows this server really
+// holds (a ProtocolError naming what was asked otherwise, so the connection that asked is dropped).
 #pragma once
 #include <cstdint>
 #include <memory>
