@@ -16,6 +16,12 @@
 // gradients and state at its peak, stage 2 4Ψ + 4Ψ/N + 8Ψ/N (plus a unit's gradients in flight),
 // stage 3 16Ψ/N (plus the units gathered at once). The layout is flat_unit.h's.
 //
+// A stage is two policies, not branches: where the whole parameters are kept between uses
+// (parameter_layout.h: ReplicatedParameters for stages 1 and 2, ShardedParameters for stage 3; a
+// hybrid-sharded or offloaded layout is one more), and whether gradients are reduce-scattered as
+// each unit's are ready (stages 2, 3) or at the end of backward (stage 1). The run (units, gradients,
+// the step) is zero_data_parallel.cpp; the whole model's and optimizer's state, zero_whole_state.cpp.
+//
 // Use (the optimizer is built over the pieces, and stepped through step()):
 //   ZeroDataParallel zero(model, group, {.stage = 3});
 //   optim::Adam opt(zero.parameters(), {...});
