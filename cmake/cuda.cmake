@@ -78,7 +78,7 @@ message(STATUS "tessera: CUDA on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm_${CMAK
 
 file(GLOB TESSERA_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tessera/backend/cuda/*.cpp
      ${PROJECT_SOURCE_DIR}/tessera/backend/cuda/*.cu)
-list(FILTER TESSERA_CUDA_SOURCES EXCLUDE REGEX "/no_cuda\\.cpp$")
+list(FILTER TESSERA_CUDA_SOURCES EXCLUDE REGEX "/(no_cuda|cuda_kernels)\\.cpp$")
 add_library(tessera_cuda STATIC ${TESSERA_CUDA_SOURCES})
 # Few files, and CUDA's headers differ between them: file by file. Position-independent: the Python
 # module links it into a shared object.

@@ -1,6 +1,7 @@
 #include "tessera/ops/kernels.h"
 
 #include "tessera/backend/cpu/cpu_kernels.h"
+#include "tessera/backend/cuda/cuda_kernels.h"
 
 namespace tessera {
 
@@ -53,21 +54,9 @@ void Kernels::missing(const char* op) const {
                                  " yet; copy the tensors to the CPU (.cpu()) for this op"));
 }
 
-// A device without its own table yet: every kernel missing, each naming itself.
-namespace {
-class NoKernels final : public Kernels {
- public:
-  using Kernels::Kernels;
-};
-}  // namespace
-
 const Kernels& kernels_for(const Device& device) {
-  static const NoKernels cuda_kernels(DeviceType::CUDA);
-  switch (device.type) {
-    case DeviceType::CPU: return cpu::cpu_kernels();
-    case DeviceType::CUDA: return cuda_kernels;
-  }
-  return cuda_kernels;
+  if (device.type == DeviceType::CUDA) return cuda::cuda_kernels();
+  return cpu::cpu_kernels();
 }
 
 // ---- the entries a device has not overridden ----

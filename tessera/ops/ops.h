@@ -9,6 +9,7 @@
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/rng.h"
 #include "tessera/core/tensor.h"
+#include "tessera/ops/optimizer_steps.h"
 
 namespace tessera {
 
@@ -167,23 +168,6 @@ Tensor index_select(const Tensor& t, int64_t dim, const Tensor& indices);
 // ---- fused optimizer updates (in place, no autograd; optim/ and the parameter servers) ----
 // One pass over a parameter, its gradient and its state: contiguous float32 tensors of one shape on
 // one device; a buffer is undefined where the optimizer keeps none (SGD and LARS without momentum).
-// One step's constants, in float32 as the state is (optim/ computes them from its options).
-struct SgdStep {
-  float lr, momentum, dampening, weight_decay;
-  bool nesterov;
-  bool first;  // the momentum buffer's first step: it takes the gradient (torch's rule)
-};
-struct AdamStep {
-  float step_size;   // lr / (1 - beta1^t)
-  float bias2_sqrt;  // sqrt(1 - beta2^t)
-  float beta1, beta2, eps, weight_decay, lr;
-  bool decoupled;    // AdamW: weight decay on the parameter, not added to the gradient
-};
-struct LambStep {
-  float beta1, beta2, one_minus_beta1, one_minus_beta2;  // 1 - beta computed in double
-  float bias1, bias2, eps, weight_decay;
-};
-
 void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& step);
 void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamStep& step);
 // LAMB in two passes, so that the norms can be summed over ZeRO pieces between them: the moments,

@@ -9,6 +9,7 @@
 #include "tessera/backend/cpu/loops.h"
 #include "tessera/backend/cpu/vector_math.h"
 #include "tessera/core/half_codec.h"
+#include "tessera/ops/elementwise_formulas.h"
 #include "tessera/ops/detail.h"
 #include "tessera/util/thread_pool.h"
 
@@ -79,8 +80,6 @@ Tensor map2(const Tensor& a, const Tensor& b, const F& f, const char* op) {
 // GELU's two passes over contiguous memory, with erf and exp written so that GCC vectorises them
 // (vector_math.h). With libm's erff and expf they ran scalar: 18% of the GPT's step. Both run on
 // contiguous copies of their operands, whatever the strides, so every layout gives the same bits.
-constexpr float kInvSqrt2 = 0.70710678118654752f, kInvSqrt2Pi = 0.39894228040143268f;
-
 void gelu_forward_loop(const float* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * x[i] * (1.0f + erf_vectorisable(x[i] * kInvSqrt2));
 }
@@ -133,51 +132,19 @@ void strided_convert(Tensor& dst, const Tensor& src, const Convert& convert) {
 
 using namespace elementwise_loops;
 
+// The formulas are ops/elementwise_formulas.h's, one loop instantiated per op code; GELU's two
+// keep their vectorisable loops.
 Tensor CpuKernels::unary(UnaryOp op, const Tensor& a, float s) const {
-  switch (op) {
-    case UnaryOp::kNeg: return map1(a, [](float x) { return -x; });
-    case UnaryOp::kExp: return map1(a, [](float x) { return std::exp(x); });
-    case UnaryOp::kLog: return map1(a, [](float x) { return std::log(x); });
-    case UnaryOp::kSqrt: return map1(a, [](float x) { return std::sqrt(x); });
-    case UnaryOp::kTanh: return map1(a, [](float x) { return std::tanh(x); });
-    case UnaryOp::kSigmoid: return map1(a, [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
-    case UnaryOp::kRelu: return map1(a, [](float x) { return relu_value(x); });
-    case UnaryOp::kGelu: return gelu_of_contiguous(a);
-    case UnaryOp::kAddScalar: return map1(a, [s](float x) { return x + s; });
-    case UnaryOp::kMulScalar: return map1(a, [s](float x) { return x * s; });
-    case UnaryOp::kPowScalar: return map1(a, [s](float x) { return std::pow(x, s); });
-    case UnaryOp::kGreaterThan: return map1(a, [s](float x) { return x > s ? 1.0f : 0.0f; });
-    case UnaryOp::kNonzero: return map1(a, [](float x) { return x != 0.0f ? 1.0f : 0.0f; });
-  }
-  missing(op_name(op));
+  if (op == UnaryOp::kGelu) return gelu_of_contiguous(a);
+  return with_unary_op(op, [&]<UnaryOp code>() { return map1(a, [s](float x) { return unary_formula<code>(x, s); }); });
 }
 
 Tensor CpuKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b, float s) const {
+  if (op == BinaryOp::kGeluGrad) return gelu_grad_of_contiguous(a, b);
   const char* name = op_name(op);
-  switch (op) {
-    case BinaryOp::kAdd: return map2(a, b, [](float x, float y) { return x + y; }, name);
-    case BinaryOp::kSub: return map2(a, b, [](float x, float y) { return x - y; }, name);
-    case BinaryOp::kMul: return map2(a, b, [](float x, float y) { return x * y; }, name);
-    case BinaryOp::kDiv: return map2(a, b, [](float x, float y) { return x / y; }, name);
-    case BinaryOp::kPow: return map2(a, b, [](float x, float y) { return std::pow(x, y); }, name);
-    case BinaryOp::kEqual: return map2(a, b, [](float x, float y) { return x == y ? 1.0f : 0.0f; }, name);
-    case BinaryOp::kKeepWhere: return map2(a, b, [](float x, float m) { return m != 0.0f ? x : 0.0f; }, name);
-    case BinaryOp::kDropWhere: return map2(a, b, [](float x, float m) { return m != 0.0f ? 0.0f : x; }, name);
-    case BinaryOp::kFillWhere: return map2(a, b, [s](float x, float m) { return m != 0.0f ? s : x; }, name);
-    case BinaryOp::kDivisorGrad: return map2(a, b, [](float ga, float y) { return -ga / (y * y); }, name);
-    case BinaryOp::kPowScalarGrad:
-      return map2(a, b, [s](float g, float x) { return s == 0.0f ? 0.0f : g * s * std::pow(x, s - 1.0f); }, name);
-    case BinaryOp::kPowBaseGrad:
-      return map2(a, b, [](float x, float e) { return e == 0.0f ? 0.0f : e * std::pow(x, e - 1.0f); }, name);
-    case BinaryOp::kPowExponentGrad:
-      return map2(a, b, [](float o, float x) { return x > 0.0f ? o * std::log(x) : 0.0f; }, name);
-    case BinaryOp::kSqrtGrad: return map2(a, b, [](float g, float o) { return 0.5f * g / o; }, name);
-    case BinaryOp::kTanhGrad: return map2(a, b, [](float g, float o) { return g * (1.0f - o * o); }, name);
-    case BinaryOp::kSigmoidGrad: return map2(a, b, [](float g, float o) { return g * o * (1.0f - o); }, name);
-    case BinaryOp::kReluGrad: return map2(a, b, [](float g, float o) { return o > 0.0f ? g : 0.0f; }, name);
-    case BinaryOp::kGeluGrad: return gelu_grad_of_contiguous(a, b);
-  }
-  missing(name);
+  return with_binary_op(op, [&]<BinaryOp code>() {
+    return map2(a, b, [s](float x, float y) { return binary_formula<code>(x, y, s); }, name);
+  });
 }
 
 void CpuKernels::copy(Tensor& dst, const Tensor& src) const {

@@ -5,6 +5,7 @@
 #include "tessera/backend/cuda/convert.h"
 #include "tessera/backend/cuda/device_buffer.h"
 #include "tessera/backend/cuda/device_info.h"
+#include "tessera/backend/cuda/elementwise.h"
 #include "tessera/backend/cuda/gemm.h"
 #include "tessera/backend/cuda/stream.h"
 #include "tessera/core/error.h"
@@ -56,6 +57,36 @@ void gemm(GemmPrecision, const DeviceBuffer&, const DeviceBuffer&, DeviceBuffer&
 }
 
 void float_to_bfloat16(const DeviceBuffer&, DeviceBuffer&, int64_t) { no_cuda("cuda::float_to_bfloat16"); }
+
+void unary(int device, UnaryOp, float, const float*, const Strides&, float*, const IterationShape&) {
+  no_cuda("cuda::unary", "cuda:" + std::to_string(device));
+}
+void binary(int device, BinaryOp, float, const float*, const Strides&, const float*, const Strides&, float*,
+            const IterationShape&) {
+  no_cuda("cuda::binary", "cuda:" + std::to_string(device));
+}
+void copy(int device, void*, ElementType, const Strides&, const void*, ElementType, const Strides&,
+          const IterationShape&) {
+  no_cuda("cuda::copy", "cuda:" + std::to_string(device));
+}
+void fill(int device, float*, const Strides&, const IterationShape&, float) {
+  no_cuda("cuda::fill", "cuda:" + std::to_string(device));
+}
+void add_scaled(int device, float*, const Strides&, const float*, const Strides&, const IterationShape&, float) {
+  no_cuda("cuda::add_scaled", "cuda:" + std::to_string(device));
+}
+void scale(int device, float*, const Strides&, const IterationShape&, float) {
+  no_cuda("cuda::scale", "cuda:" + std::to_string(device));
+}
+void sgd_update(int device, float*, const float*, float*, int64_t, const SgdStep&) {
+  no_cuda("cuda::sgd_update", "cuda:" + std::to_string(device));
+}
+void adam_update(int device, float*, const float*, float*, float*, int64_t, const AdamStep&) {
+  no_cuda("cuda::adam_update", "cuda:" + std::to_string(device));
+}
+void lars_update(int device, float*, const float*, float*, int64_t, float, float, float) {
+  no_cuda("cuda::lars_update", "cuda:" + std::to_string(device));
+}
 
 Stream& compute_stream(int device) { no_cuda("cuda::compute_stream", "cuda:" + std::to_string(device)); }
 std::unique_ptr<Stream> make_stream(int device) { no_cuda("cuda::make_stream", "cuda:" + std::to_string(device)); }

@@ -40,11 +40,15 @@ class CudaEvent final : public Event {
 
 class CudaStream final : public Stream {
  public:
-  explicit CudaStream(int device) : device_(device) {
+  // A new non-blocking stream (a communicator's), or the device's legacy default stream (null:
+  // the compute stream, not owned).
+  CudaStream(int device, bool create) : device_(device), owned_(create) {
     detail::use_device(device, "cuda::Stream");
-    TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    if (create) TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
-  ~CudaStream() override { cudaStreamDestroy(stream_); }
+  ~CudaStream() override {
+    if (owned_) cudaStreamDestroy(stream_);
+  }
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
 
@@ -66,6 +70,7 @@ class CudaStream final : public Stream {
 
  private:
   int device_;
+  bool owned_;
   cudaStream_t stream_ = nullptr;
 };
 
@@ -77,10 +82,11 @@ Stream& compute_stream(int device) {
   std::lock_guard lock(mu);
   detail::use_device(device, "cuda::compute_stream");
   if (streams.size() <= static_cast<size_t>(device)) streams.resize(static_cast<size_t>(device) + 1);
-  if (!streams[static_cast<size_t>(device)]) streams[static_cast<size_t>(device)] = std::make_unique<CudaStream>(device);
+  if (!streams[static_cast<size_t>(device)])
+    streams[static_cast<size_t>(device)] = std::make_unique<CudaStream>(device, /*create=*/false);
   return *streams[static_cast<size_t>(device)];
 }
 
-std::unique_ptr<Stream> make_stream(int device) { return std::make_unique<CudaStream>(device); }
+std::unique_ptr<Stream> make_stream(int device) { return std::make_unique<CudaStream>(device, /*create=*/true); }
 
 }  // namespace tessera::cuda

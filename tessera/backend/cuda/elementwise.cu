@@ -1,0 +1,294 @@
+// The CUDA backend's elementwise kernels (elementwise.h). One thread per output element in a
+// grid-stride loop; a kernel per op code (its formula from ops/elementwise_formulas.h, shared with
+// the CPU), with a flat path where every operand is contiguous and a strided one that turns the
+// element's row-major index into each operand's offset. Memory-bound: what matters is that each
+// element is read and written once, coalesced where the operands are contiguous.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "tessera/backend/cuda/cuda_check.h"
+#include "tessera/backend/cuda/elementwise.h"
+#include "tessera/ops/elementwise_formulas.h"
+
+namespace tessera::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) {
+  // Enough blocks to fill an H100's 132 SMs many times over; the grid-stride loop covers the rest.
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 132 * 32)));
+}
+
+__device__ __forceinline__ int64_t offset_of(int64_t i, const IterationShape& shape, const Strides& strides) {
+  int64_t offset = 0;
+  for (int d = shape.ndim - 1; d >= 0; --d) {
+    const int64_t size = shape.sizes[d];
+    offset += (i % size) * strides.of[d];
+    i /= size;
+  }
+  return offset;
+}
+
+__device__ __forceinline__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(blockDim.x) * gridDim.x; }
+
+bool is_contiguous(const Strides& s, const IterationShape& shape) {
+  int64_t expected = 1;
+  for (int d = shape.ndim - 1; d >= 0; --d) {
+    if (shape.sizes[d] != 1 && s.of[d] != expected) return false;
+    expected *= shape.sizes[d];
+  }
+  return true;
+}
+
+template <UnaryOp op>
+__global__ void unary_kernel(float scalar, const float* __restrict__ a, Strides as, float* __restrict__ out,
+                             IterationShape shape, bool flat) {
+  for (int64_t i = first_index(); i < shape.numel; i += grid_stride())
+    out[i] = unary_formula<op>(a[flat ? i : offset_of(i, shape, as)], scalar);
+}
+
+template <BinaryOp op>
+__global__ void binary_kernel(float scalar, const float* __restrict__ a, Strides as, const float* __restrict__ b,
+                              Strides bs, float* __restrict__ out, IterationShape shape, bool flat) {
+  for (int64_t i = first_index(); i < shape.numel; i += grid_stride()) {
+    const float x = a[flat ? i : offset_of(i, shape, as)], y = b[flat ? i : offset_of(i, shape, bs)];
+    out[i] = binary_formula<op>(x, y, scalar);
+  }
+}
+
+struct LaunchUnary {
+  float scalar;
+  const float* a;
+  Strides as;
+  float* out;
+  IterationShape shape;
+  bool flat;
+  template <UnaryOp op>
+  int operator()() const {
+    unary_kernel<op><<<blocks_for(shape.numel), kThreads>>>(scalar, a, as, out, shape, flat);
+    return 0;
+  }
+};
+
+struct LaunchBinary {
+  float scalar;
+  const float* a;
+  Strides as;
+  const float* b;
+  Strides bs;
+  float* out;
+  IterationShape shape;
+  bool flat;
+  template <BinaryOp op>
+  int operator()() const {
+    binary_kernel<op><<<blocks_for(shape.numel), kThreads>>>(scalar, a, as, b, bs, out, shape, flat);
+    return 0;
+  }
+};
+
+// ---- element conversions: as the CPU's (core/dtype.h, core/half_codec.h) ----
+
+__device__ __forceinline__ float load_as_float(const void* p, int64_t k, ElementType t) {
+  switch (t) {
+    case ElementType::kFloat32: return static_cast<const float*>(p)[k];
+    case ElementType::kInt64: return static_cast<float>(static_cast<const int64_t*>(p)[k]);
+    case ElementType::kBFloat16: {
+      const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(p)[k]) << 16;
+      return __uint_as_float(bits);
+    }
+    case ElementType::kFloat16: return __half2float(static_cast<const __half*>(p)[k]);
+  }
+  return 0.0f;
+}
+
+// float32 to bfloat16: round to nearest even, NaN kept quiet with its sign (convert.cu's rule).
+__device__ __forceinline__ uint16_t bfloat16_bits(float f) {
+  const uint32_t u = __float_as_uint(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+__device__ __forceinline__ void store_from_float(void* p, int64_t k, ElementType t, float v) {
+  switch (t) {
+    case ElementType::kFloat32: static_cast<float*>(p)[k] = v; break;
+    case ElementType::kInt64: static_cast<int64_t*>(p)[k] = static_cast<int64_t>(v); break;
+    case ElementType::kBFloat16: static_cast<uint16_t*>(p)[k] = bfloat16_bits(v); break;
+    case ElementType::kFloat16: static_cast<__half*>(p)[k] = __float2half_rn(v); break;
+  }
+}
+
+// Same type: the element's bytes, so int64 values beyond float's 24 bits survive.
+template <typename T>
+__global__ void copy_same_kernel(T* __restrict__ dst, Strides ds, const T* __restrict__ src, Strides ss,
+                                 IterationShape shape) {
+  for (int64_t i = first_index(); i < shape.numel; i += grid_stride())
+    dst[offset_of(i, shape, ds)] = src[offset_of(i, shape, ss)];
+}
+
+__global__ void copy_convert_kernel(void* dst, ElementType dt, Strides ds, const void* src, ElementType st, Strides ss,
+                                    IterationShape shape) {
+  for (int64_t i = first_index(); i < shape.numel; i += grid_stride())
+    store_from_float(dst, offset_of(i, shape, ds), dt, load_as_float(src, offset_of(i, shape, ss), st));
+}
+
+__global__ void fill_kernel(float* dst, Strides ds, IterationShape shape, float value) {
+  for (int64_t i = first_index(); i < shape.numel; i += grid_stride()) dst[offset_of(i, shape, ds)] = value;
+}
+
+__global__ void add_scaled_kernel(float* dst, Strides ds, const float* src, Strides ss, IterationShape shape,
+                                  float alpha) {
+  for (int64_t i = first_index(); i < shape.numel; i += grid_stride())
+    dst[offset_of(i, shape, ds)] += alpha * src[offset_of(i, shape, ss)];
+}
+
+__global__ void scale_kernel(float* dst, Strides ds, IterationShape shape, float value) {
+  for (int64_t i = first_index(); i < shape.numel; i += grid_stride()) dst[offset_of(i, shape, ds)] *= value;
+}
+
+// ---- the fused optimizer updates: optim's formulas (backend/cpu/optimizer_update.h), per element ----
+
+__global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ buf, int64_t n,
+                           SgdStep s) {
+  for (int64_t k = first_index(); k < n; k += grid_stride()) {
+    const float d = g[k] + s.weight_decay * p[k];
+    if (buf == nullptr) {
+      p[k] -= s.lr * d;
+      continue;
+    }
+    buf[k] = s.first ? d : s.momentum * buf[k] + (1.0f - s.dampening) * d;
+    p[k] -= s.lr * (s.nesterov ? d + s.momentum * buf[k] : buf[k]);
+  }
+}
+
+__global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                            float* __restrict__ v, int64_t n, AdamStep s) {
+  for (int64_t k = first_index(); k < n; k += grid_stride()) {
+    float grad = g[k];
+    if (s.decoupled) p[k] *= 1.0f - s.lr * s.weight_decay;
+    else grad += s.weight_decay * p[k];
+    m[k] = s.beta1 * m[k] + (1.0f - s.beta1) * grad;
+    v[k] = s.beta2 * v[k] + (1.0f - s.beta2) * grad * grad;
+    p[k] -= s.step_size * m[k] / (sqrtf(v[k]) / s.bias2_sqrt + s.eps);
+  }
+}
+
+__global__ void lars_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ v, int64_t n,
+                            float local_lr, float wd, float mu) {
+  for (int64_t k = first_index(); k < n; k += grid_stride()) {
+    if (v == nullptr) {
+      p[k] -= local_lr * (g[k] + wd * p[k]);
+      continue;
+    }
+    v[k] = mu * v[k] + local_lr * (g[k] + wd * p[k]);
+    p[k] -= v[k];
+  }
+}
+
+void after_launch(int device, const char* op) {
+  static_cast<void>(device);
+  static_cast<void>(op);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void unary(int device, UnaryOp op, float scalar, const float* a, const Strides& as, float* out,
+           const IterationShape& shape) {
+  if (shape.numel == 0) return;
+  detail::use_device(device, "cuda::unary");
+  with_unary_op(op, LaunchUnary{scalar, a, as, out, shape, is_contiguous(as, shape)});
+  after_launch(device, "cuda::unary");
+}
+
+void binary(int device, BinaryOp op, float scalar, const float* a, const Strides& as, const float* b,
+            const Strides& bs, float* out, const IterationShape& shape) {
+  if (shape.numel == 0) return;
+  detail::use_device(device, "cuda::binary");
+  const bool flat = is_contiguous(as, shape) && is_contiguous(bs, shape);
+  with_binary_op(op, LaunchBinary{scalar, a, as, b, bs, out, shape, flat});
+  after_launch(device, "cuda::binary");
+}
+
+void copy(int device, void* dst, ElementType dt, const Strides& ds, const void* src, ElementType st, const Strides& ss,
+          const IterationShape& shape) {
+  if (shape.numel == 0) return;
+  detail::use_device(device, "cuda::copy");
+  const unsigned blocks = blocks_for(shape.numel);
+  if (dt == st && is_contiguous(ds, shape) && is_contiguous(ss, shape)) {
+    const size_t element = dt == ElementType::kInt64 ? 8 : dt == ElementType::kFloat32 ? 4 : 2;
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(shape.numel) * element,
+                                       cudaMemcpyDeviceToDevice, nullptr));
+    return;
+  }
+  if (dt == st) {
+    switch (dt) {
+      case ElementType::kFloat32:
+        copy_same_kernel<<<blocks, kThreads>>>(static_cast<float*>(dst), ds, static_cast<const float*>(src), ss, shape);
+        break;
+      case ElementType::kInt64:
+        copy_same_kernel<<<blocks, kThreads>>>(static_cast<int64_t*>(dst), ds, static_cast<const int64_t*>(src), ss,
+                                               shape);
+        break;
+      case ElementType::kBFloat16:
+      case ElementType::kFloat16:
+        copy_same_kernel<<<blocks, kThreads>>>(static_cast<uint16_t*>(dst), ds, static_cast<const uint16_t*>(src), ss,
+                                               shape);
+        break;
+    }
+  } else {
+    copy_convert_kernel<<<blocks, kThreads>>>(dst, dt, ds, src, st, ss, shape);
+  }
+  after_launch(device, "cuda::copy");
+}
+
+void fill(int device, float* dst, const Strides& ds, const IterationShape& shape, float value) {
+  if (shape.numel == 0) return;
+  detail::use_device(device, "cuda::fill");
+  fill_kernel<<<blocks_for(shape.numel), kThreads>>>(dst, ds, shape, value);
+  after_launch(device, "cuda::fill");
+}
+
+void add_scaled(int device, float* dst, const Strides& ds, const float* src, const Strides& ss,
+                const IterationShape& shape, float alpha) {
+  if (shape.numel == 0) return;
+  detail::use_device(device, "cuda::add_scaled");
+  add_scaled_kernel<<<blocks_for(shape.numel), kThreads>>>(dst, ds, src, ss, shape, alpha);
+  after_launch(device, "cuda::add_scaled");
+}
+
+void scale(int device, float* dst, const Strides& ds, const IterationShape& shape, float value) {
+  if (shape.numel == 0) return;
+  detail::use_device(device, "cuda::scale");
+  scale_kernel<<<blocks_for(shape.numel), kThreads>>>(dst, ds, shape, value);
+  after_launch(device, "cuda::scale");
+}
+
+void sgd_update(int device, float* p, const float* g, float* buf, int64_t n, const SgdStep& step) {
+  if (n == 0) return;
+  detail::use_device(device, "cuda::sgd_update");
+  sgd_kernel<<<blocks_for(n), kThreads>>>(p, g, buf, n, step);
+  after_launch(device, "cuda::sgd_update");
+}
+
+void adam_update(int device, float* p, const float* g, float* m, float* v, int64_t n, const AdamStep& step) {
+  if (n == 0) return;
+  detail::use_device(device, "cuda::adam_update");
+  adam_kernel<<<blocks_for(n), kThreads>>>(p, g, m, v, n, step);
+  after_launch(device, "cuda::adam_update");
+}
+
+void lars_update(int device, float* p, const float* g, float* buf, int64_t n, float local_lr, float weight_decay,
+                 float momentum) {
+  if (n == 0) return;
+  detail::use_device(device, "cuda::lars_update");
+  lars_kernel<<<blocks_for(n), kThreads>>>(p, g, buf, n, local_lr, weight_decay, momentum);
+  after_launch(device, "cuda::lars_update");
+}
+
+}  // namespace tessera::cuda
