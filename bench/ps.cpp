@@ -69,8 +69,8 @@ int run_server(const PsBenchOptions& o, const dist::launcher::PsRoleEnv& role) {
   s.optimizer = sgd_momentum();
   if (const char* token = env_setting("TESSERA_JOB_TOKEN")) s.token = token;
   // Loopback on one machine; across test hosts, the interface that reaches the master.
-  const char* master = std::getenv("MASTER_ADDR");  // the launcher's env contract (launcher/env.h)
-  s.host = dist::detail::listen_address(master && *master ? master : "127.0.0.1", "MASTER_ADDR");
+  s.host = dist::detail::listen_address(dist::launcher::master_addr_from_environment().value_or("127.0.0.1"),
+                                        "MASTER_ADDR");
   s.timeout = kPsBenchTimeout;
   s.log = [](const std::string&) {};
   parallel::ps::ParameterServer server(s);

@@ -129,7 +129,7 @@ Command add_run_command(CLI::App& app) {
       e.last_call = to_ms(*last_call_s);
       e.join_timeout = to_ms(*join_timeout_s);
       e.straggler_window = to_ms(*straggler_s);
-      if (std::getenv("RANK") == nullptr) {
+      if (!dist::launcher::has_rank()) {
         // Under srun, one agent per node: an endpoint named by a node's hostname, which that node's
         // own resolver maps to loopback (Debian's 127.0.1.1), means there the address the other
         // nodes reach it at, or the agents would meet apart.
@@ -146,7 +146,7 @@ Command add_run_command(CLI::App& app) {
     }
     dist::launcher::LaunchOptions o = *options;
     o.nnodes = elastic::parse_nnodes(*nnodes).first;
-    if (cmd->count("--nnodes") + cmd->count("--node-rank") == 0 && std::getenv("RANK") == nullptr) {
+    if (cmd->count("--nnodes") + cmd->count("--node-rank") == 0 && !dist::launcher::has_rank()) {
       // Started by srun, one launcher per node of an allocation: the nodes, this node's index and the
       // master come from Slurm unless given (tessera/dist/launcher/slurm_env.h).
       if (auto step = dist::launcher::slurm_step_from_environment()) {

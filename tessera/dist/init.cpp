@@ -29,7 +29,7 @@ std::atomic<int> groups_initialised{0};
 }  // namespace
 
 bool launched_as_job() {
-  return (std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr) || launched_by_mpi() ||
+  return launcher::has_worker_rank() || launched_by_mpi() ||
          slurm_step_to_join().has_value();
 }
 
@@ -42,7 +42,7 @@ ProcessGroupPtr init_process_group(const InitOptions& options) {
   // A task of `srun -n N`: the Slurm variables become the env contract below (unless the job asks
   // for the mpi backend, which joins through srun's MPI plugin instead).
   if (options.backend != "mpi") join_slurm_step(options.timeout);
-  if (std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr) {
+  if (launcher::has_worker_rank()) {
     launcher::WorkerEnv env = launcher::worker_env_from_environment();
     root = store_from_env(options.timeout);
     context.rank = env.rank;

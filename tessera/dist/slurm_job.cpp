@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "tessera/core/error.h"
+#include "tessera/dist/launcher/env.h"
 #include "tessera/dist/launcher/launcher.h"
 #include "tessera/dist/net/interface.h"
 #include "tessera/dist/store/tcp_store.h"
@@ -139,7 +140,7 @@ std::string slurm_store_host(const launcher::SlurmStep& step, const std::string&
 std::optional<launcher::SlurmStep> slurm_step_to_join() {
   // Started by `tessera run` (a worker, or a parameter server, which has no RANK) or by mpirun (whose
   // processes may inherit the Slurm variables of the step that started its daemons): not a task here.
-  if (std::getenv("RANK") != nullptr || env_setting("TESSERA_ROLE") != nullptr) return std::nullopt;
+  if (launcher::has_rank() || env_setting("TESSERA_ROLE") != nullptr) return std::nullopt;
   if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return std::nullopt;
   return launcher::slurm_step_from_environment();
 }

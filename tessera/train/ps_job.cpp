@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/error.h"
+#include "tessera/dist/launcher/env.h"
 #include "tessera/dist/net/interface.h"
 #include "tessera/dist/store/store_from_env.h"
 #include "tessera/io/atomic_file.h"
@@ -55,8 +56,8 @@ parallel::ps::ServerOptions ps_server_options(const TrainConfig& c, const dist::
   o.optimizer = ps_optimizer_spec(c.optimizer);
   o.host = c.distributed.ps_host;
   if (o.host == "auto") {  // loopback on one machine, else the interface the other machines reach
-    const char* master = std::getenv("MASTER_ADDR");  // the launcher's env contract (launcher/env.h)
-    o.host = dist::detail::listen_address(master && *master ? master : "127.0.0.1", "MASTER_ADDR");
+    o.host = dist::detail::listen_address(dist::launcher::master_addr_from_environment().value_or("127.0.0.1"),
+                                          "MASTER_ADDR");
   }
   o.token = token;
   o.timeout = timeout_of(c);

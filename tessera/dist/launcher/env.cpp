@@ -98,6 +98,25 @@ WorkerEnv worker_env_from_variables(const std::map<std::string, std::string>& va
 
 WorkerEnv worker_env_from_environment() { return worker_env_from_variables(contract_environment()); }
 
+bool has_rank() { return std::getenv("RANK") != nullptr; }
+bool has_worker_rank() { return has_rank() && std::getenv("WORLD_SIZE") != nullptr; }
+
+std::optional<std::string> master_addr_from_environment() {
+  const char* master = std::getenv("MASTER_ADDR");
+  if (master == nullptr || *master == '\0') return std::nullopt;
+  return std::string(master);
+}
+
+std::optional<int> master_port_from_environment() {
+  const char* port = std::getenv("MASTER_PORT");
+  if (port == nullptr || *port == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long value = std::strtol(port, &end, 10);
+  TESSERA_CHECK(end != port && *end == '\0' && value >= 1 && value <= 65535, "[env] MASTER_PORT='", port,
+                "' is not a port (1-65535)");
+  return static_cast<int>(value);
+}
+
 std::map<std::string, std::string> to_variables(const ServerEnv& env) {
   std::map<std::string, std::string> v = common_variables(env);
   v["TESSERA_ROLE"] = "server";

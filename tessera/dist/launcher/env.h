@@ -40,6 +40,7 @@
 // started from inside another job's process does not read the outer job's role.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -95,6 +96,12 @@ std::map<std::string, std::string> to_variables(const WorkerEnv& env);
 WorkerEnv worker_env_from_variables(const std::map<std::string, std::string>& variables);
 // The same, from this process's environment: what a worker calls.
 WorkerEnv worker_env_from_environment();
+// Parts of the contract read on their own, where a process only asks whether it is a launched
+// worker or where the master is (the rest may legitimately be absent there):
+bool has_worker_rank();                              // RANK and WORLD_SIZE are set
+bool has_rank();                                     // RANK is set (a worker of tessera run, not a server)
+std::optional<std::string> master_addr_from_environment();  // MASTER_ADDR, when set and not empty
+std::optional<int> master_port_from_environment();          // MASTER_PORT; ValueError when not a port
 
 // A parameter server's contract, as the launcher sets it.
 struct ServerEnv {

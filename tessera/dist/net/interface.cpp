@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "tessera/core/error.h"
+#include "tessera/dist/launcher/env.h"
 #include "tessera/dist/net/socket.h"
 #include "tessera/util/settings.h"
 
@@ -87,8 +88,7 @@ std::string address_towards(const std::string& host) {
 
 std::string advertised_address() {
   if (const char* name = env_setting("TESSERA_SOCKET_IFNAME")) return address_of_interface(name);
-  if (const char* master = std::getenv("MASTER_ADDR"); master != nullptr && *master != '\0')
-    return address_towards(master);
+  if (auto master = launcher::master_addr_from_environment()) return address_towards(master->c_str());
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0')
     throw Error("[network] cannot read this machine's hostname; set TESSERA_SOCKET_IFNAME to the interface the other "

@@ -7,6 +7,7 @@
 #include "tessera/core/error.h"
 #include "tessera/dist/backends/mpi/mpi_job.h"
 #include "tessera/dist/backends/mpi/mpi_runtime.h"
+#include "tessera/dist/launcher/env.h"
 #include "tessera/dist/launcher/job_token.h"
 #include "tessera/dist/slurm_job.h"
 #include "tessera/dist/store/tcp_store.h"
@@ -78,9 +79,8 @@ int count_local_ranks(int rank, Deadline deadline, Clock::time_point start) {
 std::string start_store_server(bool one_machine, int size) {
   std::string host = "127.0.0.1";  // loopback only when it can: nothing else can reach the store
   if (!one_machine) {
-    const char* master = std::getenv("MASTER_ADDR");
-    if (master != nullptr && *master != '\0') {
-      host = master;
+    if (auto master = launcher::master_addr_from_environment()) {
+      host = *master;
     } else if (auto step = launcher::slurm_step_from_environment()) {
       // srun with an MPI plugin: rank 0 runs on the step's first node; the others learn the address
       // over MPI, so no name needs to resolve anywhere.
@@ -94,9 +94,7 @@ std::string start_store_server(bool one_machine, int size) {
   }
   TcpStoreServerOptions options;
   options.host = host;
-  if (const char* port = std::getenv("MASTER_PORT"); port != nullptr && !one_machine) {
-    options.port = static_cast<uint16_t>(std::atoi(port));
-  }
+  if (auto port = launcher::master_port_from_environment(); port && !one_machine) options.port = static_cast<uint16_t>(*port);
   options.token = launcher::random_job_token();
   auto server = std::make_shared<TcpStoreServer>(options);
   detail::keep_until_mpi_finalize(server);

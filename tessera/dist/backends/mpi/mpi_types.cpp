@@ -42,7 +42,7 @@ MPI_Datatype mpi_datatype(DType dtype) {
     case DType::BFloat16: return MPI_UINT16_T;
     case DType::Float16: return MPI_UINT16_T;  // moved as bytes; reductions refuse it (dist/types.cpp)
   }
-  TESSERA_ASSERT(false, "dtype ", static_cast<int>(dtype));
+  throw InternalError(tessera::detail::concat("internal error: mpi_datatype of dtype ", static_cast<int>(dtype)));
 }
 
 MPI_Op mpi_op(DType dtype, ReduceOp op) {
