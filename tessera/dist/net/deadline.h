@@ -6,7 +6,7 @@
 #include <chrono>
 #include <climits>
 
-#include "tessera/dist/store/store.h"
+#include "tessera/dist/bytes.h"
 
 namespace tessera::dist::detail {
 

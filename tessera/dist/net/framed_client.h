@@ -7,7 +7,7 @@
 
 #include "tessera/dist/net/deadline.h"
 #include "tessera/dist/net/socket.h"
-#include "tessera/dist/store/tcp_store_protocol.h"
+#include "tessera/dist/net/frame.h"
 
 namespace tessera::dist::net {
 

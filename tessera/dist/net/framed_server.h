@@ -1,8 +1,7 @@
 // FramedServer: a single-threaded poll() server for length-framed request/reply protocols, the
 // transport under the rendezvous store's server (store/tcp_store_server.h) and the parameter servers
-// (tessera/parallel/ps). The frame format and the hello are
-// the rendezvous store's (store/tcp_store_protocol.h): u32 length | u8 opcode | fields, and every
-// connection first presents a protocol version, its rank and the job token.
+// (tessera/parallel/ps). Messages are frames (net/frame.h): u32 length | u8 opcode | fields, and
+// every connection first presents a protocol version, its rank and the job token.
 //
 // What it does so that a protocol does not have to: accept, buffer partial frames, bound every
 // frame by max_message_bytes (a hello by 64 KiB, before the token is checked), reject a wrong token
@@ -21,7 +20,7 @@
 #include <string>
 
 #include "tessera/dist/net/deadline.h"
-#include "tessera/dist/store/tcp_store_protocol.h"
+#include "tessera/dist/net/frame.h"
 
 namespace tessera::dist::net {
 

@@ -1,15 +1,13 @@
 // Store: the key-value rendezvous every process group starts from (the c10d Store). Ranks publish
 // addresses and counters here; every wait has a timeout and its error names the keys still missing.
 #pragma once
-#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace tessera::dist {
+#include "tessera/dist/bytes.h"
 
-using Bytes = std::vector<uint8_t>;
-using Milliseconds = std::chrono::milliseconds;
+namespace tessera::dist {
 
 class Store {
  public:

@@ -35,7 +35,7 @@
 #include <cstring>
 #include <vector>
 
-#include "tessera/dist/store/tcp_store_protocol.h"
+#include "tessera/dist/net/frame.h"
 #include "tessera/parallel/ps/shard_plan.h"
 
 namespace tessera::parallel::ps {

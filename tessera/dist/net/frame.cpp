@@ -1,4 +1,4 @@
-#include "tessera/dist/store/tcp_store_protocol.h"
+#include "tessera/dist/net/frame.h"
 
 #include <cstring>
 #include <limits>
