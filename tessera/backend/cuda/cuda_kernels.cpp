@@ -3,6 +3,8 @@
 #include "tessera/backend/cuda/elementwise.h"
 #include "tessera/ops/detail.h"
 
+#include <vector>
+
 namespace tessera::cuda {
 namespace {
 
@@ -85,6 +87,53 @@ class CudaKernels final : public Kernels {
   void scale(Tensor& dst, float value) const override {
     cuda::scale(dst.device().index, floats(dst), strides_over(dst, dst.shape()), iteration_shape(dst.shape(), "mul_"),
                 value);
+  }
+
+  // Reduced dims moved last (one strided copy where they are not), then a sum per row.
+  Tensor sum(const Tensor& t, const Shape& dims, bool keepdim) const override {
+    Shape order;
+    std::vector<bool> reduced(static_cast<size_t>(t.dim()), false);
+    for (int64_t d : dims) reduced[static_cast<size_t>(d)] = true;
+    int64_t cols = 1;
+    for (int64_t d = 0; d < t.dim(); ++d)
+      if (!reduced[static_cast<size_t>(d)]) order.push_back(d);
+    for (int64_t d : dims) {
+      order.push_back(d);
+      cols *= t.shape()[static_cast<size_t>(d)];
+    }
+    Tensor rows;
+    {
+      NoGradGuard no_grad;
+      rows = contiguous(permute(t, order));
+    }
+    Tensor out = Tensor::empty(detail::reduced_shape(t.shape(), dims, keepdim), DType::Float32, t.device());
+    const int64_t row_count = cols == 0 ? out.numel() : t.numel() / cols;
+    if (cols == 0) {
+      fill(out, 0.0f);
+      return out;
+    }
+    cuda::sum_rows(t.device().index, floats(rows), row_count, cols, floats(out));
+    return out;
+  }
+
+  double squared_norm(const Tensor& t) const override {
+    Tensor c = detail::as_contiguous(t);
+    return cuda::squared_norm(t.device().index, floats(c), c.numel());
+  }
+
+  Tensor softmax(const Tensor& x, bool log_space) const override {
+    const int64_t cols = x.dim() == 0 ? 1 : x.shape().back(), rows = cols == 0 ? 0 : x.numel() / cols;
+    Tensor out = Tensor::empty(x.shape(), DType::Float32, x.device());
+    cuda::softmax_rows(x.device().index, floats(x), rows, cols, log_space, floats(out));
+    return out;
+  }
+
+  Tensor softmax_backward(const Tensor& out, const Tensor& g_in, bool log_space) const override {
+    const Tensor g = detail::as_contiguous(g_in);
+    const int64_t cols = out.dim() == 0 ? 1 : out.shape().back(), rows = cols == 0 ? 0 : out.numel() / cols;
+    Tensor grad = Tensor::empty(out.shape(), DType::Float32, out.device());
+    cuda::softmax_rows_backward(out.device().index, floats(out), floats(g), rows, cols, log_space, floats(grad));
+    return grad;
   }
 
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) const override {

@@ -49,3 +49,17 @@ void lars_update(int device, float* param, const float* grad, float* momentum_bu
                  float weight_decay, float momentum);
 
 }  // namespace tessera::cuda
+
+namespace tessera::cuda {
+
+// Row reductions over a contiguous (rows, cols) float32 matrix: out[r] = Σ_c in[r, c].
+void sum_rows(int device, const float* in, int64_t rows, int64_t cols, float* out);
+// Σ x² of n contiguous floats, accumulated in double (waits for the device: the caller needs the number).
+double squared_norm(int device, const float* in, int64_t n);
+// Softmax or log-softmax of each row of a contiguous (rows, cols) matrix, and its backward from the
+// output and the upstream gradient.
+void softmax_rows(int device, const float* in, int64_t rows, int64_t cols, bool log_space, float* out);
+void softmax_rows_backward(int device, const float* out, const float* grad, int64_t rows, int64_t cols,
+                           bool log_space, float* grad_in);
+
+}  // namespace tessera::cuda

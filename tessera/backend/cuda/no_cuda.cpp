@@ -88,6 +88,17 @@ void lars_update(int device, float*, const float*, float*, int64_t, float, float
   no_cuda("cuda::lars_update", "cuda:" + std::to_string(device));
 }
 
+void sum_rows(int device, const float*, int64_t, int64_t, float*) {
+  no_cuda("cuda::sum_rows", "cuda:" + std::to_string(device));
+}
+double squared_norm(int device, const float*, int64_t) { no_cuda("cuda::squared_norm", "cuda:" + std::to_string(device)); }
+void softmax_rows(int device, const float*, int64_t, int64_t, bool, float*) {
+  no_cuda("cuda::softmax_rows", "cuda:" + std::to_string(device));
+}
+void softmax_rows_backward(int device, const float*, const float*, int64_t, int64_t, bool, float*) {
+  no_cuda("cuda::softmax_rows_backward", "cuda:" + std::to_string(device));
+}
+
 Stream& compute_stream(int device) { no_cuda("cuda::compute_stream", "cuda:" + std::to_string(device)); }
 std::unique_ptr<Stream> make_stream(int device) { no_cuda("cuda::make_stream", "cuda:" + std::to_string(device)); }
 

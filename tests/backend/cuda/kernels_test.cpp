@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,31 @@ TEST(CudaKernels, CopiesConvertAndKeepLayouts) {
   mul_(filled, 3.0f);
   add_(filled, on_device, 0.5f);
   expect_close(filled, add(mul(f, 0.5f), 3.0f), 1e-6f, 1e-6f, "mul_ and add_");
+}
+
+TEST(CudaKernels, SumsAndSoftmaxEqualTheCpu) {
+  TESSERA_SKIP_WITHOUT_CUDA_DEVICE();
+  Tensor x = randn({4, 5, 300});
+  Tensor xd = x.cuda();
+  for (const Shape& dims : {Shape{}, Shape{2}, Shape{0}, Shape{0, 2}, Shape{1}}) {
+    expect_close(sum(xd, dims, false), sum(x, dims, false), 1e-5f, 1e-5f, "sum over " + shape_str(dims));
+    expect_close(sum(xd, dims, true), sum(x, dims, true), 1e-5f, 1e-5f, "sum keepdim over " + shape_str(dims));
+  }
+  EXPECT_NEAR(squared_norm(xd), squared_norm(x), 1e-9 * squared_norm(x));
+  for (bool log_space : {false, true}) {
+    auto run = [&](Device device) {
+      Tensor in = x.to(device).set_requires_grad(true);
+      Tensor y = log_space ? log_softmax(in, -1) : softmax(in, 1);
+      y.backward(ones_like(y));  // a broadcast-free gradient: sum's and softmax's backward on the device
+      return std::vector<Tensor>{y.cpu(), in.grad().cpu()};
+    };
+    const auto cpu = run(cpu_device()), gpu = run(cuda_device(0));
+    expect_close(gpu[0], cpu[0], 1e-5f, 1e-6f, log_space ? "log_softmax" : "softmax");
+    expect_close(gpu[1], cpu[1], 1e-4f, 1e-5f, log_space ? "log_softmax backward" : "softmax backward");
+  }
+  // A row of -inf (a fully masked attention row) is NaN on both.
+  Tensor masked = full({2, 3}, -std::numeric_limits<float>::infinity());
+  expect_close(softmax(masked.cuda(), 1), softmax(masked, 1), 0, 0, "masked row");
 }
 
 TEST(CudaKernels, FusedUpdatesEqualTheCpu) {

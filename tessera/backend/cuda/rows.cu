@@ -1,0 +1,150 @@
+// Row kernels of the CUDA backend (elementwise.h): sums, the sum of squares, softmax and its
+// backward. One block of 256 threads per row: each thread strides over the row, then the block
+// reduces in shared memory. Rows of the sizes tessera trains (up to tens of thousands of columns)
+// fit this shape; a row longer than a block's patience still comes out right, only slower.
+#include <algorithm>
+#include <cfloat>
+#include <cstdint>
+#include <vector>
+
+#include "tessera/backend/cuda/cuda_check.h"
+#include "tessera/backend/cuda/elementwise.h"
+
+namespace tessera::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+// The block's reduction of `v` (every thread gets the result); `scratch` holds kRowThreads values.
+template <typename T, typename Op>
+__device__ T block_reduce(T v, T* scratch, Op op) {
+  scratch[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kRowThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) scratch[threadIdx.x] = op(scratch[threadIdx.x], scratch[threadIdx.x + half]);
+    __syncthreads();
+  }
+  const T result = scratch[0];
+  __syncthreads();
+  return result;
+}
+
+struct Add {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+__global__ void sum_rows_kernel(const float* __restrict__ in, int64_t cols, float* __restrict__ out) {
+  __shared__ float scratch[kRowThreads];
+  const float* row = in + static_cast<int64_t>(blockIdx.x) * cols;
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += kRowThreads) s += row[c];
+  s = block_reduce(s, scratch, Add{});
+  if (threadIdx.x == 0) out[blockIdx.x] = s;
+}
+
+__global__ void squared_norm_kernel(const float* __restrict__ in, int64_t n, double* __restrict__ partial) {
+  __shared__ double scratch[kRowThreads];
+  double s = 0.0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kRowThreads + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kRowThreads)
+    s += static_cast<double>(in[i]) * in[i];
+  s = block_reduce(s, scratch, Add{});
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// A NaN anywhere makes the row NaN, as the CPU's libm path does (fmaxf would skip it).
+__global__ void softmax_kernel(const float* __restrict__ in, int64_t cols, bool log_space, float* __restrict__ out) {
+  __shared__ float scratch[kRowThreads];
+  const float* x = in + static_cast<int64_t>(blockIdx.x) * cols;
+  float* y = out + static_cast<int64_t>(blockIdx.x) * cols;
+  float mx = -FLT_MAX, nan = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += kRowThreads) {
+    mx = fmaxf(mx, x[c]);
+    if (isnan(x[c])) nan = 1.0f;
+  }
+  mx = block_reduce(mx, scratch, Max{});
+  nan = block_reduce(nan, scratch, Max{});
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += kRowThreads) s += expf(x[c] - mx);
+  s = block_reduce(s, scratch, Add{});
+  const float lse = mx + logf(s), inv = 1.0f / s;
+  for (int64_t c = threadIdx.x; c < cols; c += kRowThreads) {
+    const float v = log_space ? x[c] - lse : expf(x[c] - mx) * inv;
+    y[c] = nan != 0.0f ? NAN : v;
+  }
+}
+
+__global__ void softmax_backward_kernel(const float* __restrict__ out, const float* __restrict__ grad, int64_t cols,
+                                        bool log_space, float* __restrict__ grad_in) {
+  __shared__ float scratch[kRowThreads];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * cols;
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += kRowThreads) s += log_space ? grad[base + c] : grad[base + c] * out[base + c];
+  s = block_reduce(s, scratch, Add{});
+  for (int64_t c = threadIdx.x; c < cols; c += kRowThreads) {
+    const float y = out[base + c], g = grad[base + c];
+    grad_in[base + c] = log_space ? g - expf(y) * s : y * (g - s);
+  }
+}
+
+// One block per row: rows beyond the grid's limit go in launches of at most this many.
+constexpr int64_t kMaxRowsPerLaunch = 2147483647;
+
+}  // namespace
+
+void sum_rows(int device, const float* in, int64_t rows, int64_t cols, float* out) {
+  if (rows == 0) return;
+  detail::use_device(device, "cuda::sum_rows");
+  for (int64_t r = 0; r < rows; r += kMaxRowsPerLaunch) {
+    const int64_t count = std::min(rows - r, kMaxRowsPerLaunch);
+    sum_rows_kernel<<<static_cast<unsigned>(count), kRowThreads>>>(in + r * cols, cols, out + r);
+  }
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+double squared_norm(int device, const float* in, int64_t n) {
+  if (n == 0) return 0.0;
+  detail::use_device(device, "cuda::squared_norm");
+  const int blocks = static_cast<int>(std::min<int64_t>((n + kRowThreads - 1) / kRowThreads, 1024));
+  double* partial = nullptr;
+  TESSERA_CUDA_CHECK(cudaMalloc(&partial, sizeof(double) * static_cast<size_t>(blocks)));
+  squared_norm_kernel<<<blocks, kRowThreads>>>(in, n, partial);
+  std::vector<double> host(static_cast<size_t>(blocks));
+  const cudaError_t launched = cudaGetLastError();
+  const cudaError_t copied = launched == cudaSuccess
+                                 ? cudaMemcpy(host.data(), partial, sizeof(double) * host.size(), cudaMemcpyDeviceToHost)
+                                 : launched;
+  cudaFree(partial);
+  TESSERA_CUDA_CHECK(copied);
+  double s = 0.0;
+  for (double p : host) s += p;  // in block order: the same sum on every run
+  return s;
+}
+
+void softmax_rows(int device, const float* in, int64_t rows, int64_t cols, bool log_space, float* out) {
+  if (rows == 0 || cols == 0) return;
+  detail::use_device(device, "cuda::softmax_rows");
+  for (int64_t r = 0; r < rows; r += kMaxRowsPerLaunch) {
+    const int64_t count = std::min(rows - r, kMaxRowsPerLaunch);
+    softmax_kernel<<<static_cast<unsigned>(count), kRowThreads>>>(in + r * cols, cols, log_space, out + r * cols);
+  }
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+void softmax_rows_backward(int device, const float* out, const float* grad, int64_t rows, int64_t cols, bool log_space,
+                           float* grad_in) {
+  if (rows == 0 || cols == 0) return;
+  detail::use_device(device, "cuda::softmax_rows_backward");
+  for (int64_t r = 0; r < rows; r += kMaxRowsPerLaunch) {
+    const int64_t count = std::min(rows - r, kMaxRowsPerLaunch);
+    softmax_backward_kernel<<<static_cast<unsigned>(count), kRowThreads>>>(out + r * cols, grad + r * cols, cols,
+                                                                           log_space, grad_in + r * cols);
+  }
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tessera::cuda
