@@ -38,7 +38,7 @@ class Stream {
 Stream& current_stream(Device device);
 
 // Makes `stream` its device's current stream on this thread for the guard's life (PyTorch's
-// `with torch.cuda.stream(s)`): ops and collectives issued meanwhile are ordered on it.
+// `with torch.cuda.stream(s)`): collectives issued meanwhile run after its work (kernels: compute stream).
 class StreamGuard {
  public:
   explicit StreamGuard(Stream& stream);

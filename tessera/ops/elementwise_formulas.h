@@ -5,13 +5,8 @@
 #pragma once
 #include <math.h>
 
+#include "tessera/ops/host_device.h"
 #include "tessera/ops/op_codes.h"
-
-#if defined(__CUDACC__)
-#define TESSERA_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define TESSERA_HOST_DEVICE inline __attribute__((always_inline))
-#endif
 
 namespace tessera {
 

@@ -21,6 +21,7 @@ std::shared_ptr<Predictor> Predictor::load(const std::string& path) {
                      "tessera train?");
   std::shared_ptr<Predictor> p(new Predictor());
   p->config_ = train::parse_config(config_it->second, files.path + " (tessera.config)");
+  p->entry_ = &train::model_entry(p->config_.model.name);
   p->checkpoint_ = files.path;
   int64_t vocab_size = 0;
   if (auto v = meta.find(checkpoint_keys::kVocabulary); v != meta.end()) {

@@ -34,7 +34,7 @@ class Predictor {
   const std::string& model_name() const { return config_.model.name; }
   const std::string& checkpoint() const { return checkpoint_; }  // the step directory read
   bool generates_text() const { return vocabulary_.has_value(); }
-  const train::ModelEntry& model_entry() const { return train::model_entry(model_name()); }
+  const train::ModelEntry& model_entry() const { return *entry_; }  // looked up once, at load
   bool regression() const { return model_entry().regression; }
   int64_t outputs() const { return outputs_; }  // classes (1 for regression)
 
@@ -56,6 +56,7 @@ class Predictor {
  private:
   Predictor() = default;
   train::TrainConfig config_;
+  const train::ModelEntry* entry_ = nullptr;
   std::string checkpoint_;
   std::shared_ptr<nn::Module> model_;
   std::optional<data::Vocabulary> vocabulary_;

@@ -6,35 +6,25 @@
 
 #include "tessera/backend/cpu/cpu_kernels.h"
 #include "tessera/backend/cpu/optimizer_update.h"
+#include "tessera/ops/optimizer_formulas.h"
 #include "tessera/util/thread_pool.h"
 
 namespace tessera::cpu {
 
+// The elements' formulas are ops/optimizer_formulas.h's; the loops split on the buffer so that
+// each inlines to one straight, vectorisable body.
 void sgd_update(float* p, const float* g, float* buf, int64_t n, const SgdStep& s) {
-  const float lr = s.lr, mu = s.momentum, wd = s.weight_decay, damp = s.dampening;
-  if (!buf) {
-    for (int64_t k = 0; k < n; ++k) p[k] -= lr * (g[k] + wd * p[k]);
+  const SgdStep c = s;
+  if (buf == nullptr) {
+    for (int64_t k = 0; k < n; ++k) sgd_element(p[k], g[k], nullptr, c);
     return;
   }
-  // torch initialises the buffer with the first gradient (no dampening on that step).
-  for (int64_t k = 0; k < n; ++k) {
-    float d = g[k] + wd * p[k];
-    buf[k] = s.first ? d : mu * buf[k] + (1.0f - damp) * d;
-    float update = s.nesterov ? d + mu * buf[k] : buf[k];
-    p[k] -= lr * update;
-  }
+  for (int64_t k = 0; k < n; ++k) sgd_element(p[k], g[k], buf + k, c);
 }
 
 void adam_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamStep& s) {
-  const float b1 = s.beta1, b2 = s.beta2, eps = s.eps, wd = s.weight_decay, lr = s.lr;
-  for (int64_t k = 0; k < n; ++k) {
-    float grad = g[k];
-    if (s.decoupled) p[k] *= 1.0f - lr * wd;
-    else grad += wd * p[k];
-    m[k] = b1 * m[k] + (1.0f - b1) * grad;
-    v[k] = b2 * v[k] + (1.0f - b2) * grad * grad;
-    p[k] -= s.step_size * m[k] / (std::sqrt(v[k]) / s.bias2_sqrt + eps);
-  }
+  const AdamStep c = s;
+  for (int64_t k = 0; k < n; ++k) adam_element(p[k], g[k], m[k], v[k], c);
 }
 
 namespace {
@@ -61,14 +51,11 @@ void lamb_apply(float* p, const float* m, const float* v, int64_t n, const LambS
 }
 
 void lars_update(float* p, const float* g, float* v, int64_t n, float local_lr, float wd, float mu) {
-  if (!v) {
-    for (int64_t k = 0; k < n; ++k) p[k] -= local_lr * (g[k] + wd * p[k]);
+  if (v == nullptr) {
+    for (int64_t k = 0; k < n; ++k) lars_element(p[k], g[k], nullptr, local_lr, wd, mu);
     return;
   }
-  for (int64_t k = 0; k < n; ++k) {
-    v[k] = mu * v[k] + local_lr * (g[k] + wd * p[k]);
-    p[k] -= v[k];
-  }
+  for (int64_t k = 0; k < n; ++k) lars_element(p[k], g[k], v + k, local_lr, wd, mu);
 }
 
 namespace optimizer_threads {

@@ -1,5 +1,5 @@
-// The fused optimizer updates on the CPU, over plain arrays: the one place the arithmetic of SGD,
-// Adam/AdamW, LAMB and LARS is written. The CPU kernel table (cpu_optimizer.cpp) runs them over
+// The fused optimizer updates on the CPU, over plain arrays (each element's formula is
+// ops/optimizer_formulas.h's, the CUDA kernels' too). The CPU kernel table (cpu_optimizer.cpp) runs them over
 // whole parameters, split across the intra-op threads; a parameter server runs them over the rows
 // of an embedding that a push touched (parallel/ps/shard_optimizer.cpp).
 #pragma once

@@ -12,6 +12,7 @@
 #include "tessera/backend/cuda/cuda_check.h"
 #include "tessera/backend/cuda/elementwise.h"
 #include "tessera/ops/elementwise_formulas.h"
+#include "tessera/ops/optimizer_formulas.h"
 
 namespace tessera::cuda {
 namespace {
@@ -151,50 +152,23 @@ __global__ void scale_kernel(float* dst, Strides ds, IterationShape shape, float
   for (int64_t i = first_index(); i < shape.numel; i += grid_stride()) dst[offset_of(i, shape, ds)] *= value;
 }
 
-// ---- the fused optimizer updates: optim's formulas (backend/cpu/optimizer_update.h), per element ----
+// ---- the fused optimizer updates: one element each, ops/optimizer_formulas.h (the CPU's too) ----
 
 __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ buf, int64_t n,
                            SgdStep s) {
-  for (int64_t k = first_index(); k < n; k += grid_stride()) {
-    const float d = g[k] + s.weight_decay * p[k];
-    if (buf == nullptr) {
-      p[k] -= s.lr * d;
-      continue;
-    }
-    buf[k] = s.first ? d : s.momentum * buf[k] + (1.0f - s.dampening) * d;
-    p[k] -= s.lr * (s.nesterov ? d + s.momentum * buf[k] : buf[k]);
-  }
+  for (int64_t k = first_index(); k < n; k += grid_stride()) sgd_element(p[k], g[k], buf ? buf + k : nullptr, s);
 }
 
 __global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                             float* __restrict__ v, int64_t n, AdamStep s) {
-  for (int64_t k = first_index(); k < n; k += grid_stride()) {
-    float grad = g[k];
-    if (s.decoupled) p[k] *= 1.0f - s.lr * s.weight_decay;
-    else grad += s.weight_decay * p[k];
-    m[k] = s.beta1 * m[k] + (1.0f - s.beta1) * grad;
-    v[k] = s.beta2 * v[k] + (1.0f - s.beta2) * grad * grad;
-    p[k] -= s.step_size * m[k] / (sqrtf(v[k]) / s.bias2_sqrt + s.eps);
-  }
+  for (int64_t k = first_index(); k < n; k += grid_stride()) adam_element(p[k], g[k], m[k], v[k], s);
 }
 
 __global__ void lars_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ v, int64_t n,
                             float local_lr, float wd, float mu) {
-  for (int64_t k = first_index(); k < n; k += grid_stride()) {
-    if (v == nullptr) {
-      p[k] -= local_lr * (g[k] + wd * p[k]);
-      continue;
-    }
-    v[k] = mu * v[k] + local_lr * (g[k] + wd * p[k]);
-    p[k] -= v[k];
-  }
+  for (int64_t k = first_index(); k < n; k += grid_stride()) lars_element(p[k], g[k], v ? v + k : nullptr, local_lr, wd, mu);
 }
 
-void after_launch(int device, const char* op) {
-  static_cast<void>(device);
-  static_cast<void>(op);
-  TESSERA_CUDA_CHECK(cudaGetLastError());
-}
 
 }  // namespace
 
@@ -203,7 +177,7 @@ void unary(int device, UnaryOp op, float scalar, const float* a, const Strides& 
   if (shape.numel == 0) return;
   detail::use_device(device, "cuda::unary");
   with_unary_op(op, LaunchUnary{scalar, a, as, out, shape, is_contiguous(as, shape)});
-  after_launch(device, "cuda::unary");
+  TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 void binary(int device, BinaryOp op, float scalar, const float* a, const Strides& as, const float* b,
@@ -212,7 +186,7 @@ void binary(int device, BinaryOp op, float scalar, const float* a, const Strides
   detail::use_device(device, "cuda::binary");
   const bool flat = is_contiguous(as, shape) && is_contiguous(bs, shape);
   with_binary_op(op, LaunchBinary{scalar, a, as, b, bs, out, shape, flat});
-  after_launch(device, "cuda::binary");
+  TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 void copy(int device, void* dst, ElementType dt, const Strides& ds, const void* src, ElementType st, const Strides& ss,
@@ -244,14 +218,14 @@ void copy(int device, void* dst, ElementType dt, const Strides& ds, const void* 
   } else {
     copy_convert_kernel<<<blocks, kThreads>>>(dst, dt, ds, src, st, ss, shape);
   }
-  after_launch(device, "cuda::copy");
+  TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 void fill(int device, float* dst, const Strides& ds, const IterationShape& shape, float value) {
   if (shape.numel == 0) return;
   detail::use_device(device, "cuda::fill");
   fill_kernel<<<blocks_for(shape.numel), kThreads>>>(dst, ds, shape, value);
-  after_launch(device, "cuda::fill");
+  TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 void add_scaled(int device, float* dst, const Strides& ds, const float* src, const Strides& ss,
@@ -259,28 +233,28 @@ void add_scaled(int device, float* dst, const Strides& ds, const float* src, con
   if (shape.numel == 0) return;
   detail::use_device(device, "cuda::add_scaled");
   add_scaled_kernel<<<blocks_for(shape.numel), kThreads>>>(dst, ds, src, ss, shape, alpha);
-  after_launch(device, "cuda::add_scaled");
+  TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 void scale(int device, float* dst, const Strides& ds, const IterationShape& shape, float value) {
   if (shape.numel == 0) return;
   detail::use_device(device, "cuda::scale");
   scale_kernel<<<blocks_for(shape.numel), kThreads>>>(dst, ds, shape, value);
-  after_launch(device, "cuda::scale");
+  TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 void sgd_update(int device, float* p, const float* g, float* buf, int64_t n, const SgdStep& step) {
   if (n == 0) return;
   detail::use_device(device, "cuda::sgd_update");
   sgd_kernel<<<blocks_for(n), kThreads>>>(p, g, buf, n, step);
-  after_launch(device, "cuda::sgd_update");
+  TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 void adam_update(int device, float* p, const float* g, float* m, float* v, int64_t n, const AdamStep& step) {
   if (n == 0) return;
   detail::use_device(device, "cuda::adam_update");
   adam_kernel<<<blocks_for(n), kThreads>>>(p, g, m, v, n, step);
-  after_launch(device, "cuda::adam_update");
+  TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 void lars_update(int device, float* p, const float* g, float* buf, int64_t n, float local_lr, float weight_decay,
@@ -288,7 +262,7 @@ void lars_update(int device, float* p, const float* g, float* buf, int64_t n, fl
   if (n == 0) return;
   detail::use_device(device, "cuda::lars_update");
   lars_kernel<<<blocks_for(n), kThreads>>>(p, g, buf, n, local_lr, weight_decay, momentum);
-  after_launch(device, "cuda::lars_update");
+  TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace tessera::cuda
