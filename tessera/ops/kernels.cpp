@@ -148,6 +148,10 @@ NormGrads Kernels::batch_norm_backward(const Tensor& x, const Tensor& weight, co
   missing("batch_norm_backward");
 }
 
+Tensor Kernels::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, DType precision) const {
+  missing("matmul");
+}
+
 Tensor Kernels::embedding(const Tensor& weight, const Tensor& indices) const {
   missing("embedding");
 }

@@ -81,6 +81,12 @@ class Kernels {
   virtual NormGrads batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats, const Tensor& g,
                                         bool training, bool weight_grad, bool bias_grad) const;
 
+  // ---- matrix products ----
+  // (batch..., n, k) @ (batch..., k, m), the batch dims identical (broadcast already), any strides: a
+  // new contiguous float32 (batch..., n, m), with bias (m) added to every row where defined.
+  // `precision` is autocast's dtype: Float32, or BFloat16 / Float16, the operands rounded to it first.
+  virtual Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, DType precision) const;
+
   // ---- indexing (index ranges are checked here, where the indices are) ----
   virtual Tensor embedding(const Tensor& weight, const Tensor& indices) const;
   virtual Tensor embedding_backward(const Tensor& g, const Tensor& indices, int64_t num_embeddings) const;

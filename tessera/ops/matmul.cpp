@@ -2,7 +2,8 @@
 // bf16 matmul under Autocast(BFloat16), or fp16 operands under Autocast(Float16)
 // (autograd/autocast.h). Backward products reuse the forward operands through transposed views,
 // which gemm() passes as column-major operands instead of copies, and run in the precision their
-// forward ran in (bf16 keeps the forward's rounded copies).
+// forward ran in (bf16 keeps the forward's rounded copies). On a device, both are its kernel table's
+// matmul (ops/kernels.h; cuBLASLt on CUDA), the backward too.
 #include "tessera/autograd/autocast.h"
 #include "tessera/autograd/node.h"
 #include "tessera/autograd/weight_grad_deferral.h"
@@ -10,6 +11,7 @@
 #include "tessera/backend/cpu/fp16_gemm.h"
 #include "tessera/backend/cpu/gemm.h"
 #include "tessera/ops/detail.h"
+#include "tessera/ops/kernels.h"
 #include "tessera/util/thread_pool.h"
 
 #include <map>
@@ -139,8 +141,9 @@ Tensor matmul_bf16(const Tensor& a, const Tensor& b, const Shape& batch, const S
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  detail::check_float_on_cpu(a, "matmul", "a");
-  detail::check_float_on_cpu(b, "matmul", "b");
+  detail::check_float(a, "matmul", "a");
+  detail::check_float(b, "matmul", "b");
+  detail::check_same_device(a, b, "matmul");
   TESSERA_CHECK(a.dim() >= 1 && b.dim() >= 1, "[matmul] both operands need at least one dim, got ",
                 shape_str(a.shape()), " and ", shape_str(b.shape()));
   if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b), -2);
@@ -153,11 +156,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Shape full_a = batch, full_b = batch;
   full_a.insert(full_a.end(), a.shape().end() - 2, a.shape().end());
   full_b.insert(full_b.end(), b.shape().end() - 2, b.shape().end());
-  if (autocast_dtype() == DType::BFloat16) return matmul_bf16(a, b, batch, full_a, full_b);
+  const bool on_cpu = a.device().is_cpu();
+  if (on_cpu && autocast_dtype() == DType::BFloat16) return matmul_bf16(a, b, batch, full_a, full_b);
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = batched_matmul(expand(a, full_a), expand(b, full_b), batch);
+    // A device's product is its kernel table's (cuBLASLt on CUDA), in autocast's precision.
+    out = on_cpu ? batched_matmul(expand(a, full_a), expand(b, full_b), batch)
+                 : kernels_for(a).matmul(expand(a, full_a), expand(b, full_b), Tensor(), autocast_dtype());
   }
   bool ga = a.requires_grad(), gb = b.requires_grad();
   const DType precision = autocast_dtype();
@@ -242,8 +248,36 @@ Tensor linear_2d_bf16(const Tensor& x_in, const Tensor& w_in, const Tensor& bias
                 });
 }
 
+// linear on a device: x (N, in) · wᵀ + bias as one product of the device's table (the bias in its
+// epilogue on CUDA), and the backward's three as the table's products too, in the forward's
+// precision. The weight and bias gradients honour a zero-bubble deferral, as on the CPU.
+Tensor linear_2d_on_device(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const DType precision = autocast_dtype();
+  const Kernels& kernels = kernels_for(x);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = kernels.matmul(x, transpose(w, 0, 1), bias.defined() ? bias : Tensor(), precision);
+  }
+  const bool gx = x.requires_grad(), gw = w.requires_grad(), gbias = bias.defined() && bias.requires_grad();
+  return record(out, "LinearBackward", {x, w, bias}, [&kernels, x, w, bias, gx, gw, gbias, precision](const Tensor& g) {
+    Tensor grad_x;
+    if (gx) grad_x = kernels.matmul(g, w, Tensor(), precision);
+    auto weight_grads = [&kernels, x, g, gw, gbias, precision] {
+      Tensor grad_w, grad_b;
+      if (gw) grad_w = kernels.matmul(transpose(g, 0, 1), x, Tensor(), precision);
+      if (gbias) grad_b = sum(g, {0});
+      return std::pair{grad_w, grad_b};
+    };
+    if (defer_weight_grads(w, bias, gw, gbias, weight_grads)) return std::vector<Tensor>{grad_x, Tensor(), Tensor()};
+    auto [grad_w, grad_b] = weight_grads();
+    return std::vector<Tensor>{grad_x, grad_w, grad_b};
+  });
+}
+
 // x (N, in) · w (out, in)ᵀ + bias, one node.
 Tensor linear_2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
+  if (!x_in.device().is_cpu()) return linear_2d_on_device(x_in, w_in, bias);
   const DType precision = autocast_dtype();
   if (precision == DType::BFloat16) return linear_2d_bf16(x_in, w_in, bias);
   Tensor x = blas_ready(x_in), w = blas_ready(w_in);
@@ -291,13 +325,15 @@ Tensor linear_2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  detail::check_float_on_cpu(x, "linear", "x");
-  detail::check_float_on_cpu(weight, "linear", "weight");
+  detail::check_float(x, "linear", "x");
+  detail::check_float(weight, "linear", "weight");
+  detail::check_same_device(x, weight, "linear");
   TESSERA_CHECK(weight.dim() == 2, "[linear] weight must be 2-D (out, in), got ", shape_str(weight.shape()));
   TESSERA_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "[linear] input ", shape_str(x.shape()),
                 " does not match weight ", shape_str(weight.shape()), " (expected last dim ", weight.shape()[1], ")");
   if (bias.defined()) {
-    detail::check_float_on_cpu(bias, "linear", "bias");
+    detail::check_float(bias, "linear", "bias");
+    detail::check_same_device(x, bias, "linear");
     TESSERA_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "[linear] bias ",
                   shape_str(bias.shape()), " does not match weight ", shape_str(weight.shape()));
   }

@@ -1,7 +1,7 @@
 // The CPU's kernel table (ops/kernels.h): every kernel, on the intra-op thread pool. The entries are
 // spread over files by kind: cpu_elementwise.cpp (elementwise, copies, fills), cpu_reduce.cpp,
 // cpu_rows.cpp (softmax, attention, losses, normalisation), cpu_index.cpp (embedding, index_select,
-// dropout's mask) and cpu_optimizer.cpp (the fused optimizer updates).
+// dropout's mask), cpu_optimizer.cpp (the fused optimizer updates) and cpu_matmul.cpp.
 #pragma once
 #include "tessera/ops/kernels.h"
 
@@ -37,6 +37,7 @@ class CpuKernels final : public Kernels {
                        const Tensor& bias, bool training, float momentum, float eps) const override;
   NormGrads batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats, const Tensor& g,
                                 bool training, bool weight_grad, bool bias_grad) const override;
+  Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, DType precision) const override;
   Tensor embedding(const Tensor& weight, const Tensor& indices) const override;
   Tensor embedding_backward(const Tensor& g, const Tensor& indices, int64_t num_embeddings) const override;
   Tensor index_select(const Tensor& t, int64_t dim, const Tensor& indices) const override;

@@ -1,8 +1,11 @@
 #include "tessera/backend/cuda/cuda_kernels.h"
 
 #include "tessera/backend/cuda/elementwise.h"
+#include "tessera/backend/cuda/gemm.h"
 #include "tessera/ops/detail.h"
 
+#include <algorithm>
+#include <optional>
 #include <vector>
 
 namespace tessera::cuda {
@@ -42,6 +45,53 @@ ElementType element_type(DType dtype) {
 const float* floats(const Tensor& t) { return static_cast<const float*>(t.data_ptr()); }
 float* floats(Tensor& t) { return static_cast<float*>(t.data_ptr()); }
 float* floats_or_null(Tensor& t) { return t.defined() ? floats(t) : nullptr; }
+
+
+// ---- matmul's operands ----
+
+// The element offset of batch item i in a tensor whose leading dims are `batch`.
+int64_t item_offset(const Tensor& t, const Shape& batch, int64_t i) {
+  int64_t offset = 0;
+  for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
+    offset += (i % batch[static_cast<size_t>(d)]) * t.strides()[static_cast<size_t>(d)];
+    i /= batch[static_cast<size_t>(d)];
+  }
+  return offset;
+}
+
+// `t`'s last two dims as a cuBLASLt operand, or nothing where its strides do not fit one (neither
+// dim unit-strided, a leading dimension below the matrix's, or batch items at uneven steps).
+std::optional<GemmOperand> as_operand(const Tensor& t, const Shape& batch) {
+  const size_t nd = t.shape().size();
+  const int64_t rows = t.shape()[nd - 2], cols = t.shape()[nd - 1];
+  const int64_t rs = t.strides()[nd - 2], cs = t.strides()[nd - 1];
+  GemmOperand op;
+  op.rows = rows;
+  op.cols = cols;
+  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= std::max<int64_t>(cols, 1))) {
+    op.ld = rows == 1 ? std::max<int64_t>(cols, 1) : rs;
+  } else if ((rows == 1 || rs == 1) && (cols == 1 || cs >= std::max<int64_t>(rows, 1))) {
+    op.column_major = true;
+    op.ld = cols == 1 ? std::max<int64_t>(rows, 1) : cs;
+  } else {
+    return std::nullopt;
+  }
+  const int64_t count = shape_numel(batch);
+  op.batch_step = count > 1 ? item_offset(t, batch, 1) : 0;
+  for (int64_t i = 2; i < count; ++i)
+    if (item_offset(t, batch, i) != i * op.batch_step) return std::nullopt;
+  if (op.batch_step < 0) return std::nullopt;
+  op.data = static_cast<const char*>(t.data_ptr());  // the element offset is in data_ptr() already
+  return op;
+}
+
+GemmPrecision gemm_precision(DType precision) {
+  switch (precision) {
+    case DType::BFloat16: return GemmPrecision::kBFloat16;
+    case DType::Float16: return GemmPrecision::kFloat16;
+    default: return GemmPrecision::kFloat32;
+  }
+}
 
 class CudaKernels final : public Kernels {
  public:
@@ -150,6 +200,41 @@ class CudaKernels final : public Kernels {
                    float momentum) const override {
     cuda::lars_update(param.device().index, floats(param), floats(grad), floats_or_null(momentum_buffer),
                       param.numel(), local_lr, weight_decay, momentum);
+  }
+
+  // On cuBLASLt (gemm.h): transposed views and batch items at one step go in as they are; other
+  // layouts, and operands rounded to bf16 / fp16 under autocast, are copied once into a contiguous
+  // tensor first. The bias rides cuBLASLt's epilogue rather than a pass of its own.
+  Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, DType precision) const override {
+    const size_t nd = a.shape().size();
+    const Shape batch(a.shape().begin(), a.shape().end() - 2);
+    const int64_t n = a.shape()[nd - 2], k = a.shape()[nd - 1], m = b.shape()[nd - 1];
+    Shape out_shape = batch;
+    out_shape.push_back(n);
+    out_shape.push_back(m);
+    Tensor out = Tensor::empty(out_shape, DType::Float32, a.device());
+    if (out.numel() == 0) return out;
+    if (k == 0) {  // an empty sum: the bias, or zero
+      fill(out, 0.0f);
+      if (bias.defined()) add_scaled(out, bias, 1.0f);
+      return out;
+    }
+    const GemmPrecision gp = gemm_precision(precision);
+    const DType input_dtype = gp == GemmPrecision::kFloat32 ? DType::Float32 : precision;
+    // Each operand as cuBLASLt can read it: itself, or one copy (rounded where the precision asks).
+    auto ready = [&](const Tensor& t, Tensor& keep) -> GemmOperand {
+      if (input_dtype == DType::Float32)
+        if (auto op = as_operand(t, batch)) return *op;
+      keep = Tensor::empty(t.shape(), input_dtype, t.device());
+      copy(keep, t);
+      return *as_operand(keep, batch);
+    };
+    Tensor a_copy, b_copy;
+    const GemmOperand a_op = ready(a, a_copy), b_op = ready(b, b_copy);
+    const Tensor bias_values = bias.defined() ? detail::as_contiguous(bias) : Tensor();
+    gemm_batched(a.device().index, gp, a_op, b_op, floats(out), shape_numel(batch),
+                 bias_values.defined() ? floats(bias_values) : nullptr);
+    return out;
   }
 };
 

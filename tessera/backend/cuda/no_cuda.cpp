@@ -56,6 +56,10 @@ void gemm(GemmPrecision, const DeviceBuffer&, const DeviceBuffer&, DeviceBuffer&
   no_cuda("cuda::gemm");
 }
 
+void gemm_batched(int, GemmPrecision, const GemmOperand&, const GemmOperand&, float*, int64_t, const float*) {
+  no_cuda("cuda::gemm_batched");
+}
+
 void float_to_bfloat16(const DeviceBuffer&, DeviceBuffer&, int64_t) { no_cuda("cuda::float_to_bfloat16"); }
 
 void unary(int device, UnaryOp, float, const float*, const Strides&, float*, const IterationShape&) {
