@@ -1,4 +1,4 @@
-// tessera train CONFIG [--set key=value ...] [--resume [CHECKPOINT]] [--nproc N]
+// tessera train CONFIG [--set key=value ...] [--resume [CHECKPOINT]] [--nproc N] [--device DEV]
 // With --nproc N > 1 this process becomes the launcher (tessera run) of N copies of itself without
 // --nproc; each copy finds its rank in the environment and trains with DDP. With
 // distributed.strategy = "ps" it starts distributed.servers parameter servers beside the N workers
@@ -80,6 +80,9 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--trace", *trace,
                 "Write each rank's timeline to <output_dir>/trace/rank-R.json ([observability] trace; merge them "
                 "with tessera trace merge)");
+  auto device = std::make_shared<std::string>();
+  cmd->add_option("--device", *device,
+                  "Train on this device: cpu, cuda or cuda:N (train.device; one process on a GPU so far)");
   auto nproc = std::make_shared<int>(1);
   cmd->add_option("--nproc", *nproc,
                   "Train on N local worker processes: data-parallel (DDP), or with parameter servers when "
@@ -90,6 +93,7 @@ Command add_train_command(CLI::App& app) {
     for (const auto& o : *overrides) train::apply_override(config, o);
     if (*overwrite) config.train.overwrite = true;
     if (*trace) config.observability.trace = true;
+    if (!device->empty()) config.train.device = *device;
     train::validate(config);
     if (*print_config) {
       std::printf("%s\n", train::to_toml(config).c_str());
@@ -107,6 +111,7 @@ Command add_train_command(CLI::App& app) {
       std::vector<std::string> sets = *overrides;
       if (config.train.overwrite) sets.push_back("train.overwrite=true");
       if (config.observability.trace) sets.push_back("observability.trace=true");
+      if (!device->empty()) sets.push_back("train.device=" + *device);
       return launch_workers(*nproc, ps ? static_cast<int>(config.distributed.servers) : 0, *config_path, sets,
                             resuming, *resume, config.train.output_dir);
     }

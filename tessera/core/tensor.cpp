@@ -66,12 +66,13 @@ void Tensor::check_dtype(DType expected, const char* op) const {
 template <typename T>
 T Tensor::item() const {
   TESSERA_CHECK(numel() == 1, "[item] expected a tensor with one element, got shape ", shape_str(shape()));
-  return contiguous().data<T>()[0];
+  // On a device: copied to the host first (waiting for the device), as PyTorch's item() does.
+  return (device().is_cpu() ? contiguous() : cpu()).data<T>()[0];
 }
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  Tensor c = contiguous();
+  Tensor c = device().is_cpu() ? contiguous() : cpu();
   const T* p = c.data<T>();
   return std::vector<T>(p, p + numel());
 }

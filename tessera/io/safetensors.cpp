@@ -45,7 +45,8 @@ std::string encode_impl(const nn::StateDict& tensors, const Metadata& metadata, 
     TESSERA_CHECK(names.insert(name).second, prefix, "duplicate tensor name '", name, "'");
     TESSERA_CHECK(t.defined(), prefix, "tensor '", name, "' is undefined");
     // detach: serialising must not record autograd history.
-    Tensor c = t.is_contiguous() ? t : t.detach().contiguous();
+    // A device's tensor is written from a host copy, so a checkpoint saved on the GPU loads anywhere.
+    Tensor c = !t.device().is_cpu() ? t.detach().cpu() : t.is_contiguous() ? t : t.detach().contiguous();
     size_t nbytes = static_cast<size_t>(c.numel()) * dtype_size(c.dtype());
     // One pass over the bytes: the whole-section CRC is combined from the tensors' own.
     const uint32_t tensor_crc = crc32_update(0, c.raw_data(), nbytes);

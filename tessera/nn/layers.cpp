@@ -51,7 +51,16 @@ BatchNorm::BatchNorm(int64_t n, int64_t lo, int64_t hi, float eps_, float moment
 Tensor BatchNorm::forward(const Tensor& x) {
   TESSERA_CHECK(x.dim() >= dims_lo_ && x.dim() <= dims_hi_, "[", name(), "] expected a ", dims_lo_,
                 dims_lo_ == dims_hi_ ? "" : " or " + std::to_string(dims_hi_), "-D input, got ", shape_str(x.shape()));
-  if (is_training()) num_batches_tracked.data<int64_t>()[0] += 1;
+  if (is_training()) {
+    if (num_batches_tracked.device().is_cpu()) {
+      num_batches_tracked.data<int64_t>()[0] += 1;
+    } else {  // on a device: read, counted on the host, written back (one scalar)
+      NoGradGuard no_grad;
+      Tensor count = Tensor::empty({}, DType::Int64);
+      count.data<int64_t>()[0] = num_batches_tracked.item<int64_t>() + 1;
+      copy_(num_batches_tracked, count);
+    }
+  }
   return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum, eps);
 }
 

@@ -118,6 +118,19 @@ StateDict Module::state_dict() const {
   return out;
 }
 
+void Module::to(Device device) {
+  NoGradGuard no_grad;
+  for (auto& [name, t] : state_dict()) {
+    if (t.device() == device) continue;  // a tied weight seen the second time
+    const Tensor moved = t.contiguous().to(device);
+    TensorImpl& impl = *t.impl();
+    impl.storage = moved.impl()->storage;
+    impl.offset = moved.impl()->offset;
+    impl.strides = moved.impl()->strides;
+    impl.grad.reset();
+  }
+}
+
 void Module::load_state_dict(const StateDict& state, bool strict) {
   std::unordered_map<std::string, const Tensor*> given;
   for (const auto& [n, t] : state) given[n] = &t;

@@ -34,6 +34,9 @@ class Module {
   virtual void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
+  // Moves every parameter and buffer to `device` in place: the handles stay valid (an optimizer or a
+  // tied weight still sees the same tensor), their values now there; gradients are dropped.
+  void to(Device device);
   // set_to_none (the default, as PyTorch 2) drops .grad; otherwise zeroes it in place.
   void zero_grad(bool set_to_none = true);
 

@@ -10,12 +10,12 @@ Tensor to_device(const Tensor& t, Device device) {
   detail::check_defined(t, "to", "t");
   const Device from = t.device();
   if (from == device) return t;
-  // A CPU source can be made contiguous here; a device source has no strided copy kernel yet.
-  const Tensor source = from.is_cpu() ? contiguous(t) : t;
-  if (!source.is_contiguous())
-    throw NotSupportedError("[to] a non-contiguous " + shape_str(t.shape()) + " tensor on " + from.str() +
-                            " cannot be copied to " + device.str() + " yet (no strided copy kernel on " +
-                            from.str() + "): copy a contiguous tensor");
+  // A view is made contiguous where it lies (its device's copy kernel), then moved as one block.
+  Tensor source;
+  {
+    NoGradGuard no_grad;
+    source = contiguous(t);
+  }
   Tensor out = Tensor::empty(t.shape(), t.dtype(), device);
   const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
   if (from.is_cpu()) cuda::copy_host_to_device(out.data_ptr(), source.data_ptr(), bytes, device.index);

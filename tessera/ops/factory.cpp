@@ -104,7 +104,13 @@ void copy_(Tensor& dst, const Tensor& src) {
   dst.impl()->storage->bump_version();
   TESSERA_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_") == dst.shape(), "[copy_] source shape ",
                 shape_str(src.shape()), " does not broadcast to destination shape ", shape_str(dst.shape()));
-  detail::check_same_device(dst, src, "copy_");
+  // From another device: its values brought to dst's first (a blocking copy), as PyTorch's copy_ does;
+  // load_state_dict fills a model on the GPU from a checkpoint read on the host so.
+  if (src.device() != dst.device()) {
+    NoGradGuard no_grad;
+    kernels_for(dst).copy(dst, to_device(src, dst.device()));
+    return;
+  }
   kernels_for(dst).copy(dst, src);
 }
 

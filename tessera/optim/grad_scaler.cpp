@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
+#include "tessera/ops/ops.h"
 
 namespace tessera::optim {
 
@@ -49,6 +51,15 @@ bool unscale_tensors(const std::vector<Tensor>& grads, double inv_scale) {
     if (!g.defined()) continue;
     TESSERA_CHECK(g.dtype() == DType::Float32 && g.is_contiguous(), "[grad_scaler] gradients must be contiguous "
                   "float32, got ", dtype_name(g.dtype()), " ", shape_str(g.shape()));
+    if (!g.device().is_cpu()) {
+      // On a device: the table's scale, then its sum of squares, which is inf or NaN exactly when an
+      // element is (a float's square cannot overflow the double it is summed in).
+      NoGradGuard no_grad;
+      Tensor scaled = g;
+      mul_(scaled, inv);
+      nonfinite = nonfinite || !std::isfinite(squared_norm(g));
+      continue;
+    }
     float* d = g.data<float>();
     const int64_t n = g.numel();
     // inf · a finite factor stays inf and NaN stays NaN: one pass scales and checks. The check is on

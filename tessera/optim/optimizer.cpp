@@ -79,7 +79,9 @@ void Optimizer::load_state_dict(const nn::StateDict& state) {
                   " but the optimizer has ", params_.size());
     TESSERA_CHECK(t.shape() == params_[index].shape(), "[Optimizer::load_state_dict] '", key, "' has shape ",
                   shape_str(t.shape()), " but parameter ", index, " has ", shape_str(params_[index].shape()));
-    state_[index].emplace_back(key.substr(dot + 1), clone(t));
+    // Onto the parameter's device (a checkpoint is read on the host; the model may train on a GPU).
+    const Device device = params_[index].device();
+    state_[index].emplace_back(key.substr(dot + 1), t.device() == device ? clone(t) : t.to(device));
   }
 }
 
@@ -88,9 +90,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   for (const auto& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    Tensor c = g.contiguous();
-    const float* d = c.data<float>();
-    for (int64_t i = 0; i < c.numel(); ++i) total += static_cast<double>(d[i]) * d[i];
+    total += squared_norm(g);  // the kernel table's, on the gradient's device
   }
   double norm = std::sqrt(total);
   if (norm > max_norm && norm > 0.0) {

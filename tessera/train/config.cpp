@@ -49,6 +49,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"train.eval_batch_size", &c.train.eval_batch_size}, {"train.seed", &c.train.seed},
       {"train.threads", &c.train.threads}, {"train.memory_budget_mb", &c.train.memory_budget_mb},
       {"train.output_dir", &c.train.output_dir}, {"train.precision", &c.train.precision},
+      {"train.device", &c.train.device},
       {"train.loss_scale_init", &c.train.loss_scale_init},
       {"train.loss_scale_growth_interval", &c.train.loss_scale_growth_interval},
       {"train.log_every", &c.train.log_every}, {"train.checkpoint_every", &c.train.checkpoint_every},
@@ -251,6 +252,11 @@ void check_settings(const TrainConfig& c) {
   positive("model.input_dim", static_cast<double>(c.model.input_dim));
   one_of("optimizer.name", c.optimizer.name, {"sgd", "adam", "adamw", "lars", "lamb"});
   one_of("train.precision", c.train.precision, {"fp32", "bf16", "fp16"});
+  try {
+    parse_device(c.train.device);
+  } catch (const ValueError&) {
+    throw ValueError("[config] train.device = '" + c.train.device + "' is not a device: expected cpu, cuda or cuda:N");
+  }
   positive("train.loss_scale_init", c.train.loss_scale_init);
   positive("train.loss_scale_growth_interval", static_cast<double>(c.train.loss_scale_growth_interval));
   TESSERA_CHECK(c.train.precision != "fp16" || c.distributed.strategy != "ps",

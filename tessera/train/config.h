@@ -75,6 +75,9 @@ struct RunConfig {
   // or float16 and fp32 accumulation; everything else and the parameters, gradients and optimizer
   // state in fp32 (autograd/autocast.h). fp16 adds dynamic loss scaling (optim/grad_scaler.h).
   std::string precision = "fp32";
+  // Where the model trains: "cpu", "cuda" or "cuda:N" (one process so far; the CUDA kernel table's
+  // ops: docs/gpu.md). The CLI's --device sets it.
+  std::string device = "cpu";
   double loss_scale_init = 65536;          // fp16: the first loss scale
   int64_t loss_scale_growth_interval = 2000;  // fp16: steps without an overflow before the scale doubles
   int64_t log_every = 50;         // steps between log lines (metrics.jsonl gets every step)

@@ -119,6 +119,14 @@ void Trainer::assemble(StrategyEnvironment env) {
     manual_seed(config_.train.seed);  // the model's initialisation and dropout draw from here
     model = build_model(config_, vocab_ ? vocab_->size() : 0);
   }
+  device_ = parse_device(config_.train.device);
+  if (!device_.is_cpu()) {
+    // One process so far: the communicators that take device memory (NCCL, CUDA IPC) are issue 48's.
+    TESSERA_CHECK(strategy_->name() == "local", "[train] train.device = '", config_.train.device,
+                  "' trains in one process so far; this job runs the ", strategy_->name(), " strategy over ",
+                  strategy_->world_size(), " processes (train on the CPU, or with --nproc 1)");
+    model->to(device_);  // built on the host from the seed, so every device starts from the same values
+  }
   std::vector<Tensor> params = strategy_->prepare(model);
   if (strategy_->keeps_whole_model()) model_ = model;
   // The linear (or square-root) scaling rule: the global batch grows with the replicas, so may the lr.
@@ -208,6 +216,12 @@ void Trainer::check_elastic_world_sizes() const {
                    "leave train.global_batch_size unset (each worker keeps train.batch_size)");
 }
 
+data::Batch Trainer::on_device(const data::Batch& batch) const {
+  if (device_.is_cpu()) return batch;
+  return data::Batch{batch.inputs.defined() ? batch.inputs.to(device_) : Tensor(),
+                     batch.targets.defined() ? batch.targets.to(device_) : Tensor()};
+}
+
 RunOutput Trainer::run_output() const { return RunOutput{config_.train.output_dir, run_id_}; }
 
 std::string Trainer::checkpoints_dir() const { return (fs::path(config_.train.output_dir) / "checkpoints").string(); }
@@ -222,7 +236,7 @@ double Trainer::train_step(const data::Batch& batch) {
   strategy_->set_loss_scale(loss_scale);
   {
     Autocast mixed(precision_dtype(config_));
-    loss = strategy_->forward_backward(batch);
+    loss = strategy_->forward_backward(on_device(batch));
   }
   // fp16: gradients that overflowed skip the step on every rank (the step still counts: its batch
   // was read, and the schedule moves on, as with PyTorch's GradScaler).
@@ -440,7 +454,7 @@ EvalResult Trainer::evaluate(TaskProgress* progress) {
     std::optional<EvalContribution> c;
     {
       Autocast mixed(precision_dtype(config_));
-      c = strategy_->evaluate_batch(*batch);
+      c = strategy_->evaluate_batch(on_device(*batch));
     }
     if (!c) continue;
     const int64_t weight = batch->targets.numel();  // tokens for the LM, samples otherwise

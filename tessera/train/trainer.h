@@ -133,7 +133,11 @@ class Trainer {
   // another survivor already saves that step (returns "").
   std::string save_survivor_checkpoint();
 
+  // The batch on the training device (train.device): the loader's batch itself on the CPU.
+  data::Batch on_device(const data::Batch& batch) const;
+
   TrainConfig config_;
+  Device device_;  // train.device
   // Held for the run's whole life even when the strategy needs no collectives (a world of one):
   // its watchdog publishes the heartbeats an elastic agent watches.
   dist::ProcessGroupPtr group_;
