@@ -27,6 +27,8 @@ struct TrainStepOptions {
   // python_path), when that module was built.
   bool with_python = true;
   std::string precision = "fp32";  // or bf16 / fp16: every column's steps under autocast
+  // cpu, or cuda[:N]: both sides' steps on that GPU (one row per model; threads do not apply)
+  std::string device = "cpu";
   std::string python_script, python_path;
   // tessera's module is built for Debian's interpreter (CMakeLists.txt), not the reference's venv.
   std::string module_python = "/usr/bin/python3";

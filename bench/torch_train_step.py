@@ -6,6 +6,7 @@ Run with the reference's interpreter: .venv/bin/python3 (PyTorch 2 from PyPI, sc
 
     .venv/bin/python3 bench/torch_train_step.py --model {mlp,cnn,gpt} --threads {1,2} [--steps N] [--warmup W]
                                                 [--repeats R] [--batch 128] [--precision {fp32,bf16,fp16}] [--compile]
+                                                [--device {cpu,cuda,cuda:N}]
 
 --compile runs the model under torch.compile (TorchInductor, its default mode: C++/OpenMP kernels
 generated for this CPU); the warm-up steps include the compilation, which is not timed.
@@ -21,6 +22,10 @@ set_num_threads(2) and the default environment, the OpenMP and OpenBLAS pools fi
 the MLP runs 2.7-3.7x slower than it should. A fair comparison is against PyTorch's *best* configuration, so
 for each thread count this script times every candidate below, each in a fresh subprocess (the variables
 must be set before torch is imported, as OpenBLAS and OpenMP read them at load), and reports the fastest.
+
+--device cuda runs on the GPU: model and batch there, torch.autocast("cuda") for bf16/fp16, TF32 off (as
+tessera's float32 products), each timed repeat ended by torch.cuda.synchronize(); the thread configurations
+do not apply there and one is run.
 
 Only the final line of stdout is output: one JSON object. Progress goes to stderr.
 """
@@ -72,7 +77,7 @@ def build_gpt(torch, nn):
             self.ln_f, self.head = nn.LayerNorm(GPT_DIM), nn.Linear(GPT_DIM, GPT_VOCAB)
 
         def forward(self, ids):
-            x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+            x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
             return self.head(self.ln_f(self.blocks(x))).reshape(-1, GPT_VOCAB)
 
     return Gpt()
@@ -99,35 +104,47 @@ def worker(args):
         sys.exit(3)
     torch.set_num_threads(CONFIGS[args.worker][1])
     torch.manual_seed(0)
-    model = build_model(torch, nn, args.model)
+    device = torch.device(args.device)
+    on_gpu = device.type == "cuda"
+    if on_gpu:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    model = build_model(torch, nn, args.model).to(device)
     if args.compile:
         model = torch.compile(model)
     per_step = args.batch
     if args.model == "gpt":
-        x = torch.randint(0, GPT_VOCAB, (GPT_BATCH, GPT_CONTEXT), dtype=torch.int64)
-        y = torch.randint(0, GPT_VOCAB, (GPT_BATCH * GPT_CONTEXT,), dtype=torch.int64)
+        x = torch.randint(0, GPT_VOCAB, (GPT_BATCH, GPT_CONTEXT), dtype=torch.int64, device=device)
+        y = torch.randint(0, GPT_VOCAB, (GPT_BATCH * GPT_CONTEXT,), dtype=torch.int64, device=device)
         per_step = GPT_BATCH * GPT_CONTEXT  # tokens
     else:
         shape = (args.batch, 784) if args.model == "mlp" else (args.batch, 1, 28, 28)
-        x, y = torch.randn(shape), torch.randint(0, 10, (args.batch,), dtype=torch.int64)
+        x = torch.randn(shape, device=device)
+        y = torch.randint(0, 10, (args.batch,), dtype=torch.int64, device=device)
     loss_fn = nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
         opt.zero_grad()
-        with torch.autocast("cpu", dtype=torch.float16 if args.precision == "fp16" else torch.bfloat16,
+        with torch.autocast(device.type, dtype=torch.float16 if args.precision == "fp16" else torch.bfloat16,
                             enabled=args.precision != "fp32"):
             loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
 
+    def wait_for_device():
+        if on_gpu:
+            torch.cuda.synchronize(device)
+
     for _ in range(args.warmup):
         step()
+    wait_for_device()
     rates = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
         for _ in range(args.steps):
             step()
+        wait_for_device()
         rates.append(per_step * args.steps / (time.perf_counter() - t0))
     print(json.dumps({"rates": rates, "torch_version": torch.__version__}))
 
@@ -136,7 +153,8 @@ def run_config(name, args):
     env = dict(os.environ, **CONFIGS[name][2])
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--model", args.model,
            "--threads", str(args.threads), "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--repeats", str(args.repeats), "--batch", str(args.batch), "--precision", args.precision]
+           "--repeats", str(args.repeats), "--batch", str(args.batch), "--precision", args.precision,
+           "--device", args.device]
     if args.compile:
         cmd.append("--compile")
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -159,6 +177,7 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
     ap.add_argument("--compile", action="store_true", help="run the model under torch.compile")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ap.add_argument("--worker", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.steps is None:
@@ -169,8 +188,9 @@ def main():
         return worker(args)
 
     results, version = {}, None
+    on_gpu = args.device.startswith("cuda")
     for name, (threads, _, env) in CONFIGS.items():
-        if threads != args.threads:
+        if threads != args.threads or (on_gpu and name != "omp1_blas1"):  # on a GPU: one configuration
             continue
         print(f"torch {args.model} threads={args.threads} config {name} ({env}) ...", file=sys.stderr, flush=True)
         r = run_config(name, args)

@@ -2,7 +2,8 @@
 // 16 sequences of 128 tokens for the GPT (4 layers, d 256, 4 heads), with each thread count, in
 // float32 or mixed precision (--precision bf16|fp16), beside the same step written in Python over
 // tessera's module (what the bindings cost) and PyTorch's best configuration (with its CPU bf16
-// autocast for bf16), all measured in the same run.
+// autocast for bf16), all measured in the same run. --device cuda runs both sides on the GPU
+// (PyTorch with its CUDA autocast), each timed repeat closed by a device synchronisation.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "bench/bench.h"
 #include "bench/test_hosts.h"
 #include "tessera/autograd/autocast.h"
+#include "tessera/backend/cuda/device_info.h"
 #include "tessera/nn/char_transformer.h"
 #include "tessera/nn/models.h"
 #include "tessera/ops/ops.h"
@@ -52,15 +54,20 @@ Stats summarize(std::vector<double> v) {
   return {v[v.size() / 2], v.front(), v.back()};
 }
 
-Stats time_tessera(const std::string& model_name, int steps, int repeats, DType precision) {
+Stats time_tessera(const std::string& model_name, int steps, int repeats, DType precision, Device device) {
   Autocast mixed(precision);
   manual_seed(0);
   auto model = make_model(model_name);
+  model->to(device);
   Generator g(1);
   const bool gpt = model_name == "gpt";
-  Tensor x = gpt ? randint(0, kGptVocab, {kGptBatch, kGptContext}, g)
-                 : model_name == "mlp" ? randn({kBatch, 784}, g) : randn({kBatch, 1, 28, 28}, g);
-  Tensor y = gpt ? randint(0, kGptVocab, {kGptBatch * kGptContext}, g) : randint(0, 10, {kBatch}, g);
+  Tensor x = (gpt ? randint(0, kGptVocab, {kGptBatch, kGptContext}, g)
+                  : model_name == "mlp" ? randn({kBatch, 784}, g) : randn({kBatch, 1, 28, 28}, g)).to(device);
+  Tensor y = (gpt ? randint(0, kGptVocab, {kGptBatch * kGptContext}, g) : randint(0, 10, {kBatch}, g)).to(device);
+  // A GPU's steps are queued: each timed stretch ends when the device has run them.
+  auto wait_for_device = [&] {
+    if (!device.is_cpu()) cuda::synchronize(device.index);
+  };
   const int64_t per_step = gpt ? kGptBatch * kGptContext : kBatch;  // tokens for the GPT
   optim::SGD opt(model->parameters(), optim::SGDOptions{0.01, 0.9});
   auto step = [&] {
@@ -72,11 +79,13 @@ Stats time_tessera(const std::string& model_name, int steps, int repeats, DType 
     opt.step();
   };
   for (int i = 0; i < 5; ++i) step();
+  wait_for_device();
   std::vector<double> rates;
   TaskProgress progress("bench train-step " + model_name + ": repeats", repeats);  // drawn between timed repeats
   for (int r = 0; r < repeats; ++r) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step();
+    wait_for_device();
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rates.push_back(static_cast<double>(per_step) * steps / s);
     progress.advance();
@@ -115,7 +124,7 @@ TorchResult time_script(const std::string& command, const std::string& what) {
 TorchResult time_torch(const TrainStepOptions& o, const std::string& model, int threads, int steps, bool compiled) {
   return time_script(o.python + " " + o.script + " --model " + model + " --threads " + std::to_string(threads) +
                          " --steps " + std::to_string(steps) + " --repeats " + std::to_string(o.repeats) +
-                         " --precision " + o.precision + (compiled ? " --compile" : ""),
+                         " --precision " + o.precision + " --device " + o.device + (compiled ? " --compile" : ""),
                      std::string("PyTorch ") + (compiled ? "compiled" : "eager") +
                          " (scripts/setup.sh --bench installs it)");
 }
@@ -148,10 +157,12 @@ int train_step(const TrainStepOptions& o) {
   TESSERA_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
                 "[bench train-step] --precision is fp32, bf16 or fp16, got '", o.precision, "'");
   const DType precision = o.precision == "bf16" ? DType::BFloat16 : o.precision == "fp16" ? DType::Float16 : DType::Float32;
+  const Device device = parse_device(o.device);
+  const bool gpu = !device.is_cpu();
   std::printf("tessera bench train-step: batch %ld (gpt: %ld x %ld tokens, figures in tokens/s), SGD(momentum 0.9), "
-              "%s, median [min-max] of %d repeats\n",
+              "%s on %s, median [min-max] of %d repeats\n",
               static_cast<long>(kBatch), static_cast<long>(kGptBatch), static_cast<long>(kGptContext),
-              o.precision.c_str(), o.repeats);
+              o.precision.c_str(), device.str().c_str(), o.repeats);
   std::printf("%-5s %-7s %-24s %-24s %-7s %-24s %-6s %-24s %-6s %s\n", "model", "threads", "tessera samples/s",
               "from python samples/s", "py/c++", "pytorch eager", "ratio", "pytorch compiled", "ratio", "pytorch config");
   int worst = 0;
@@ -160,12 +171,20 @@ int train_step(const TrainStepOptions& o) {
     TESSERA_CHECK(model == "mlp" || model == "cnn" || model == "gpt", "[bench train-step] unknown model '", model,
                   "' (expected mlp, cnn or gpt)");
     int steps = model == "mlp" ? o.mlp_steps : model == "cnn" ? o.cnn_steps : o.gpt_steps;
-    for (int threads : parse_threads(o.threads)) {
+    // On a GPU the host's thread count hardly matters: one row, with one thread.
+    for (int threads : gpu ? std::vector<int>{1} : parse_threads(o.threads)) {
       set_num_threads(threads);
-      Stats t = time_tessera(model, steps, o.repeats, precision);
+      Stats t;
+      try {
+        t = time_tessera(model, steps, o.repeats, precision, device);
+      } catch (const NotSupportedError& e) {  // an op without a kernel on this device: say which, go on
+        std::printf("%-5s %-7d %s\n", model.c_str(), threads, e.what());
+        worst = 1;
+        continue;
+      }
       char ts[64], pys[64] = "-", py_ratio[16] = "-";
       std::snprintf(ts, sizeof ts, "%.0f [%.0f-%.0f]", t.median, t.min, t.max);
-      if (o.with_python && model != "gpt") {  // bench/python_train_step.py has the MLP and the CNN
+      if (o.with_python && model != "gpt" && !gpu) {  // bench/python_train_step.py has the MLP and the CNN
         TorchResult py = time_python(o, model, threads, steps);
         if (py.ok) {
           std::snprintf(pys, sizeof pys, "%.0f [%.0f-%.0f]", py.stats.median, py.stats.min, py.stats.max);
@@ -209,6 +228,7 @@ int train_step(const TrainStepOptions& o) {
   if (o.with_torch)
     std::printf("reference: pytorch %s (%s)\n", torch_version.empty() ? "did not run" : torch_version.c_str(),
                 o.python.c_str());
+  if (gpu) return worst;  // the CPU's matmul table below is no reference for a GPU run (bench matmul --device)
   std::printf("\n");
   matmul(1024, o.threads, 5);
   return worst;

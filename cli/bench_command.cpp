@@ -26,6 +26,8 @@ Command add_bench_command(CLI::App& app) {
   ts->python_path = std::string(TESSERA_BINARY_DIR) + "/python";
   train_step->add_option("--precision", ts->precision, "fp32, bf16 or fp16 (mixed precision: autograd/autocast.h)")
       ->capture_default_str();
+  train_step->add_option("--device", ts->device, "cpu, or cuda[:N]: tessera and PyTorch on that GPU")
+      ->capture_default_str();
   train_step->add_flag("!--no-python", ts->with_python, "Skip the same step written in Python (tessera's module)");
   train_step->add_option("--python-path", ts->python_path, "Directory holding the tessera Python package")
       ->capture_default_str();
