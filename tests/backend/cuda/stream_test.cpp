@@ -32,17 +32,16 @@ TEST(CudaStream, OneComputeStreamPerDeviceAndEventsThatOrderAnother) {
   EXPECT_EQ(x.cpu().numel(), 1 << 20);
 }
 
+// Matmul is not in the kernel table yet (every table entry has a CUDA kernel now).
 TEST(CudaKernels, AnOpWithoutACudaKernelNamesItselfAndTheDevice) {
   TESSERA_SKIP_WITHOUT_CUDA_DEVICE();
-  Tensor x = randn({4}).cuda();
+  Tensor x = randn({4, 4}).cuda();
   try {
-    max(x);
-    FAIL() << "max ran on a CUDA tensor without a CUDA kernel";
+    matmul(x, x);
+    FAIL() << "matmul ran on a CUDA tensor without a CUDA kernel";
   } catch (const NotSupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("[max] has no kernel on cuda"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[matmul] has no kernel on cuda:0"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(matmul(x, x), NotSupportedError);
-  EXPECT_THROW(layer_norm(x, {4}), NotSupportedError);
 }
 
 }  // namespace
