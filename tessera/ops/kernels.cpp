@@ -169,7 +169,7 @@ Tensor Kernels::index_select_backward(const Tensor& g, const Shape& in_shape, in
   missing("index_select_backward");
 }
 
-Tensor Kernels::dropout_mask(const Shape& shape, float p, Generator& gen) const {
+Tensor Kernels::dropout_mask(const Shape& shape, const Device& device, float p, Generator& gen) const {
   missing("dropout_mask");
 }
 

@@ -95,8 +95,9 @@ class Kernels {
                                        const Tensor& indices) const;
 
   // ---- random ----
-  // Dropout's mask: 1 / (1 - p) where kept, 0 where dropped, drawn from `gen` in element order.
-  virtual Tensor dropout_mask(const Shape& shape, float p, Generator& gen) const;
+  // Dropout's mask on `device`: 1 / (1 - p) where kept, 0 where dropped, drawn from `gen` (the CPU's
+  // in element order; a device's may draw a seed from it for a counter-based stream).
+  virtual Tensor dropout_mask(const Shape& shape, const Device& device, float p, Generator& gen) const;
 
   // ---- fused optimizer updates: one pass over a parameter, its gradient and its state ----
   // (contiguous float32 tensors of one shape; the buffer is undefined without momentum)

@@ -152,7 +152,7 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
   detail::check_float(x, "dropout", "input");
   TESSERA_CHECK(p >= 0.0f && p <= 1.0f, "[dropout] probability must be in [0, 1], got ", p);
   if (!training || p == 0.0f) return x;
-  Tensor mask = kernels_for(x).dropout_mask(x.shape(), p, gen);
+  Tensor mask = kernels_for(x).dropout_mask(x.shape(), x.device(), p, gen);
   Tensor out;
   {
     NoGradGuard no_grad;

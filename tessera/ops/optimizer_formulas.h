@@ -31,6 +31,18 @@ TESSERA_HOST_DEVICE void adam_element(float& p, float g, float& m, float& v, con
   p -= s.step_size * m / (sqrtf(v) / s.bias2_sqrt + s.eps);
 }
 
+// LAMB (You et al. 2020, "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes",
+// Algorithm 2): the moments, then the direction u, which the second pass recomputes from them bit for
+// bit (the same function on one device), so that the norm of u summed in the first pass is the norm
+// of the u applied.
+TESSERA_HOST_DEVICE void lamb_moments_element(float g, float& m, float& v, const LambStep s) {
+  m = s.beta1 * m + s.one_minus_beta1 * g;
+  v = s.beta2 * v + s.one_minus_beta2 * g * g;
+}
+TESSERA_HOST_DEVICE float lamb_direction(float m, float v, float p, const LambStep s) {
+  return (m / s.bias1) / (sqrtf(v / s.bias2) + s.eps) + s.weight_decay * p;
+}
+
 // LARS with its layer's local lr: v is null without momentum.
 TESSERA_HOST_DEVICE void lars_element(float& p, float g, float* v, float local_lr, float weight_decay,
                                       float momentum) {

@@ -78,7 +78,7 @@ Tensor CpuKernels::index_select_backward(const Tensor& g_in, const Shape& in_sha
   return grad;
 }
 
-Tensor CpuKernels::dropout_mask(const Shape& shape, float p, Generator& gen) const {
+Tensor CpuKernels::dropout_mask(const Shape& shape, const Device&, float p, Generator& gen) const {
   Tensor mask = Tensor::empty(shape);
   float* m = mask.data<float>();
   const float keep_scale = p == 1.0f ? 0.0f : 1.0f / (1.0f - p);

@@ -43,7 +43,7 @@ class CpuKernels final : public Kernels {
   Tensor index_select(const Tensor& t, int64_t dim, const Tensor& indices) const override;
   Tensor index_select_backward(const Tensor& g, const Shape& in_shape, int64_t dim,
                                const Tensor& indices) const override;
-  Tensor dropout_mask(const Shape& shape, float p, Generator& gen) const override;
+  Tensor dropout_mask(const Shape& shape, const Device& device, float p, Generator& gen) const override;
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) const override;
   void adam_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                    const AdamStep& s) const override;

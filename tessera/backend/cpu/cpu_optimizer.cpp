@@ -2,8 +2,6 @@
 // entries, which split a parameter across the intra-op threads where the update is elementwise.
 // With 2 threads a single-threaded SGD update was 6% of the MLP's training step (perf, bench
 // train-step) while the other thread waited.
-#include <cmath>
-
 #include "tessera/backend/cpu/cpu_kernels.h"
 #include "tessera/backend/cpu/optimizer_update.h"
 #include "tessera/ops/optimizer_formulas.h"
@@ -27,19 +25,13 @@ void adam_update(float* p, const float* g, float* m, float* v, int64_t n, const 
   for (int64_t k = 0; k < n; ++k) adam_element(p[k], g[k], m[k], v[k], c);
 }
 
-namespace {
-[[gnu::always_inline]] inline float lamb_direction(float m, float v, float p, const LambStep& s) {
-  return (m / s.bias1) / (std::sqrt(v / s.bias2) + s.eps) + s.weight_decay * p;
-}
-}  // namespace
-
 std::pair<double, double> lamb_moments(const float* p, const float* g, float* m, float* v, int64_t n,
                                        const LambStep& s) {
+  const LambStep c = s;
   double w_sq = 0.0, u_sq = 0.0;
   for (int64_t k = 0; k < n; ++k) {
-    m[k] = s.beta1 * m[k] + s.one_minus_beta1 * g[k];
-    v[k] = s.beta2 * v[k] + s.one_minus_beta2 * g[k] * g[k];
-    const float u = lamb_direction(m[k], v[k], p[k], s);
+    lamb_moments_element(g[k], m[k], v[k], c);
+    const float u = lamb_direction(m[k], v[k], p[k], c);
     w_sq += static_cast<double>(p[k]) * p[k];
     u_sq += static_cast<double>(u) * u;
   }
@@ -47,7 +39,8 @@ std::pair<double, double> lamb_moments(const float* p, const float* g, float* m,
 }
 
 void lamb_apply(float* p, const float* m, const float* v, int64_t n, const LambStep& s, float step) {
-  for (int64_t k = 0; k < n; ++k) p[k] -= step * lamb_direction(m[k], v[k], p[k], s);
+  const LambStep c = s;
+  for (int64_t k = 0; k < n; ++k) p[k] -= step * lamb_direction(m[k], v[k], p[k], c);
 }
 
 void lars_update(float* p, const float* g, float* v, int64_t n, float local_lr, float wd, float mu) {

@@ -1,7 +1,11 @@
+// The CUDA kernel table (cuda_kernels.h): each entry checks what only the table can (optional operands
+// on the input's device), allocates its outputs and any device scratch on the input's device, and
+// calls the plain kernels of elementwise.h and nn_kernels.h with pointers, sizes and strides.
 #include "tessera/backend/cuda/cuda_kernels.h"
 
 #include "tessera/backend/cuda/elementwise.h"
 #include "tessera/backend/cuda/gemm.h"
+#include "tessera/backend/cuda/nn_kernels.h"
 #include "tessera/ops/detail.h"
 
 #include <algorithm>
@@ -45,6 +49,36 @@ ElementType element_type(DType dtype) {
 const float* floats(const Tensor& t) { return static_cast<const float*>(t.data_ptr()); }
 float* floats(Tensor& t) { return static_cast<float*>(t.data_ptr()); }
 float* floats_or_null(Tensor& t) { return t.defined() ? floats(t) : nullptr; }
+const float* floats_or_null(const Tensor& t) { return t.defined() ? floats(t) : nullptr; }
+const int64_t* longs(const Tensor& t) { return static_cast<const int64_t*>(t.data_ptr()); }
+int64_t* longs(Tensor& t) { return static_cast<int64_t*>(t.data_ptr()); }
+
+// Device scratch lent to a kernel (partial sums, flags read back, a sort's arrays): `bytes` from the
+// caching allocator, as an int64 tensor (its blocks are cudaMalloc's, 256-byte aligned).
+Tensor scratch_for(size_t bytes, const Device& device) {
+  return Tensor::empty({static_cast<int64_t>((bytes + 7) / 8)}, DType::Int64, device);
+}
+
+// The ops check that their inputs share a device, but not every optional operand (a norm's weight,
+// running statistics): a host pointer must never reach a kernel.
+void check_on(const Device& device, const Tensor& t, const char* op, const char* arg) {
+  if (t.defined())
+    TESSERA_CHECK(t.device() == device, "[", op, "] ", arg, " is on ", t.device().str(), " but the input on ",
+                  device.str(), "; move it with .to(", device.str(), ")");
+}
+
+// `shape` seen as (outer, n, inner) around dim d.
+struct AroundDim {
+  int64_t outer = 1, n = 1, inner = 1;
+  AroundDim(const Shape& shape, int64_t d) : n(shape[static_cast<size_t>(d)]) {
+    for (int64_t i = 0; i < d; ++i) outer *= shape[static_cast<size_t>(i)];
+    for (size_t i = static_cast<size_t>(d) + 1; i < shape.size(); ++i) inner *= shape[i];
+  }
+};
+
+// The rows of a row kernel's input: its last dim, and how many of those.
+int64_t last_dim(const Tensor& t) { return t.dim() == 0 ? 1 : t.shape().back(); }
+int64_t rows_of(const Tensor& t) { return last_dim(t) == 0 ? 0 : t.numel() / last_dim(t); }
 
 
 // ---- matmul's operands ----
@@ -186,6 +220,181 @@ class CudaKernels final : public Kernels {
     return grad;
   }
 
+  MaxResult max(const Tensor& t_in, int64_t d, bool keepdim) const override {
+    const Tensor t = detail::as_contiguous(t_in);
+    const AroundDim at(t.shape(), d);
+    const Shape out_shape = detail::reduced_shape(t.shape(), Shape{d}, keepdim);
+    Tensor values = Tensor::empty(out_shape, DType::Float32, t.device());
+    Tensor indices = Tensor::empty(out_shape, DType::Int64, t.device());
+    cuda::max_over_dim(t.device().index, floats(t), at.outer, at.n, at.inner, floats(values), longs(indices));
+    return {values, indices};
+  }
+
+  // g and the indices are (outer, inner) whether or not the dim was kept.
+  Tensor max_backward(const Tensor& g_in, const Tensor& indices_in, const Shape& in_shape, int64_t d,
+                      bool keepdim) const override {
+    const Tensor g = detail::as_contiguous(g_in), indices = detail::as_contiguous(indices_in);
+    const AroundDim at(in_shape, d);
+    Tensor grad = Tensor::empty(in_shape, DType::Float32, g.device());
+    cuda::max_over_dim_backward(g.device().index, floats(g), longs(indices), at.outer, at.n, at.inner, floats(grad));
+    return grad;
+  }
+
+  Tensor attention_weights(const Tensor& scores, float scale, bool causal) const override {
+    const int64_t Tq = scores.shape()[static_cast<size_t>(scores.dim() - 2)], Tk = last_dim(scores);
+    Tensor out = Tensor::empty(scores.shape(), DType::Float32, scores.device());
+    cuda::attention_rows(scores.device().index, floats(scores), rows_of(scores), Tq, Tk, scale, causal, floats(out));
+    return out;
+  }
+
+  Tensor attention_weights_backward(const Tensor& out, const Tensor& g_in, float scale, bool causal) const override {
+    const Tensor g = detail::as_contiguous(g_in);
+    const int64_t Tq = out.shape()[static_cast<size_t>(out.dim() - 2)], Tk = last_dim(out);
+    Tensor grad = Tensor::empty(out.shape(), DType::Float32, out.device());
+    cuda::attention_rows_backward(out.device().index, floats(out), floats(g), rows_of(out), Tq, Tk, scale, causal,
+                                  floats(grad));
+    return grad;
+  }
+
+  // The loss stays on the device; the count and any bad target come back (one wait).
+  CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets,
+                                   const CrossEntropyOptions& opt) const override {
+    const int64_t N = logits.shape()[0], C = logits.shape()[1];
+    const Device device = logits.device();
+    Tensor loss = Tensor::empty({}, DType::Float32, device), lse = Tensor::empty({N}, DType::Float32, device);
+    Tensor scratch = scratch_for(cuda::cross_entropy_scratch_bytes(N), device);
+    const cuda::CrossEntropySummary s =
+        cuda::cross_entropy_rows(device.index, floats(logits), longs(targets), N, C, opt.ignore_index,
+                                 opt.label_smoothing, floats(loss), floats(lse), scratch.data_ptr());
+    TESSERA_CHECK_INDEX(s.bad_position < 0, "[cross_entropy] target ", s.bad_target, " at position ", s.bad_position,
+                        " is out of range for ", C, " classes");
+    return {loss, lse, s.count};
+  }
+
+  Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& g_in,
+                                const CrossEntropyOptions& opt, int64_t count) const override {
+    const Tensor g = detail::as_contiguous(g_in);
+    const int64_t N = logits.shape()[0], C = logits.shape()[1];
+    Tensor grad = Tensor::empty({N, C}, DType::Float32, logits.device());
+    cuda::cross_entropy_rows_backward(logits.device().index, floats(logits), longs(targets), floats(lse), floats(g), N,
+                                      C, opt.ignore_index, opt.label_smoothing, count, floats(grad));
+    return grad;
+  }
+
+  WithSaved layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, int64_t D, float eps) const override {
+    check_on(x.device(), w, "layer_norm", "weight");
+    check_on(x.device(), b, "layer_norm", "bias");
+    const int64_t M = D == 0 ? 0 : x.numel() / D;
+    Tensor out = Tensor::empty(x.shape(), DType::Float32, x.device());
+    Tensor stats = Tensor::empty({M, 2}, DType::Float32, x.device());
+    cuda::layer_norm_rows(x.device().index, floats(x), floats_or_null(w), floats_or_null(b), M, D, eps, floats(out),
+                          floats(stats));
+    return {out, stats};
+  }
+
+  NormGrads layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& stats, const Tensor& g_in, int64_t D,
+                                bool gw, bool gb) const override {
+    const Tensor g = detail::as_contiguous(g_in);
+    const int64_t M = D == 0 ? 0 : x.numel() / D;
+    const Device device = x.device();
+    Tensor gx = Tensor::empty(x.shape(), DType::Float32, device);
+    Tensor gwt = gw ? Tensor::empty({D}, DType::Float32, device) : Tensor();
+    Tensor gbt = gb ? Tensor::empty({D}, DType::Float32, device) : Tensor();
+    const int64_t partials = gw || gb ? 2 * cuda::layer_norm_row_chunks(M) * D : 0;
+    Tensor partial = Tensor::empty({partials}, DType::Float32, device);
+    cuda::layer_norm_rows_backward(device.index, floats(x), floats_or_null(w), floats(stats), floats(g), M, D,
+                                   floats(gx), floats_or_null(gwt), floats_or_null(gbt), floats(partial));
+    return {gx, gwt, gbt};
+  }
+
+  // The running statistics may be strided views (a buffer's slice): their first element and stride.
+  WithSaved batch_norm(const Tensor& x, Tensor& running_mean, Tensor& running_var, const Tensor& w, const Tensor& b,
+                       bool training, float momentum, float eps) const override {
+    const Device device = x.device();
+    check_on(device, running_mean, "batch_norm", "running_mean");
+    check_on(device, running_var, "batch_norm", "running_var");
+    check_on(device, w, "batch_norm", "weight");
+    check_on(device, b, "batch_norm", "bias");
+    const int64_t N = x.shape()[0], C = x.shape()[1], S = N * C == 0 ? 0 : x.numel() / (N * C);
+    Tensor out = Tensor::empty(x.shape(), DType::Float32, device);
+    Tensor stats = Tensor::empty({C, 2}, DType::Float32, device);
+    const int64_t mean_stride = running_mean.defined() ? running_mean.strides()[0] : 0;
+    const int64_t var_stride = running_var.defined() ? running_var.strides()[0] : 0;
+    cuda::batch_norm_channels(device.index, floats(x), N, C, S, floats_or_null(running_mean), mean_stride,
+                              floats_or_null(running_var), var_stride, floats_or_null(w), floats_or_null(b), training,
+                              momentum, eps, floats(out), floats(stats));
+    return {out, stats};
+  }
+
+  NormGrads batch_norm_backward(const Tensor& x, const Tensor& w, const Tensor& stats, const Tensor& g_in,
+                                bool training, bool gw, bool gb) const override {
+    const Tensor g = detail::as_contiguous(g_in);
+    const Device device = x.device();
+    const int64_t N = x.shape()[0], C = x.shape()[1], S = N * C == 0 ? 0 : x.numel() / (N * C);
+    Tensor gx = Tensor::empty(x.shape(), DType::Float32, device);
+    Tensor gwt = Tensor::empty({C}, DType::Float32, device), gbt = Tensor::empty({C}, DType::Float32, device);
+    cuda::batch_norm_channels_backward(device.index, floats(x), floats_or_null(w), floats(stats), floats(g), N, C, S,
+                                       training, floats(gx), floats(gwt), floats(gbt));
+    return {gx, gw ? gwt : Tensor(), gb ? gbt : Tensor()};
+  }
+
+  Tensor embedding(const Tensor& weight, const Tensor& indices) const override {
+    const int64_t V = weight.shape()[0], D = weight.shape()[1], n = indices.numel();
+    const Device device = weight.device();
+    Tensor scratch = scratch_for(cuda::kIndexCheckScratchBytes, device);
+    const cuda::IndexCheck bad = cuda::check_indices(device.index, longs(indices), n, V, scratch.data_ptr());
+    TESSERA_CHECK_INDEX(bad.position < 0, "[embedding] index ", bad.value, " at position ", bad.position,
+                        " is out of range for ", V, " embeddings");
+    Shape out_shape = indices.shape();
+    out_shape.push_back(D);
+    Tensor out = Tensor::empty(out_shape, DType::Float32, device);
+    cuda::gather_rows(device.index, floats(weight), longs(indices), 1, V, D, n, floats(out));
+    return out;
+  }
+
+  Tensor embedding_backward(const Tensor& g_in, const Tensor& indices, int64_t V) const override {
+    const Tensor g = detail::as_contiguous(g_in);
+    const int64_t D = last_dim(g);
+    Tensor grad = Tensor::empty({V, D}, DType::Float32, g.device());
+    scatter_add(g, indices, 1, V, D, grad);
+    return grad;
+  }
+
+  Tensor index_select(const Tensor& t, int64_t d, const Tensor& indices) const override {
+    const AroundDim at(t.shape(), d);
+    const int64_t k = indices.numel();
+    const Device device = t.device();
+    Tensor scratch = scratch_for(cuda::kIndexCheckScratchBytes, device);
+    const cuda::IndexCheck bad = cuda::check_indices(device.index, longs(indices), k, at.n, scratch.data_ptr());
+    TESSERA_CHECK_INDEX(bad.position < 0, "[index_select] index ", bad.value, " is out of range for dim ", d,
+                        " of size ", at.n);
+    Shape out_shape = t.shape();
+    out_shape[static_cast<size_t>(d)] = k;
+    Tensor out = Tensor::empty(out_shape, DType::Float32, device);
+    cuda::gather_rows(device.index, floats(t), longs(indices), at.outer, at.n, at.inner, k, floats(out));
+    return out;
+  }
+
+  Tensor index_select_backward(const Tensor& g_in, const Shape& in_shape, int64_t d,
+                               const Tensor& indices) const override {
+    const Tensor g = detail::as_contiguous(g_in);
+    const AroundDim at(in_shape, d);
+    Tensor grad = Tensor::empty(in_shape, DType::Float32, g.device());
+    scatter_add(g, indices, at.outer, at.n, at.inner, grad);
+    return grad;
+  }
+
+  // One draw from `gen` seeds the mask's counter-based stream (nn_kernels.h): the generator advances
+  // once per call, and a seed gives the same masks on every run, though not the CPU's masks (nor
+  // does PyTorch's CUDA mask equal its CPU mask).
+  Tensor dropout_mask(const Shape& shape, const Device& device, float p, Generator& gen) const override {
+    Tensor mask = Tensor::empty(shape, DType::Float32, device);
+    const float keep_scale = p == 1.0f ? 0.0f : 1.0f / (1.0f - p);
+    const uint64_t seed = gen.next_u64();
+    cuda::dropout_mask(device.index, floats(mask), mask.numel(), p, keep_scale, seed);
+    return mask;
+  }
+
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) const override {
     cuda::sgd_update(param.device().index, floats(param), floats(grad), floats_or_null(momentum_buffer), param.numel(), s);
   }
@@ -194,6 +403,18 @@ class CudaKernels final : public Kernels {
                    const AdamStep& s) const override {
     cuda::adam_update(param.device().index, floats(param), floats(grad), floats(exp_avg), floats(exp_avg_sq),
                       param.numel(), s);
+  }
+
+  std::pair<double, double> lamb_moments(const Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                                         const LambStep& s) const override {
+    Tensor scratch = scratch_for(cuda::kLambScratchBytes, param.device());
+    return cuda::lamb_moments(param.device().index, floats(param), floats(grad), floats(exp_avg), floats(exp_avg_sq),
+                              param.numel(), s, scratch.data_ptr());
+  }
+
+  void lamb_apply(Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const LambStep& s,
+                  float step) const override {
+    cuda::lamb_apply(param.device().index, floats(param), floats(exp_avg), floats(exp_avg_sq), param.numel(), s, step);
   }
 
   void lars_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, float local_lr, float weight_decay,
@@ -235,6 +456,17 @@ class CudaKernels final : public Kernels {
     gemm_batched(a.device().index, gp, a_op, b_op, floats(out), shape_numel(batch),
                  bias_values.defined() ? floats(bias_values) : nullptr);
     return out;
+  }
+
+ private:
+  // grad (outer, n, inner) = 0, then g (outer, k, inner) added at the k indices (deterministic:
+  // nn_kernels.h's scatter_add_rows).
+  static void scatter_add(const Tensor& g, const Tensor& indices, int64_t outer, int64_t n, int64_t inner,
+                          Tensor& grad) {
+    const int device = g.device().index;
+    const int64_t k = indices.numel();
+    Tensor scratch = scratch_for(cuda::scatter_add_scratch_bytes(device, k, n), g.device());
+    cuda::scatter_add_rows(device, floats(g), longs(indices), outer, n, inner, k, floats(grad), scratch.data_ptr());
   }
 };
 

@@ -8,21 +8,16 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "tessera/backend/cuda/cuda_check.h"
 #include "tessera/backend/cuda/elementwise.h"
+#include "tessera/backend/cuda/launch.cuh"
 #include "tessera/ops/elementwise_formulas.h"
 #include "tessera/ops/optimizer_formulas.h"
 
 namespace tessera::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  // Enough blocks to fill an H100's 132 SMs many times over; the grid-stride loop covers the rest.
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 132 * 32)));
-}
 
 __device__ __forceinline__ int64_t offset_of(int64_t i, const IterationShape& shape, const Strides& strides) {
   int64_t offset = 0;
@@ -33,9 +28,6 @@ __device__ __forceinline__ int64_t offset_of(int64_t i, const IterationShape& sh
   }
   return offset;
 }
-
-__device__ __forceinline__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(blockDim.x) * gridDim.x; }
 
 bool is_contiguous(const Strides& s, const IterationShape& shape) {
   int64_t expected = 1;
@@ -169,6 +161,31 @@ __global__ void lars_kernel(float* __restrict__ p, const float* __restrict__ g, 
   for (int64_t k = first_index(); k < n; k += grid_stride()) lars_element(p[k], g[k], v ? v + k : nullptr, local_lr, wd, mu);
 }
 
+// LAMB's first pass: kLambBlocks blocks at most, each thread striding over the parameter, then each
+// block's ||w||² and ||u||² into partial[2 · block] and partial[2 · block + 1].
+__global__ void lamb_moments_kernel(const float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                                    float* __restrict__ v, int64_t n, LambStep s, double* __restrict__ partial) {
+  __shared__ double scratch[kRowThreads];
+  double w_sq = 0.0, u_sq = 0.0;
+  for (int64_t k = first_index(); k < n; k += grid_stride()) {
+    lamb_moments_element(g[k], m[k], v[k], s);
+    const float u = lamb_direction(m[k], v[k], p[k], s);
+    w_sq += static_cast<double>(p[k]) * p[k];
+    u_sq += static_cast<double>(u) * u;
+  }
+  w_sq = block_reduce(w_sq, scratch, Add{});
+  u_sq = block_reduce(u_sq, scratch, Add{});
+  if (threadIdx.x == 0) {
+    partial[2 * blockIdx.x] = w_sq;
+    partial[2 * blockIdx.x + 1] = u_sq;
+  }
+}
+
+__global__ void lamb_apply_kernel(float* __restrict__ p, const float* __restrict__ m, const float* __restrict__ v,
+                                  int64_t n, LambStep s, float step) {
+  for (int64_t k = first_index(); k < n; k += grid_stride()) p[k] -= step * lamb_direction(m[k], v[k], p[k], s);
+}
+
 
 }  // namespace
 
@@ -262,6 +279,33 @@ void lars_update(int device, float* p, const float* g, float* buf, int64_t n, fl
   if (n == 0) return;
   detail::use_device(device, "cuda::lars_update");
   lars_kernel<<<blocks_for(n), kThreads>>>(p, g, buf, n, local_lr, weight_decay, momentum);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+std::pair<double, double> lamb_moments(int device, const float* p, const float* g, float* m, float* v, int64_t n,
+                                       const LambStep& step, void* scratch) {
+  if (n == 0) return {0.0, 0.0};
+  detail::use_device(device, "cuda::lamb_moments");
+  static_assert(kRowThreads == kThreads, "lamb_moments_kernel reduces over a row-sized block");
+  const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kLambBlocks));
+  auto* partial = static_cast<double*>(scratch);
+  lamb_moments_kernel<<<blocks, kThreads>>>(p, g, m, v, n, step, partial);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  std::vector<double> host(2 * static_cast<size_t>(blocks));
+  TESSERA_CUDA_CHECK(cudaMemcpy(host.data(), partial, sizeof(double) * host.size(), cudaMemcpyDeviceToHost));
+  double w_sq = 0.0, u_sq = 0.0;
+  for (int b = 0; b < blocks; ++b) {  // in block order: the same sums on every run
+    w_sq += host[2 * static_cast<size_t>(b)];
+    u_sq += host[2 * static_cast<size_t>(b) + 1];
+  }
+  return {w_sq, u_sq};
+}
+
+void lamb_apply(int device, float* p, const float* m, const float* v, int64_t n, const LambStep& step,
+                float scaled_lr) {
+  if (n == 0) return;
+  detail::use_device(device, "cuda::lamb_apply");
+  lamb_apply_kernel<<<blocks_for(n), kThreads>>>(p, m, v, n, step, scaled_lr);
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 

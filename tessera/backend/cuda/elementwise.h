@@ -5,7 +5,9 @@
 // shape of at most kMaxDims dims (stride 0 on a broadcast dim); outputs of the elementwise kernels are
 // contiguous.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "tessera/ops/op_codes.h"
 #include "tessera/ops/optimizer_steps.h"
@@ -47,6 +49,16 @@ void adam_update(int device, float* param, const float* grad, float* exp_avg, fl
                  const AdamStep& step);
 void lars_update(int device, float* param, const float* grad, float* momentum_buffer, int64_t n, float local_lr,
                  float weight_decay, float momentum);
+// LAMB's two passes (cpu_optimizer.cpp's): the moments, returning ||w||² and ||u||² of the direction
+// u, each summed in double per block and the blocks' sums added on the host in block order (the same
+// sum on every run; waits for the device); then param -= step · u, u recomputed bit for bit.
+// Scratch: kLambScratchBytes of device memory for the blocks' sums.
+constexpr int kLambBlocks = 1024;
+constexpr size_t kLambScratchBytes = 2 * kLambBlocks * sizeof(double);
+std::pair<double, double> lamb_moments(int device, const float* param, const float* grad, float* exp_avg,
+                                       float* exp_avg_sq, int64_t n, const LambStep& step, void* scratch);
+void lamb_apply(int device, float* param, const float* exp_avg, const float* exp_avg_sq, int64_t n,
+                const LambStep& step, float scaled_lr);
 
 }  // namespace tessera::cuda
 

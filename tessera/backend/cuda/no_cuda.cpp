@@ -7,6 +7,7 @@
 #include "tessera/backend/cuda/device_info.h"
 #include "tessera/backend/cuda/elementwise.h"
 #include "tessera/backend/cuda/gemm.h"
+#include "tessera/backend/cuda/nn_kernels.h"
 #include "tessera/backend/cuda/stream.h"
 #include "tessera/core/error.h"
 
@@ -91,6 +92,13 @@ void adam_update(int device, float*, const float*, float*, float*, int64_t, cons
 void lars_update(int device, float*, const float*, float*, int64_t, float, float, float) {
   no_cuda("cuda::lars_update", "cuda:" + std::to_string(device));
 }
+std::pair<double, double> lamb_moments(int device, const float*, const float*, float*, float*, int64_t, const LambStep&,
+                                       void*) {
+  no_cuda("cuda::lamb_moments", "cuda:" + std::to_string(device));
+}
+void lamb_apply(int device, float*, const float*, const float*, int64_t, const LambStep&, float) {
+  no_cuda("cuda::lamb_apply", "cuda:" + std::to_string(device));
+}
 
 void sum_rows(int device, const float*, int64_t, int64_t, float*) {
   no_cuda("cuda::sum_rows", "cuda:" + std::to_string(device));
@@ -101,6 +109,57 @@ void softmax_rows(int device, const float*, int64_t, int64_t, bool, float*) {
 }
 void softmax_rows_backward(int device, const float*, const float*, int64_t, int64_t, bool, float*) {
   no_cuda("cuda::softmax_rows_backward", "cuda:" + std::to_string(device));
+}
+
+void max_over_dim(int device, const float*, int64_t, int64_t, int64_t, float*, int64_t*) {
+  no_cuda("cuda::max_over_dim", "cuda:" + std::to_string(device));
+}
+void max_over_dim_backward(int device, const float*, const int64_t*, int64_t, int64_t, int64_t, float*) {
+  no_cuda("cuda::max_over_dim_backward", "cuda:" + std::to_string(device));
+}
+void attention_rows(int device, const float*, int64_t, int64_t, int64_t, float, bool, float*) {
+  no_cuda("cuda::attention_rows", "cuda:" + std::to_string(device));
+}
+void attention_rows_backward(int device, const float*, const float*, int64_t, int64_t, int64_t, float, bool, float*) {
+  no_cuda("cuda::attention_rows_backward", "cuda:" + std::to_string(device));
+}
+CrossEntropySummary cross_entropy_rows(int device, const float*, const int64_t*, int64_t, int64_t, int64_t, float,
+                                       float*, float*, void*) {
+  no_cuda("cuda::cross_entropy_rows", "cuda:" + std::to_string(device));
+}
+void cross_entropy_rows_backward(int device, const float*, const int64_t*, const float*, const float*, int64_t,
+                                 int64_t, int64_t, float, int64_t, float*) {
+  no_cuda("cuda::cross_entropy_rows_backward", "cuda:" + std::to_string(device));
+}
+void layer_norm_rows(int device, const float*, const float*, const float*, int64_t, int64_t, float, float*, float*) {
+  no_cuda("cuda::layer_norm_rows", "cuda:" + std::to_string(device));
+}
+void layer_norm_rows_backward(int device, const float*, const float*, const float*, const float*, int64_t, int64_t,
+                              float*, float*, float*, float*) {
+  no_cuda("cuda::layer_norm_rows_backward", "cuda:" + std::to_string(device));
+}
+void batch_norm_channels(int device, const float*, int64_t, int64_t, int64_t, float*, int64_t, float*, int64_t,
+                         const float*, const float*, bool, float, float, float*, float*) {
+  no_cuda("cuda::batch_norm_channels", "cuda:" + std::to_string(device));
+}
+void batch_norm_channels_backward(int device, const float*, const float*, const float*, const float*, int64_t, int64_t,
+                                  int64_t, bool, float*, float*, float*) {
+  no_cuda("cuda::batch_norm_channels_backward", "cuda:" + std::to_string(device));
+}
+IndexCheck check_indices(int device, const int64_t*, int64_t, int64_t, void*) {
+  no_cuda("cuda::check_indices", "cuda:" + std::to_string(device));
+}
+void gather_rows(int device, const float*, const int64_t*, int64_t, int64_t, int64_t, int64_t, float*) {
+  no_cuda("cuda::gather_rows", "cuda:" + std::to_string(device));
+}
+size_t scatter_add_scratch_bytes(int device, int64_t, int64_t) {
+  no_cuda("cuda::scatter_add_scratch_bytes", "cuda:" + std::to_string(device));
+}
+void scatter_add_rows(int device, const float*, const int64_t*, int64_t, int64_t, int64_t, int64_t, float*, void*) {
+  no_cuda("cuda::scatter_add_rows", "cuda:" + std::to_string(device));
+}
+void dropout_mask(int device, float*, int64_t, float, float, uint64_t) {
+  no_cuda("cuda::dropout_mask", "cuda:" + std::to_string(device));
 }
 
 Stream& compute_stream(int device) { no_cuda("cuda::compute_stream", "cuda:" + std::to_string(device)); }
