@@ -1,6 +1,7 @@
 // conv2d as im2col + one sgemm per image and group, images split across the thread pool (OpenBLAS runs
 // single-threaded inside our parallel region, so each core owns whole images and their columns stay
-// in its cache). Pooling is a direct loop over (image, channel) planes.
+// in its cache). Pooling is a direct loop over (image, channel) planes. On a device, convolution and
+// pooling are its kernel table's (cuDNN and our pooling kernels on CUDA), backward included.
 #include <cmath>
 #include <atomic>
 #include <bit>
@@ -18,6 +19,7 @@
 #include "tessera/backend/cpu/vector_math.h"
 #include "tessera/core/half_codec.h"
 #include "tessera/ops/detail.h"
+#include "tessera/ops/kernels.h"
 #include "tessera/util/thread_pool.h"
 #include "tessera/util/settings.h"
 
@@ -127,15 +129,40 @@ std::atomic<ConvAlgorithm>& algorithm_setting() {
 void set_conv_algorithm(ConvAlgorithm algorithm) { algorithm_setting() = algorithm; }
 ConvAlgorithm conv_algorithm() { return algorithm_setting(); }
 
+namespace {
+
+// conv2d on a device: its kernel table's convolution (cuDNN on CUDA), forward and backward, in
+// autocast's precision.
+Tensor conv2d_on_device(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dOptions& opt) {
+  const DType precision = autocast_dtype();
+  const Kernels& kernels = kernels_for(x_in);
+  Tensor x, w, out;
+  {
+    NoGradGuard no_grad;
+    x = detail::as_contiguous(x_in), w = detail::as_contiguous(w_in);
+    out = kernels.conv2d(x, w, bias.defined() ? detail::as_contiguous(bias) : Tensor(), opt, precision);
+  }
+  const bool gx = x_in.requires_grad(), gw = w_in.requires_grad(), gb = bias.defined() && bias.requires_grad();
+  return record(out, "Conv2dBackward", {x_in, w_in, bias}, [&kernels, x, w, opt, precision, gx, gw, gb](const Tensor& g) {
+    LayerGrads grads = kernels.conv2d_backward(x, w, g, opt, precision, gx, gw, gb);
+    return std::vector<Tensor>{grads.x, grads.weight, grads.bias};
+  });
+}
+
+}  // namespace
+
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dOptions& opt) {
-  detail::check_float_on_cpu(x_in, "conv2d", "input");
-  detail::check_float_on_cpu(w_in, "conv2d", "weight");
+  detail::check_float(x_in, "conv2d", "input");
+  detail::check_float(w_in, "conv2d", "weight");
+  detail::check_same_device(x_in, w_in, "conv2d");
   ConvPlan p = plan_conv(x_in, w_in, opt);
   if (bias.defined()) {
-    detail::check_float_on_cpu(bias, "conv2d", "bias");
+    detail::check_float(bias, "conv2d", "bias");
+    detail::check_same_device(x_in, bias, "conv2d");
     TESSERA_CHECK(bias.dim() == 1 && bias.shape()[0] == p.OC, "[conv2d] bias ", shape_str(bias.shape()),
                   " does not match ", p.OC, " output channels");
   }
+  if (!x_in.device().is_cpu()) return conv2d_on_device(x_in, w_in, bias, opt);
   // Mixed precision always runs on oneDNN (im2col is the float32 fallback).
   const DType precision = autocast_dtype();
   if (p.N > 0 && (precision != DType::Float32 || conv_algorithm() == ConvAlgorithm::OneDnn))
@@ -397,8 +424,21 @@ void max_pool_planes(const float* xp, const PoolPlan& p, const Pool2dOptions& o,
 // max_pool2d, of relu(x) when relu_first; the backward sends each window's gradient to its argmax
 // (none where the argmax is -1).
 Tensor max_pool2d_of(const Tensor& x_in, const Pool2dOptions& o, bool relu_first, const char* op) {
-  detail::check_float_on_cpu(x_in, op, "input");
+  detail::check_float(x_in, op, "input");
   PoolPlan p = plan_pool(x_in, o, op);
+  if (!x_in.device().is_cpu()) {  // the device's kernel table: its own argmax, saved for the backward
+    const Kernels& kernels = kernels_for(x_in);
+    WithSaved r;
+    {
+      NoGradGuard no_grad;
+      r = kernels.max_pool2d(detail::as_contiguous(x_in), o, relu_first);
+    }
+    const Shape in_shape = x_in.shape();
+    return record(r.out, relu_first ? "ReluMaxPool2dBackward" : "MaxPool2dBackward", {x_in},
+                  [&kernels, saved = r.saved, in_shape, o, relu_first](const Tensor& g) {
+                    return std::vector<Tensor>{kernels.max_pool2d_backward(g, saved, in_shape, o, relu_first)};
+                  }, autograd::Saves::Nothing);
+  }
   Tensor x = detail::as_contiguous(x_in);
   Tensor out = Tensor::empty({p.N, p.C, p.OH, p.OW});
   // Argmax within each input plane, for the backward scatter.
@@ -444,8 +484,20 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) { return max_pool2d_o
 Tensor relu_max_pool2d(const Tensor& x, const Pool2dOptions& o) { return max_pool2d_of(x, o, true, "relu_max_pool2d"); }
 
 Tensor avg_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
-  detail::check_float_on_cpu(x_in, "avg_pool2d", "input");
+  detail::check_float(x_in, "avg_pool2d", "input");
   PoolPlan p = plan_pool(x_in, o, "avg_pool2d");
+  if (!x_in.device().is_cpu()) {
+    const Kernels& kernels = kernels_for(x_in);
+    Tensor out;
+    {
+      NoGradGuard no_grad;
+      out = kernels.avg_pool2d(detail::as_contiguous(x_in), o);
+    }
+    const Shape in_shape = x_in.shape();
+    return record(out, "AvgPool2dBackward", {x_in}, [&kernels, in_shape, o](const Tensor& g) {
+      return std::vector<Tensor>{kernels.avg_pool2d_backward(g, in_shape, o)};
+    }, autograd::Saves::Nothing);
+  }
   Tensor x = detail::as_contiguous(x_in);
   Tensor out = zeros({p.N, p.C, p.OH, p.OW});
   const float scale = 1.0f / static_cast<float>(o.kernel_h * o.kernel_w);

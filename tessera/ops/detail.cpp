@@ -27,14 +27,6 @@ void check_float(const Tensor& t, const char* op, const char* arg) {
                 dtype_name(t.dtype()), " with shape ", shape_str(t.shape()));
 }
 
-void check_float_on_cpu(const Tensor& t, const char* op, const char* arg) {
-  check_float(t, op, arg);
-  // A missing kernel is an error naming the op and the device, never a silent copy to the CPU.
-  if (!t.device().is_cpu())
-    throw NotSupportedError(concat("[", op, "] has no kernel on ", t.device().str(), " yet (argument '", arg,
-                                   "' is there); copy the tensors to the CPU (.cpu()) for this op"));
-}
-
 void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
   TESSERA_CHECK(a.device() == b.device(), "[", op, "] tensors are on different devices: ", a.device().str(),
                 " and ", b.device().str());

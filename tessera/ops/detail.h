@@ -13,9 +13,6 @@ namespace tessera::detail {
 Shape broadcast_strides(const Tensor& t, const Shape& shape);
 // Throws ValueError naming the op and the argument if `t` is undefined or not float32.
 void check_float(const Tensor& t, const char* op, const char* arg);
-// check_float, and NotSupportedError if `t` is not on the CPU: for the ops whose kernels are not in
-// the table yet (matmul, linear, convolution and pooling compute on the CPU backend directly).
-void check_float_on_cpu(const Tensor& t, const char* op, const char* arg);
 void check_defined(const Tensor& t, const char* op, const char* arg);
 void check_same_device(const Tensor& a, const Tensor& b, const char* op);
 // A float32 contiguous tensor (a no-op when it already is).

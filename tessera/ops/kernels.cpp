@@ -132,7 +132,7 @@ WithSaved Kernels::layer_norm(const Tensor& x, const Tensor& weight, const Tenso
   missing("layer_norm");
 }
 
-NormGrads Kernels::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats,
+LayerGrads Kernels::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats,
                                        const Tensor& g, int64_t D, bool weight_grad, bool bias_grad) const {
   missing("layer_norm_backward");
 }
@@ -143,13 +143,38 @@ WithSaved Kernels::batch_norm(const Tensor& x, Tensor& running_mean, Tensor& run
   missing("batch_norm");
 }
 
-NormGrads Kernels::batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats,
+LayerGrads Kernels::batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats,
                                        const Tensor& g, bool training, bool weight_grad, bool bias_grad) const {
   missing("batch_norm_backward");
 }
 
 Tensor Kernels::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, DType precision) const {
   missing("matmul");
+}
+
+Tensor Kernels::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& opt,
+                       DType precision) const {
+  missing("conv2d");
+}
+
+LayerGrads Kernels::conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& g, const Conv2dOptions& opt,
+                                    DType precision, bool input_grad, bool weight_grad, bool bias_grad) const {
+  missing("conv2d_backward");
+}
+
+WithSaved Kernels::max_pool2d(const Tensor& x, const Pool2dOptions& opt, bool relu_first) const {
+  missing(relu_first ? "relu_max_pool2d" : "max_pool2d");
+}
+
+Tensor Kernels::max_pool2d_backward(const Tensor& g, const Tensor& saved, const Shape& in_shape,
+                                    const Pool2dOptions& opt, bool relu_first) const {
+  missing("max_pool2d_backward");
+}
+
+Tensor Kernels::avg_pool2d(const Tensor& x, const Pool2dOptions& opt) const { missing("avg_pool2d"); }
+
+Tensor Kernels::avg_pool2d_backward(const Tensor& g, const Shape& in_shape, const Pool2dOptions& opt) const {
+  missing("avg_pool2d_backward");
 }
 
 Tensor Kernels::embedding(const Tensor& weight, const Tensor& indices) const {

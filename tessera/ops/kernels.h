@@ -30,8 +30,9 @@ struct CrossEntropyResult {
   int64_t count = 0;
 };
 
-// The gradients of a normalisation: input, weight, bias (undefined where not asked for).
-struct NormGrads {
+// The gradients of a layer's input, weight and bias (a normalisation's, a convolution's): undefined
+// where not asked for.
+struct LayerGrads {
   Tensor x, weight, bias;
 };
 
@@ -73,12 +74,12 @@ class Kernels {
                                         const Tensor& g, const CrossEntropyOptions& opt, int64_t count) const;
   // The output and each row's mean and 1/std (M, 2).
   virtual WithSaved layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t D, float eps) const;
-  virtual NormGrads layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats, const Tensor& g,
+  virtual LayerGrads layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats, const Tensor& g,
                                         int64_t D, bool weight_grad, bool bias_grad) const;
   // The output and each channel's mean and 1/std (C, 2); in training the running statistics are updated.
   virtual WithSaved batch_norm(const Tensor& x, Tensor& running_mean, Tensor& running_var, const Tensor& weight,
                                const Tensor& bias, bool training, float momentum, float eps) const;
-  virtual NormGrads batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats, const Tensor& g,
+  virtual LayerGrads batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats, const Tensor& g,
                                         bool training, bool weight_grad, bool bias_grad) const;
 
   // ---- matrix products ----
@@ -86,6 +87,21 @@ class Kernels {
   // new contiguous float32 (batch..., n, m), with bias (m) added to every row where defined.
   // `precision` is autocast's dtype: Float32, or BFloat16 / Float16, the operands rounded to it first.
   virtual Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, DType precision) const;
+
+  // ---- convolution and pooling: NCHW, contiguous float32 (shapes checked by the op) ----
+  // x (N, C, H, W) * weight (OC, C / groups, KH, KW) + bias (OC): float32 (N, OC, OH, OW), the
+  // products in `precision` (autocast's dtype) as matmul's.
+  virtual Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& opt,
+                        DType precision) const;
+  virtual LayerGrads conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& g, const Conv2dOptions& opt,
+                                     DType precision, bool input_grad, bool weight_grad, bool bias_grad) const;
+  // Each window's maximum (of relu(x) where relu_first), and what the backward reads to send each
+  // window's gradient to where its maximum came from (the device's choice: its argmax, or the input).
+  virtual WithSaved max_pool2d(const Tensor& x, const Pool2dOptions& opt, bool relu_first) const;
+  virtual Tensor max_pool2d_backward(const Tensor& g, const Tensor& saved, const Shape& in_shape,
+                                     const Pool2dOptions& opt, bool relu_first) const;
+  virtual Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& opt) const;  // count_include_pad
+  virtual Tensor avg_pool2d_backward(const Tensor& g, const Shape& in_shape, const Pool2dOptions& opt) const;
 
   // ---- indexing (index ranges are checked here, where the indices are) ----
   virtual Tensor embedding(const Tensor& weight, const Tensor& indices) const;

@@ -114,7 +114,7 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   const Tensor stats = mean_rstd;
   bool gw = weight.defined() && weight.requires_grad(), gb = bias.defined() && bias.requires_grad();
   return record(out, "LayerNormBackward", {x_in, weight, bias}, [x, w, stats, D, gw, gb](const Tensor& g) {
-    NormGrads grads = kernels_for(x).layer_norm_backward(x, w, stats, g, D, gw, gb);
+    LayerGrads grads = kernels_for(x).layer_norm_backward(x, w, stats, g, D, gw, gb);
     const Shape ws = w.defined() ? w.shape() : Shape{D};
     return std::vector<Tensor>{grads.x, gw ? reshape(grads.weight, ws) : Tensor(),
                                gb ? reshape(grads.bias, ws) : Tensor()};
@@ -143,7 +143,7 @@ Tensor batch_norm(const Tensor& x_in, Tensor running_mean, Tensor running_var, c
   const Tensor stats = mean_rstd;
   bool gw = weight.defined() && weight.requires_grad(), gb = bias.defined() && bias.requires_grad();
   return record(out, "BatchNormBackward", {x_in, weight, bias}, [x, w, stats, training, gw, gb](const Tensor& g) {
-    NormGrads grads = kernels_for(x).batch_norm_backward(x, w, stats, g, training, gw, gb);
+    LayerGrads grads = kernels_for(x).batch_norm_backward(x, w, stats, g, training, gw, gb);
     return std::vector<Tensor>{grads.x, grads.weight, grads.bias};
   });
 }

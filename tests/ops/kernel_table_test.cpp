@@ -90,6 +90,43 @@ UpdateCase update_case(int64_t n, uint64_t seed) {
 // Large enough to be split across the intra-op threads (the kernels' grain is 32768 elements).
 constexpr int64_t kElements = 70001;
 
+// The CPU's matmul, convolution and pooling entries answer through their ops (cpu_via_ops.cpp): the
+// same values and gradients as the ops' own autograd, which is what a device's entries are checked
+// against.
+TEST(KernelTable, TheCpusConvolutionAndPoolingEntriesEqualTheirOps) {
+  const Kernels& cpu = kernels_for(cpu_device());
+  Conv2dOptions pad1;
+  pad1.pad_h = pad1.pad_w = 1;
+  Tensor x = randn({2, 3, 6, 5}).set_requires_grad(true), w = randn({4, 3, 3, 3}).set_requires_grad(true);
+  Tensor b = randn({4}).set_requires_grad(true);
+  Tensor out = conv2d(x, w, b, pad1);
+  EXPECT_TRUE(testing::bitwise_equal(cpu.conv2d(x, w, b, pad1, DType::Float32), out));
+  Tensor g = randn(out.shape());
+  out.backward(g);
+  LayerGrads grads = cpu.conv2d_backward(x, w, g, pad1, DType::Float32, true, true, true);
+  EXPECT_TRUE(testing::bitwise_equal(grads.x, x.grad()));
+  EXPECT_TRUE(testing::bitwise_equal(grads.weight, w.grad()));
+  EXPECT_TRUE(testing::bitwise_equal(grads.bias, b.grad()));
+  EXPECT_FALSE(cpu.conv2d_backward(x, w, g, pad1, DType::Float32, false, true, false).x.defined());
+
+  for (bool relu_first : {false, true}) {
+    Tensor y = randn({2, 3, 6, 6}).set_requires_grad(true);
+    Tensor pooled = relu_first ? relu_max_pool2d(y) : max_pool2d(y);
+    WithSaved r = cpu.max_pool2d(y, Pool2dOptions{}, relu_first);
+    EXPECT_TRUE(testing::bitwise_equal(r.out, pooled));
+    Tensor gp = randn(pooled.shape());
+    pooled.backward(gp);
+    EXPECT_TRUE(testing::bitwise_equal(cpu.max_pool2d_backward(gp, r.saved, y.shape(), Pool2dOptions{}, relu_first),
+                                       y.grad()));
+  }
+  Tensor z = randn({1, 2, 4, 4}).set_requires_grad(true);
+  Tensor averaged = avg_pool2d(z);
+  EXPECT_TRUE(testing::bitwise_equal(cpu.avg_pool2d(z, Pool2dOptions{}), averaged));
+  Tensor ga = randn(averaged.shape());
+  averaged.backward(ga);
+  EXPECT_TRUE(testing::bitwise_equal(cpu.avg_pool2d_backward(ga, z.shape(), Pool2dOptions{}), z.grad()));
+}
+
 TEST(FusedUpdate, SgdWithNesterovMomentumFollowsTorchsFormula) {
   UpdateCase c = update_case(kElements, 1);
   Tensor buffer = zeros({kElements});

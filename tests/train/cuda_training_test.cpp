@@ -1,5 +1,5 @@
 // Training on a GPU (train.device = "cuda", tessera train --device) against the same run on the CPU:
-// the MLP and the GPT train 200 steps with per-step losses within tolerance of the CPU's, and a
+// the MLP and the GPT train 200 steps (the CNN 100) with per-step losses within tolerance of the CPU's, and a
 // checkpoint written from the GPU resumes on the CPU (and a CPU one on the GPU) with the values
 // bit for bit. The devices sum in different orders (cuBLASLt's products, the block reductions), so
 // the runs drift apart by rounding only: 1e-3 relative on each step's loss over 200 SGD steps
@@ -114,6 +114,24 @@ TEST(CudaTraining, TheMlpTrainsAsOnTheCpu) {
   ASSERT_TRUE(cpu.last_eval && gpu.last_eval);
   EXPECT_NEAR(gpu.last_eval->loss, cpu.last_eval->loss, 1e-3 * cpu.last_eval->loss);
   EXPECT_NEAR(gpu.last_eval->accuracy, cpu.last_eval->accuracy, 2.0 / 256);  // at most 2 test samples differ
+}
+
+TEST(CudaTraining, TheCnnTrainsAsOnTheCpu) {
+  TESSERA_SKIP_WITHOUT_CUDA_DEVICE();
+  auto cnn = [](const std::string& out, const std::string& device) {
+    TrainConfig c = mlp_config(out, device);
+    c.model.name = "cnn";
+    c.model.hidden = {};
+    c.data.classes = 10;  // the CNN's fixed classes
+    c.data.samples = 800;
+    c.train.epochs = 4;  // 25 steps an epoch: 100 steps
+    return c;
+  };
+  const std::string cpu_dir = fresh_dir("cnn_cpu"), gpu_dir = fresh_dir("cnn_gpu");
+  Trainer(cnn(cpu_dir, "cpu")).fit();
+  const FitResult gpu = Trainer(cnn(gpu_dir, "cuda")).fit();
+  EXPECT_EQ(gpu.steps, 100);
+  expect_losses_close(step_losses(gpu_dir), step_losses(cpu_dir), 1e-3);
 }
 
 TEST(CudaTraining, TheGptTrainsAsOnTheCpu) {

@@ -1,7 +1,8 @@
 // The CPU's kernel table (ops/kernels.h): every kernel, on the intra-op thread pool. The entries are
 // spread over files by kind: cpu_elementwise.cpp (elementwise, copies, fills), cpu_reduce.cpp,
 // cpu_rows.cpp (softmax, attention, losses, normalisation), cpu_index.cpp (embedding, index_select,
-// dropout's mask), cpu_optimizer.cpp (the fused optimizer updates) and cpu_matmul.cpp.
+// dropout's mask), cpu_optimizer.cpp (the fused optimizer updates) and cpu_via_ops.cpp (matmul, convolution and
+// pooling through their ops).
 #pragma once
 #include "tessera/ops/kernels.h"
 
@@ -31,13 +32,22 @@ class CpuKernels final : public Kernels {
                                 const Tensor& g, const CrossEntropyOptions& opt, int64_t count) const override;
   WithSaved layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t D,
                        float eps) const override;
-  NormGrads layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats, const Tensor& g,
+  LayerGrads layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats, const Tensor& g,
                                 int64_t D, bool weight_grad, bool bias_grad) const override;
   WithSaved batch_norm(const Tensor& x, Tensor& running_mean, Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, bool training, float momentum, float eps) const override;
-  NormGrads batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats, const Tensor& g,
+  LayerGrads batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& stats, const Tensor& g,
                                 bool training, bool weight_grad, bool bias_grad) const override;
   Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, DType precision) const override;
+  Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& opt,
+                DType precision) const override;
+  LayerGrads conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& g, const Conv2dOptions& opt,
+                             DType precision, bool input_grad, bool weight_grad, bool bias_grad) const override;
+  WithSaved max_pool2d(const Tensor& x, const Pool2dOptions& opt, bool relu_first) const override;
+  Tensor max_pool2d_backward(const Tensor& g, const Tensor& saved, const Shape& in_shape, const Pool2dOptions& opt,
+                             bool relu_first) const override;
+  Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& opt) const override;
+  Tensor avg_pool2d_backward(const Tensor& g, const Shape& in_shape, const Pool2dOptions& opt) const override;
   Tensor embedding(const Tensor& weight, const Tensor& indices) const override;
   Tensor embedding_backward(const Tensor& g, const Tensor& indices, int64_t num_embeddings) const override;
   Tensor index_select(const Tensor& t, int64_t dim, const Tensor& indices) const override;

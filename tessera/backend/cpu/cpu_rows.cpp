@@ -229,7 +229,7 @@ WithSaved CpuKernels::layer_norm(const Tensor& x, const Tensor& w, const Tensor&
   return {out, mean_rstd};
 }
 
-NormGrads CpuKernels::layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean_rstd,
+LayerGrads CpuKernels::layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean_rstd,
                                           const Tensor& g_in, int64_t D, bool gw, bool gb) const {
   const int64_t M = D == 0 ? 0 : x.numel() / D;
   Tensor g = detail::as_contiguous(g_in);
@@ -325,7 +325,7 @@ WithSaved CpuKernels::batch_norm(const Tensor& x, Tensor& running_mean, Tensor& 
   return {out, mean_rstd};
 }
 
-NormGrads CpuKernels::batch_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean_rstd,
+LayerGrads CpuKernels::batch_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean_rstd,
                                           const Tensor& g_in, bool training, bool gw, bool gb) const {
   const int64_t N = x.shape()[0], C = x.shape()[1], S = N * C == 0 ? 0 : x.numel() / (N * C);
   Tensor g = detail::as_contiguous(g_in);

@@ -36,10 +36,10 @@ struct PoolGeometry {
 // Each window's maximum (NaN wins, the first position on ties, as the CPU) of x, or of relu(x)
 // where relu_first; argmax: the position within the input plane the value came from (-1 where
 // relu_first and the maximum is not above 0: relu's gradient there is 0).
-void max_pool2d(int device, const PoolGeometry& g, const float* x, bool relu_first, float* y, int32_t* argmax);
+void max_pool2d(int device, const PoolGeometry& g, const float* x, bool relu_first, float* y, int64_t* argmax);
 // dx = each window's dy at its argmax, summed where windows overlap (a gather per input element:
 // no atomics, the same bits every run).
-void max_pool2d_backward(int device, const PoolGeometry& g, const float* dy, const int32_t* argmax, float* dx);
+void max_pool2d_backward(int device, const PoolGeometry& g, const float* dy, const int64_t* argmax, float* dx);
 void avg_pool2d(int device, const PoolGeometry& g, const float* x, float* y);
 void avg_pool2d_backward(int device, const PoolGeometry& g, const float* dy, float* dx);
 

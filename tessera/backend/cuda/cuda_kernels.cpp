@@ -3,6 +3,7 @@
 // calls the plain kernels of elementwise.h and nn_kernels.h with pointers, sizes and strides.
 #include "tessera/backend/cuda/cuda_kernels.h"
 
+#include "tessera/backend/cuda/conv.h"
 #include "tessera/backend/cuda/elementwise.h"
 #include "tessera/backend/cuda/gemm.h"
 #include "tessera/backend/cuda/nn_kernels.h"
@@ -117,6 +118,33 @@ std::optional<GemmOperand> as_operand(const Tensor& t, const Shape& batch) {
   if (op.batch_step < 0) return std::nullopt;
   op.data = static_cast<const char*>(t.data_ptr());  // the element offset is in data_ptr() already
   return op;
+}
+
+// ---- convolution's and pooling's geometry ----
+
+int64_t conv_out_size(int64_t in, int64_t pad, int64_t dilation, int64_t kernel, int64_t stride) {
+  return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
+}
+
+ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
+  ConvGeometry g;
+  g.N = x.shape()[0], g.C = x.shape()[1], g.H = x.shape()[2], g.W = x.shape()[3];
+  g.OC = w.shape()[0], g.KH = w.shape()[2], g.KW = w.shape()[3];
+  g.OH = conv_out_size(g.H, o.pad_h, o.dilation_h, g.KH, o.stride_h);
+  g.OW = conv_out_size(g.W, o.pad_w, o.dilation_w, g.KW, o.stride_w);
+  g.stride_h = o.stride_h, g.stride_w = o.stride_w, g.pad_h = o.pad_h, g.pad_w = o.pad_w;
+  g.dilation_h = o.dilation_h, g.dilation_w = o.dilation_w, g.groups = o.groups;
+  return g;
+}
+
+PoolGeometry pool_geometry(const Shape& in, const Pool2dOptions& o) {
+  PoolGeometry g;
+  g.N = in[0], g.C = in[1], g.H = in[2], g.W = in[3];
+  g.OH = conv_out_size(g.H, o.pad_h, 1, o.kernel_h, o.stride_h);
+  g.OW = conv_out_size(g.W, o.pad_w, 1, o.kernel_w, o.stride_w);
+  g.kernel_h = o.kernel_h, g.kernel_w = o.kernel_w, g.stride_h = o.stride_h, g.stride_w = o.stride_w;
+  g.pad_h = o.pad_h, g.pad_w = o.pad_w;
+  return g;
 }
 
 GemmPrecision gemm_precision(DType precision) {
@@ -292,7 +320,7 @@ class CudaKernels final : public Kernels {
     return {out, stats};
   }
 
-  NormGrads layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& stats, const Tensor& g_in, int64_t D,
+  LayerGrads layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& stats, const Tensor& g_in, int64_t D,
                                 bool gw, bool gb) const override {
     const Tensor g = detail::as_contiguous(g_in);
     const int64_t M = D == 0 ? 0 : x.numel() / D;
@@ -326,7 +354,7 @@ class CudaKernels final : public Kernels {
     return {out, stats};
   }
 
-  NormGrads batch_norm_backward(const Tensor& x, const Tensor& w, const Tensor& stats, const Tensor& g_in,
+  LayerGrads batch_norm_backward(const Tensor& x, const Tensor& w, const Tensor& stats, const Tensor& g_in,
                                 bool training, bool gw, bool gb) const override {
     const Tensor g = detail::as_contiguous(g_in);
     const Device device = x.device();
@@ -458,7 +486,109 @@ class CudaKernels final : public Kernels {
     return out;
   }
 
+
+  // ---- convolution (cuDNN, conv.h) and pooling ----
+  // Float32 operands go to cuDNN as they are; under bf16 / fp16 autocast x and w are rounded once,
+  // cuDNN writes its output in that type (its convolutions keep one type), and the output comes back
+  // to float32. The bias is one broadcast add.
+  Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& opt,
+                DType precision) const override {
+    const ConvGeometry g = conv_geometry(x, weight, opt);
+    Tensor out = Tensor::empty({g.N, g.OC, g.OH, g.OW}, DType::Float32, x.device());
+    if (out.numel() == 0) return out;
+    const int device = x.device().index;
+    if (precision == DType::Float32) {
+      conv2d_forward(device, ElementType::kFloat32, g, x.data_ptr(), weight.data_ptr(), out.data_ptr());
+    } else {
+      const Tensor xh = rounded(x, precision), wh = rounded(weight, precision);
+      Tensor yh = Tensor::empty(out.shape(), precision, x.device());
+      conv2d_forward(device, element_type(precision), g, xh.data_ptr(), wh.data_ptr(), yh.data_ptr());
+      copy(out, yh);
+    }
+    if (bias.defined()) add_scaled(out, reshape(bias, {1, g.OC, 1, 1}), 1.0f);
+    return out;
+  }
+
+  LayerGrads conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& g_in, const Conv2dOptions& opt,
+                             DType precision, bool input_grad, bool weight_grad, bool bias_grad) const override {
+    const ConvGeometry g = conv_geometry(x, weight, opt);
+    const Tensor dy = detail::as_contiguous(g_in);
+    const int device = x.device().index;
+    LayerGrads grads;
+    if (input_grad) grads.x = Tensor::empty(x.shape(), DType::Float32, x.device());
+    if (weight_grad) grads.weight = Tensor::empty(weight.shape(), DType::Float32, x.device());
+    if (bias_grad) grads.bias = sum(dy, {0, 2, 3}, false);
+    if (g.N == 0 || g.OH * g.OW == 0) {  // nothing reached the output: the gradients are zero
+      if (input_grad) fill(grads.x, 0.0f);
+      if (weight_grad) fill(grads.weight, 0.0f);
+      return grads;
+    }
+    if (precision == DType::Float32) {
+      if (input_grad) conv2d_backward_data(device, ElementType::kFloat32, g, dy.data_ptr(), weight.data_ptr(), grads.x.data_ptr());
+      if (weight_grad)
+        conv2d_backward_filter(device, ElementType::kFloat32, g, x.data_ptr(), dy.data_ptr(), grads.weight.data_ptr());
+      return grads;
+    }
+    // Mixed precision: the operands rounded as the forward rounded them, each gradient written in
+    // that type by cuDNN and brought back to float32.
+    const ElementType type = element_type(precision);
+    const Tensor dyh = rounded(dy, precision);
+    if (input_grad) {
+      const Tensor wh = rounded(weight, precision);
+      Tensor dxh = Tensor::empty(x.shape(), precision, x.device());
+      conv2d_backward_data(device, type, g, dyh.data_ptr(), wh.data_ptr(), dxh.data_ptr());
+      copy(grads.x, dxh);
+    }
+    if (weight_grad) {
+      const Tensor xh = rounded(x, precision);
+      Tensor dwh = Tensor::empty(weight.shape(), precision, x.device());
+      conv2d_backward_filter(device, type, g, xh.data_ptr(), dyh.data_ptr(), dwh.data_ptr());
+      copy(grads.weight, dwh);
+    }
+    return grads;
+  }
+
+  // The saved tensor is each window's argmax (int64, its position in the input plane; -1: none).
+  WithSaved max_pool2d(const Tensor& x, const Pool2dOptions& opt, bool relu_first) const override {
+    const PoolGeometry g = pool_geometry(x.shape(), opt);
+    Tensor out = Tensor::empty({g.N, g.C, g.OH, g.OW}, DType::Float32, x.device());
+    Tensor argmax = Tensor::empty(out.shape(), DType::Int64, x.device());
+    cuda::max_pool2d(x.device().index, g, floats(x), relu_first, floats(out), longs(argmax));
+    return {out, argmax};
+  }
+
+  Tensor max_pool2d_backward(const Tensor& g_in, const Tensor& saved, const Shape& in_shape, const Pool2dOptions& opt,
+                             bool relu_first) const override {
+    const PoolGeometry g = pool_geometry(in_shape, opt);
+    const Tensor dy = detail::as_contiguous(g_in);
+    Tensor dx = Tensor::empty(in_shape, DType::Float32, g_in.device());
+    cuda::max_pool2d_backward(g_in.device().index, g, floats(dy), longs(saved), floats(dx));
+    return dx;
+  }
+
+  Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& opt) const override {
+    const PoolGeometry g = pool_geometry(x.shape(), opt);
+    Tensor out = Tensor::empty({g.N, g.C, g.OH, g.OW}, DType::Float32, x.device());
+    cuda::avg_pool2d(x.device().index, g, floats(x), floats(out));
+    return out;
+  }
+
+  Tensor avg_pool2d_backward(const Tensor& g_in, const Shape& in_shape, const Pool2dOptions& opt) const override {
+    const PoolGeometry g = pool_geometry(in_shape, opt);
+    const Tensor dy = detail::as_contiguous(g_in);
+    Tensor dx = Tensor::empty(in_shape, DType::Float32, g_in.device());
+    cuda::avg_pool2d_backward(g_in.device().index, g, floats(dy), floats(dx));
+    return dx;
+  }
+
  private:
+  // t (contiguous) in `dtype`: one converting copy.
+  Tensor rounded(const Tensor& t, DType dtype) const {
+    Tensor out = Tensor::empty(t.shape(), dtype, t.device());
+    copy(out, t);
+    return out;
+  }
+
   // grad (outer, n, inner) = 0, then g (outer, k, inner) added at the k indices (deterministic:
   // nn_kernels.h's scatter_add_rows).
   static void scatter_add(const Tensor& g, const Tensor& indices, int64_t outer, int64_t n, int64_t inner,

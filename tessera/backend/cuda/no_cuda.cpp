@@ -2,6 +2,7 @@
 // same functions, no CUDA header, and an error that says why wherever a device is asked for.
 // TESSERA_NO_CUDA_REASON is CMake's own account (cmake/cuda.cmake).
 #include "tessera/backend/cuda/allocator.h"
+#include "tessera/backend/cuda/conv.h"
 #include "tessera/backend/cuda/convert.h"
 #include "tessera/backend/cuda/device_buffer.h"
 #include "tessera/backend/cuda/device_info.h"
@@ -60,6 +61,22 @@ void gemm(GemmPrecision, const DeviceBuffer&, const DeviceBuffer&, DeviceBuffer&
 void gemm_batched(int, GemmPrecision, const GemmOperand&, const GemmOperand&, float*, int64_t, const float*) {
   no_cuda("cuda::gemm_batched");
 }
+
+void conv2d_forward(int, ElementType, const ConvGeometry&, const void*, const void*, void*) {
+  no_cuda("cuda::conv2d_forward");
+}
+void conv2d_backward_data(int, ElementType, const ConvGeometry&, const void*, const void*, void*) {
+  no_cuda("cuda::conv2d_backward_data");
+}
+void conv2d_backward_filter(int, ElementType, const ConvGeometry&, const void*, const void*, void*) {
+  no_cuda("cuda::conv2d_backward_filter");
+}
+void max_pool2d(int, const PoolGeometry&, const float*, bool, float*, int64_t*) { no_cuda("cuda::max_pool2d"); }
+void max_pool2d_backward(int, const PoolGeometry&, const float*, const int64_t*, float*) {
+  no_cuda("cuda::max_pool2d_backward");
+}
+void avg_pool2d(int, const PoolGeometry&, const float*, float*) { no_cuda("cuda::avg_pool2d"); }
+void avg_pool2d_backward(int, const PoolGeometry&, const float*, float*) { no_cuda("cuda::avg_pool2d_backward"); }
 
 void float_to_bfloat16(const DeviceBuffer&, DeviceBuffer&, int64_t) { no_cuda("cuda::float_to_bfloat16"); }
 

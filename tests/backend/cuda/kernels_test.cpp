@@ -341,16 +341,16 @@ TEST(CudaKernels, LayerNormEqualsTheCpu) {
     const WithSaved gpu = gpu_kernels().layer_norm(x.cuda(), wd, bd, c.D, 1e-5f);
     expect_close(gpu.out, cpu.out, 1e-4f, 1e-5f, what);
     expect_close(gpu.saved, cpu.saved, 1e-4f, 1e-5f, what + " mean and rstd");
-    const NormGrads gc = cpu_kernels_table().layer_norm_backward(x, w, cpu.saved, g, c.D, true, true);
-    const NormGrads gg = gpu_kernels().layer_norm_backward(x.cuda(), wd, gpu.saved, g.cuda(), c.D, true, true);
+    const LayerGrads gc = cpu_kernels_table().layer_norm_backward(x, w, cpu.saved, g, c.D, true, true);
+    const LayerGrads gg = gpu_kernels().layer_norm_backward(x.cuda(), wd, gpu.saved, g.cuda(), c.D, true, true);
     expect_close(gg.x, gc.x, 1e-4f, 1e-5f, what + " input gradient");
     expect_close(gg.weight, gc.weight, 1e-4f, 1e-4f, what + " weight gradient");
     expect_close(gg.bias, gc.bias, 1e-4f, 1e-4f, what + " bias gradient");
     // The column sums are the same bits run to run.
-    const NormGrads again = gpu_kernels().layer_norm_backward(x.cuda(), wd, gpu.saved, g.cuda(), c.D, true, true);
+    const LayerGrads again = gpu_kernels().layer_norm_backward(x.cuda(), wd, gpu.saved, g.cuda(), c.D, true, true);
     expect_same_bits(again.weight, gg.weight, what + " weight gradient, run twice");
     expect_same_bits(again.bias, gg.bias, what + " bias gradient, run twice");
-    const NormGrads only_x = gpu_kernels().layer_norm_backward(x.cuda(), wd, gpu.saved, g.cuda(), c.D, false, false);
+    const LayerGrads only_x = gpu_kernels().layer_norm_backward(x.cuda(), wd, gpu.saved, g.cuda(), c.D, false, false);
     EXPECT_FALSE(only_x.weight.defined());
     EXPECT_FALSE(only_x.bias.defined());
   }
@@ -376,8 +376,8 @@ TEST(CudaKernels, BatchNormEqualsTheCpu) {
       expect_close(gpu.saved, cpu.saved, 1e-5f, 1e-6f, what + " mean and rstd");
       expect_close(mean_buf_d, mean_buf, 1e-6f, 1e-7f, what + " running mean (and the elements between)");
       expect_close(var_buf_d, var_buf, 1e-6f, 1e-7f, what + " running var (and the elements between)");
-      const NormGrads gc = cpu_kernels_table().batch_norm_backward(x, w, cpu.saved, g, training, true, true);
-      const NormGrads gg =
+      const LayerGrads gc = cpu_kernels_table().batch_norm_backward(x, w, cpu.saved, g, training, true, true);
+      const LayerGrads gg =
           gpu_kernels().batch_norm_backward(x.cuda(), w.cuda(), gpu.saved, g.cuda(), training, true, true);
       expect_close(gg.x, gc.x, 1e-4f, 1e-5f, what + " input gradient");
       expect_close(gg.weight, gc.weight, 1e-5f, 1e-5f, what + " weight gradient");

@@ -1,0 +1,256 @@
+// conv2d's forward and its two backward products on cuDNN (conv.h), through cuDNN's convolution
+// API of descriptors and algorithms: cuDNN 9 keeps it beside its graph API, and it covers every
+// convolution tessera has (groups, strides, padding, dilation) in float32, bf16 and fp16. The graph
+// API, with fused bias and activation, is the next step for speed.
+//
+// Each call describes its tensors, asks cuDNN's heuristic for the shape's algorithms once (then
+// remembers the choice), takes the first deterministic one that is allowed (float32: FMA math only,
+// never TF32, as the CPU's products), and runs it on the device's compute stream with a workspace
+// from the tensor allocator (freed at once: later work on the stream is ordered after this).
+#include <cudnn.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "tessera/backend/cuda/allocator.h"
+#include "tessera/backend/cuda/conv.h"
+#include "tessera/backend/cuda/cuda_check.h"
+
+namespace tessera::cuda {
+namespace {
+
+[[noreturn]] void throw_cudnn_error(const char* call, cudnnStatus_t status, const char* file, int line) {
+  std::string message = tessera::detail::concat("[cudnn] ", call, " failed at ", file, ":", line, ": ",
+                                                cudnnGetErrorString(status));
+  if (status == CUDNN_STATUS_ALLOC_FAILED) throw OutOfMemoryError(message);
+  if (status == CUDNN_STATUS_NOT_SUPPORTED || status == CUDNN_STATUS_ARCH_MISMATCH) throw NotSupportedError(message);
+  throw Error(message);
+}
+
+#define TESSERA_CUDNN_CHECK(call)                                             \
+  do {                                                                        \
+    const cudnnStatus_t tessera_cudnn_status_ = (call);                       \
+    if (tessera_cudnn_status_ != CUDNN_STATUS_SUCCESS)                        \
+      throw_cudnn_error(#call, tessera_cudnn_status_, __FILE__, __LINE__);    \
+  } while (0)
+
+// One handle per device, made on first use and never destroyed (as gemm.cpp's cuBLASLt handles:
+// at process exit the runtime may be gone before a destructor runs). Its stream is the legacy
+// default stream, the device's compute stream.
+cudnnHandle_t handle_for(int device) {
+  static std::mutex mutex;
+  static auto* handles = new std::map<int, cudnnHandle_t>();
+  std::lock_guard lock(mutex);
+  cudnnHandle_t& handle = (*handles)[device];
+  if (handle == nullptr) TESSERA_CUDNN_CHECK(cudnnCreate(&handle));
+  return handle;
+}
+
+cudnnDataType_t cudnn_type(ElementType type) {
+  switch (type) {
+    case ElementType::kFloat32: return CUDNN_DATA_FLOAT;
+    case ElementType::kBFloat16: return CUDNN_DATA_BFLOAT16;
+    case ElementType::kFloat16: return CUDNN_DATA_HALF;
+    case ElementType::kInt64: break;
+  }
+  throw ValueError("[cuda::conv2d] convolution takes float32, bfloat16 or float16 tensors, not int64");
+}
+
+int as_int(int64_t v, const char* what) {
+  TESSERA_CHECK(v >= 0 && v <= 2147483647, "[cuda::conv2d] ", what, " ", v, " exceeds cuDNN's int range");
+  return static_cast<int>(v);
+}
+
+// The four descriptors of one convolution, destroyed with it.
+struct Descriptors {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+
+  Descriptors(ElementType type, const ConvGeometry& g) {
+    const cudnnDataType_t dt = cudnn_type(type);
+    TESSERA_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+    TESSERA_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
+    TESSERA_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
+    TESSERA_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+    TESSERA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, as_int(g.N, "N"), as_int(g.C, "C"),
+                                                   as_int(g.H, "H"), as_int(g.W, "W")));
+    TESSERA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, as_int(g.N, "N"), as_int(g.OC, "OC"),
+                                                   as_int(g.OH, "OH"), as_int(g.OW, "OW")));
+    TESSERA_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, as_int(g.OC, "OC"),
+                                                   as_int(g.C / g.groups, "C / groups"), as_int(g.KH, "KH"),
+                                                   as_int(g.KW, "KW")));
+    TESSERA_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, as_int(g.pad_h, "pad"), as_int(g.pad_w, "pad"),
+                                                        as_int(g.stride_h, "stride"), as_int(g.stride_w, "stride"),
+                                                        as_int(g.dilation_h, "dilation"),
+                                                        as_int(g.dilation_w, "dilation"), CUDNN_CROSS_CORRELATION,
+                                                        CUDNN_DATA_FLOAT));
+    TESSERA_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, as_int(g.groups, "groups")));
+  }
+  ~Descriptors() {
+    cudnnDestroyConvolutionDescriptor(conv);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyTensorDescriptor(x);
+  }
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+};
+
+enum class Pass { kForward, kBackwardData, kBackwardFilter };
+
+// What a shape's convolution runs with.
+struct Choice {
+  int algorithm = 0;
+  cudnnMathType_t math = CUDNN_FMA_MATH;
+  size_t workspace = 0;
+};
+
+struct ShapeKey {
+  int device;
+  Pass pass;
+  ElementType type;
+  ConvGeometry g;
+  auto tie() const {
+    return std::tie(device, pass, type, g.N, g.C, g.H, g.W, g.OC, g.KH, g.KW, g.OH, g.OW, g.stride_h, g.stride_w,
+                    g.pad_h, g.pad_w, g.dilation_h, g.dilation_w, g.groups);
+  }
+  bool operator<(const ShapeKey& other) const { return tie() < other.tie(); }
+};
+
+// The first of the heuristic's results (best first) that ran, is deterministic and uses an allowed
+// math: float32 on FMA only (TF32 would round the operands to 10-bit mantissas), the half types on
+// tensor cores or FMA.
+template <typename Perf>
+Choice first_allowed(const std::vector<Perf>& results, int returned, ElementType type, const char* pass) {
+  for (int i = 0; i < returned; ++i) {
+    const Perf& r = results[static_cast<size_t>(i)];
+    if (r.status != CUDNN_STATUS_SUCCESS || r.determinism != CUDNN_DETERMINISTIC) continue;
+    if (type == ElementType::kFloat32 && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH) continue;
+    Choice c;
+    c.algorithm = static_cast<int>(r.algo);
+    c.math = type == ElementType::kFloat32 ? CUDNN_FMA_MATH : r.mathType;
+    c.workspace = r.memory;
+    return c;
+  }
+  throw NotSupportedError(tessera::detail::concat("[cuda::conv2d] cuDNN has no deterministic ", pass,
+                                                  " algorithm for this convolution"));
+}
+
+Choice choose(cudnnHandle_t handle, const Descriptors& d, const ShapeKey& key) {
+  static std::mutex mutex;
+  static auto* chosen = new std::map<ShapeKey, Choice>();
+  std::lock_guard lock(mutex);
+  auto it = chosen->find(key);
+  if (it != chosen->end()) return it->second;
+  // The heuristic is asked under the math type the run will use, so that its results fit it.
+  TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(
+      d.conv, key.type == ElementType::kFloat32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  int returned = 0;
+  Choice c;
+  switch (key.pass) {
+    case Pass::kForward: {
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> results(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+      TESSERA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x, d.w, d.conv, d.y,
+                                                                 static_cast<int>(results.size()), &returned,
+                                                                 results.data()));
+      c = first_allowed(results, returned, key.type, "forward");
+      TESSERA_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+          handle, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(c.algorithm), &c.workspace));
+      break;
+    }
+    case Pass::kBackwardData: {
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> results(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+      TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w, d.y, d.conv, d.x,
+                                                                      static_cast<int>(results.size()), &returned,
+                                                                      results.data()));
+      c = first_allowed(results, returned, key.type, "backward-data");
+      TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+          handle, d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algorithm), &c.workspace));
+      break;
+    }
+    case Pass::kBackwardFilter: {
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> results(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
+      TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x, d.y, d.conv, d.w,
+                                                                        static_cast<int>(results.size()), &returned,
+                                                                        results.data()));
+      c = first_allowed(results, returned, key.type, "backward-filter");
+      TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          handle, d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algorithm), &c.workspace));
+      break;
+    }
+  }
+  chosen->emplace(key, c);
+  return c;
+}
+
+// Device memory for one call's workspace, from the tensor allocator.
+class Workspace {
+ public:
+  Workspace(int device, size_t bytes) : device_(cuda_device(device)), bytes_(bytes) {
+    if (bytes_ > 0) data_ = tensor_allocator().allocate(bytes_, device_);
+  }
+  ~Workspace() {
+    if (data_ != nullptr) tensor_allocator().deallocate(data_, bytes_, device_);
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Device device_;
+  size_t bytes_;
+  void* data_ = nullptr;
+};
+
+// What every pass does first: the device, the handle, the descriptors and the shape's choice.
+struct Prepared {
+  cudnnHandle_t handle;
+  Descriptors d;
+  Choice choice;
+  Prepared(int device, ElementType type, const ConvGeometry& g, Pass pass, const char* op)
+      : handle((detail::use_device(device, op), handle_for(device))), d(type, g),
+        choice(choose(handle, d, ShapeKey{device, pass, type, g})) {
+    TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, choice.math));
+  }
+};
+
+bool empty(const ConvGeometry& g) { return g.N == 0 || g.OC == 0 || g.C == 0; }
+
+}  // namespace
+
+void conv2d_forward(int device, ElementType type, const ConvGeometry& g, const void* x, const void* w, void* y) {
+  if (g.N == 0 || g.OC == 0) return;
+  Prepared p(device, type, g, Pass::kForward, "cuda::conv2d_forward");
+  Workspace workspace(device, p.choice.workspace);
+  const float one = 1.0f, zero = 0.0f;
+  TESSERA_CUDNN_CHECK(cudnnConvolutionForward(p.handle, &one, p.d.x, x, p.d.w, w, p.d.conv,
+                                              static_cast<cudnnConvolutionFwdAlgo_t>(p.choice.algorithm),
+                                              workspace.data(), workspace.bytes(), &zero, p.d.y, y));
+}
+
+void conv2d_backward_data(int device, ElementType type, const ConvGeometry& g, const void* dy, const void* w, void* dx) {
+  if (empty(g)) return;
+  Prepared p(device, type, g, Pass::kBackwardData, "cuda::conv2d_backward_data");
+  Workspace workspace(device, p.choice.workspace);
+  const float one = 1.0f, zero = 0.0f;
+  TESSERA_CUDNN_CHECK(cudnnConvolutionBackwardData(p.handle, &one, p.d.w, w, p.d.y, dy, p.d.conv,
+                                                   static_cast<cudnnConvolutionBwdDataAlgo_t>(p.choice.algorithm),
+                                                   workspace.data(), workspace.bytes(), &zero, p.d.x, dx));
+}
+
+void conv2d_backward_filter(int device, ElementType type, const ConvGeometry& g, const void* x, const void* dy,
+                            void* dw) {
+  if (empty(g)) return;
+  Prepared p(device, type, g, Pass::kBackwardFilter, "cuda::conv2d_backward_filter");
+  Workspace workspace(device, p.choice.workspace);
+  const float one = 1.0f, zero = 0.0f;
+  TESSERA_CUDNN_CHECK(cudnnConvolutionBackwardFilter(p.handle, &one, p.d.x, x, p.d.y, dy, p.d.conv,
+                                                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.choice.algorithm),
+                                                     workspace.data(), workspace.bytes(), &zero, p.d.w, dw));
+}
+
+}  // namespace tessera::cuda
