@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 #include <variant>
 
+#include "tessera/core/device.h"
 #include "tessera/core/error.h"
 #include "tessera/io/atomic_file.h"
 
