@@ -39,6 +39,8 @@ constexpr std::array kSettings{
     Setting{"TESSERA_CONV", "onednn", "convolution kernels: onednn, or im2col (im2col + the float32 GEMM TESSERA_GEMM picks)", kUser},
     Setting{"TESSERA_GEMM", "onednn", "float32 matrix products (matmul, linear, im2col convolution): onednn, or openblas",
             kUser},
+    Setting{"TESSERA_CUDA_MEMORY_FRACTION", "unset: the whole device",
+            "the share of each GPU's memory (a number in (0, 1]) the CUDA allocator may reserve", kUser},
     Setting{"TESSERA_FLIGHT_DIR", "unset; tessera train uses <output_dir>/flight",
             "directory where each rank's process groups write their flight record (the last collectives) when one "
             "is stuck, fails, or on SIGUSR2; tessera trace analyze DIR reads them",

@@ -1,75 +1,98 @@
-// The CUDA tensor allocator: backend/cuda/allocator.h says the policy and why.
-#include <algorithm>
+// The CUDA tensor allocator: a BlockPool per device (core/block_pool.h: segments from cudaMalloc,
+// best fit, blocks split and merged, small requests apart), behind the Allocator interface Storage
+// asks; backend/cuda/allocator.h says the policy and why.
+#include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
-#include <vector>
+#include <string>
 
 #include "tessera/backend/cuda/allocator.h"
 #include "tessera/backend/cuda/cuda_check.h"
 #include "tessera/backend/cuda/device_info.h"
+#include "tessera/core/block_pool.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::cuda {
 namespace {
 
-constexpr size_t kSmallGranularity = 512;         // cudaMalloc's own alignment
-constexpr size_t kLargeThreshold = size_t{1} << 20;
-constexpr size_t kLargeGranularity = size_t{2} << 20;
-
-size_t size_class(size_t nbytes) {
-  const size_t unit = nbytes < kLargeThreshold ? kSmallGranularity : kLargeGranularity;
-  return (nbytes + unit - 1) / unit * unit;
+// TESSERA_CUDA_MEMORY_FRACTION (0 < f <= 1): the share of the device's memory the pool may reserve,
+// as PyTorch's set_per_process_memory_fraction; unset: no cap beyond the device's own.
+double memory_fraction() {
+  const char* text = env_setting("TESSERA_CUDA_MEMORY_FRACTION");
+  if (text == nullptr || *text == '\0') return 0.0;
+  char* end = nullptr;
+  const double f = std::strtod(text, &end);
+  TESSERA_CHECK(end != text && *end == '\0' && f > 0.0 && f <= 1.0, "[TESSERA_CUDA_MEMORY_FRACTION] expected a "
+                "number in (0, 1], got '", text, "'");
+  return f;
 }
 
-struct DevicePool {
-  std::map<size_t, std::vector<void*>> free_blocks;  // size class -> cached blocks
-  AllocatorStats stats;
-};
+// A segment from the driver, or nullptr when the device is out of memory (other errors throw).
+void* reserve_on(int device, size_t bytes) {
+  TESSERA_CUDA_CHECK(cudaSetDevice(device));
+  void* segment = nullptr;
+  const cudaError_t error = cudaMalloc(&segment, bytes);
+  if (error == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear it: the pool releases its cache and tries again, or reports
+    return nullptr;
+  }
+  TESSERA_CUDA_CHECK(error);
+  return segment;
+}
+
+std::unique_ptr<BlockPool> make_pool(int device) {
+  BlockPool::Source source;
+  source.reserve = [device](size_t bytes) { return reserve_on(device, bytes); };
+  source.release = [device](void* segment, size_t) {
+    TESSERA_CUDA_CHECK(cudaSetDevice(device));
+    TESSERA_CUDA_CHECK(cudaFree(segment));
+  };
+  if (const double fraction = memory_fraction(); fraction > 0.0) {
+    size_t free_bytes = 0, total_bytes = 0;
+    TESSERA_CUDA_CHECK(cudaSetDevice(device));
+    TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    source.limit = static_cast<size_t>(fraction * static_cast<double>(total_bytes));
+  }
+  return std::make_unique<BlockPool>(std::move(source));
+}
 
 class CachingCudaAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes, Device device) override {
     if (nbytes == 0) return nullptr;
     check_device(device);
-    const size_t size = size_class(nbytes);
     std::lock_guard lock(mutex_);
-    DevicePool& pool = pools_[device.index];
-    void* block = nullptr;
-    auto it = pool.free_blocks.find(size);
-    if (it != pool.free_blocks.end() && !it->second.empty()) {
-      block = it->second.back();
-      it->second.pop_back();
-    } else {
-      block = malloc_on(device, nbytes, size, pool);
-    }
-    pool.stats.allocated += size;
-    pool.stats.peak_allocated = std::max(pool.stats.peak_allocated, pool.stats.allocated);
+    BlockPool& pool = pool_of(device.index);
+    void* block = pool.allocate(nbytes);
+    if (block == nullptr) throw out_of_memory(nbytes, device, pool);
     return block;
   }
 
-  void deallocate(void* ptr, size_t nbytes, Device device) override {
+  void deallocate(void* ptr, size_t, Device device) override {
     if (ptr == nullptr) return;
-    const size_t size = size_class(nbytes);
     std::lock_guard lock(mutex_);
-    DevicePool& pool = pools_[device.index];
-    pool.stats.allocated -= size;
-    pool.free_blocks[size].push_back(ptr);  // reserved stays: the block is cached, not freed
+    // Every tensor's work runs on the device's one compute stream, so the block may be reused at
+    // once: later work on that stream is ordered after the work that used it.
+    pool_of(device.index).free(ptr);
   }
 
   AllocatorStats stats(Device device) const override {
     std::lock_guard lock(mutex_);
     auto it = pools_.find(device.index);
-    return it == pools_.end() ? AllocatorStats{} : it->second.stats;
+    if (it == pools_.end()) return {};
+    const BlockPool::Stats& s = it->second->stats();
+    return AllocatorStats{s.allocated, s.peak_allocated, s.reserved};
   }
 
   void reset_peak(Device device) override {
     std::lock_guard lock(mutex_);
-    DevicePool& pool = pools_[device.index];
-    pool.stats.peak_allocated = pool.stats.allocated;
+    pool_of(device.index).reset_peak();
   }
 
   void empty_cache() override {
     std::lock_guard lock(mutex_);
-    for (auto& [index, pool] : pools_) release_cached(index, pool);
+    for (auto& [index, pool] : pools_) pool->release_cached();
   }
 
  private:
@@ -79,43 +102,28 @@ class CachingCudaAllocator final : public Allocator {
     detail::use_device(device.index, "cuda::tensor_allocator");
   }
 
-  // Frees every cached block of one device (mutex_ held).
-  static void release_cached(int index, DevicePool& pool) {
-    TESSERA_CUDA_CHECK(cudaSetDevice(index));
-    for (auto& [size, blocks] : pool.free_blocks) {
-      for (void* block : blocks) {
-        TESSERA_CUDA_CHECK(cudaFree(block));
-        pool.stats.reserved -= size;
-      }
-      blocks.clear();
-    }
+  BlockPool& pool_of(int device) {  // mutex_ held
+    std::unique_ptr<BlockPool>& pool = pools_[device];
+    if (!pool) pool = make_pool(device);
+    return *pool;
   }
 
-  // A new block from the driver (mutex_ held); on failure the cache is emptied and it tries once more.
-  static void* malloc_on(Device device, size_t nbytes, size_t size, DevicePool& pool) {
-    void* block = nullptr;
-    cudaError_t error = cudaMalloc(&block, size);
-    if (error == cudaErrorMemoryAllocation) {
-      cudaGetLastError();
-      release_cached(device.index, pool);
-      error = cudaMalloc(&block, size);
-    }
-    if (error == cudaErrorMemoryAllocation) {
-      cudaGetLastError();
-      size_t free_bytes = 0, total_bytes = 0;
-      cudaMemGetInfo(&free_bytes, &total_bytes);
-      throw OutOfMemoryError(tessera::detail::concat(
-          "[cuda::tensor_allocator] cannot allocate ", nbytes, " bytes on ", device.str(), ": tensors hold ",
-          pool.stats.allocated, " bytes, the allocator reserves ", pool.stats.reserved, ", the device has ", free_bytes,
-          " of ", total_bytes, " bytes free. Free tensors or use a smaller batch"));
-    }
-    TESSERA_CUDA_CHECK(error);
-    pool.stats.reserved += size;
-    return block;
+  static OutOfMemoryError out_of_memory(size_t nbytes, Device device, const BlockPool& pool) {
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    cudaGetLastError();
+    const BlockPool::Stats& s = pool.stats();
+    const char* fraction = env_setting("TESSERA_CUDA_MEMORY_FRACTION");
+    return OutOfMemoryError(tessera::detail::concat(
+        "[cuda::tensor_allocator] cannot allocate ", nbytes, " bytes on ", device.str(), ": tensors hold ", s.allocated,
+        " bytes, the allocator reserves ", s.reserved, " (", s.cached_blocks, " cached blocks), the device has ",
+        free_bytes, " of ", total_bytes, " bytes free",
+        fraction != nullptr ? tessera::detail::concat(", TESSERA_CUDA_MEMORY_FRACTION=", fraction) : std::string(),
+        ". Free tensors or use a smaller batch"));
   }
 
   mutable std::mutex mutex_;
-  std::map<int, DevicePool> pools_;
+  std::map<int, std::unique_ptr<BlockPool>> pools_;
 };
 
 }  // namespace
