@@ -203,6 +203,28 @@ void bind_nn(py::module_& m) {
       .def("eval", [](py::object self) { module_of(self).eval(); return self; })
       .def_property_readonly("training", &nn::Module::is_training)
       .def("zero_grad", &nn::Module::zero_grad, py::arg("set_to_none") = true)
+      // In place, returning the module, as torch.nn.Module.to / .cuda() / .cpu().
+      .def("to", [](py::object self, const Device& device) {
+             {
+               py::gil_scoped_release release;
+               module_of(self).to(device);
+             }
+             return self;
+           }, py::arg("device"))
+      .def("cuda", [](py::object self, int index) {
+             {
+               py::gil_scoped_release release;
+               module_of(self).to(cuda_device(index));
+             }
+             return self;
+           }, py::arg("index") = 0)
+      .def("cpu", [](py::object self) {
+             {
+               py::gil_scoped_release release;
+               module_of(self).to(cpu_device());
+             }
+             return self;
+           })
       .def("num_parameters", &nn::Module::num_parameters)
       .def("state_dict", [](const nn::Module& mod) { return to_ordered_dict(mod.state_dict()); })
       .def("load_state_dict", [](nn::Module& mod, const py::object& state, bool strict) {

@@ -39,3 +39,35 @@ def test_round_trip_through_the_device():
     on_device = t.to("cuda:0")
     assert on_device.device == "cuda:0"
     assert on_device.cpu().numpy().tolist() == t.numpy().tolist()
+
+
+def test_a_module_moves_in_place_and_returns_itself():
+    model = tessera.nn.Linear(3, 2)
+    weight = model.weight
+    assert model.to("cpu") is model
+    assert model.cpu() is model
+    assert model.weight.device == "cpu"
+    assert model.weight.numpy().tolist() == weight.numpy().tolist()
+
+
+@pytest.mark.skipif(tessera.cuda.is_available(), reason="this machine has a CUDA device")
+def test_without_a_device_a_module_cannot_move_there():
+    with pytest.raises(NotImplementedError, match="cuda"):
+        tessera.nn.Linear(3, 2).cuda()
+
+
+@pytest.mark.skipif(not tessera.cuda.is_available(), reason="no CUDA device: " + tessera.cuda.unavailable_reason())
+def test_a_step_on_the_device_equals_the_cpus():
+    tessera.manual_seed(0)
+    cpu_model = tessera.nn.Linear(8, 4)
+    tessera.manual_seed(0)
+    gpu_model = tessera.nn.Linear(8, 4).cuda()
+    assert gpu_model.weight.device == "cuda:0"
+    x, y = tessera.randn(16, 8), tessera.randint(0, 4, (16,))
+    for model, inputs, targets in ((cpu_model, x, y), (gpu_model, x.cuda(), y.cuda())):
+        opt = tessera.optim.SGD(model.parameters(), lr=0.1)
+        loss = tessera.nn.functional.cross_entropy(model(inputs), targets)
+        loss.backward()
+        opt.step()
+    got, want = gpu_model.weight.cpu().numpy(), cpu_model.weight.numpy()
+    assert abs(got - want).max() < 1e-5
