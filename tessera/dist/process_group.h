@@ -85,6 +85,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup>, public I
   int rank() const { return rank_; }
   int size() const { return size_; }
   const char* backend_name() const { return communicator_->backend_name(); }
+  // Whether the backend takes buffers on `device` (every backend takes the CPU's).
+  bool takes(Device device) const { return communicator_->takes(device); }
   const std::vector<int>& global_ranks() const { return global_ranks_; }
 
   // The flight record (flight_recorder.h): this group's last collectives as JSON, with `reason`.

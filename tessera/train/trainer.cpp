@@ -20,6 +20,7 @@
 #include "tessera/observe/tensorboard.h"
 #include "tessera/observe/trace.h"
 #include "tessera/ops/ops.h"
+#include "tessera/train/device_choice.h"
 #include "tessera/train/lr_scaling.h"
 #include "tessera/train/model_registry.h"
 #include "tessera/train/whole_checkpoint.h"
@@ -119,12 +120,14 @@ void Trainer::assemble(StrategyEnvironment env) {
     manual_seed(config_.train.seed);  // the model's initialisation and dropout draw from here
     model = build_model(config_, vocab_ ? vocab_->size() : 0);
   }
-  device_ = parse_device(config_.train.device);
+  device_ = device_for_this_process(config_.train.device);
   if (!device_.is_cpu()) {
-    // One process so far: the communicators that take device memory (NCCL, CUDA IPC) are issue 48's.
-    TESSERA_CHECK(strategy_->name() == "local", "[train] train.device = '", config_.train.device,
-                  "' trains in one process so far; this job runs the ", strategy_->name(), " strategy over ",
-                  strategy_->world_size(), " processes (train on the CPU, or with --nproc 1)");
+    // One process, or DDP replicas whose buckets are reduced in host memory by the CPU backends
+    // (parallel/ddp: each gradient copied out, each average copied back); the other strategies wait
+    // for communicators that take device memory (NCCL, CUDA IPC: issue 48).
+    TESSERA_CHECK(strategy_->name() == "local" || strategy_->name() == "ddp", "[train] train.device = '",
+                  config_.train.device, "' trains in one process or with DDP so far; this job runs the ",
+                  strategy_->name(), " strategy (train it on the CPU, or use distributed.strategy = \"ddp\")");
     model->to(device_);  // built on the host from the seed, so every device starts from the same values
   }
   std::vector<Tensor> params = strategy_->prepare(model);

@@ -14,8 +14,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <cstdlib>
 
+#include "tessera/dist/launcher/env.h"
 #include "tessera/io/atomic_file.h"
+#include "tessera/train/device_choice.h"
 #include "tessera/train/trainer.h"
 #include "testing/cuda_device.h"
 #include "testing/expect.h"
@@ -175,6 +178,30 @@ TEST(CudaTraining, CheckpointsMoveBetweenTheGpuAndTheCpu) {
   for (size_t i = 0; i < saved.size(); ++i)
     EXPECT_EQ(again.model().parameters()[i].to_vector<float>(), saved[i]) << "parameter " << i;
   EXPECT_EQ(again.fit().steps, 200);
+}
+
+TEST(TrainDevice, PlainCudaGivesEachLocalRankItsOwnGpuRoundRobin) {
+  EXPECT_EQ(device_for_rank("cpu", 3, 8), cpu_device());
+  EXPECT_EQ(device_for_rank("cuda:5", 3, 8), cuda_device(5));  // a device named is the device taken
+  EXPECT_EQ(device_for_rank("cuda", 3, 8), cuda_device(3));
+  EXPECT_EQ(device_for_rank("cuda", 3, 2), cuda_device(1));    // more ranks than GPUs: shared
+  EXPECT_EQ(device_for_rank("cuda", 3, 1), cuda_device(0));
+  EXPECT_EQ(device_for_rank("cuda", std::nullopt, 4), cuda_device(0));  // not launched as a job
+  EXPECT_EQ(device_for_rank("cuda", 2, 0), cuda_device(0));  // no GPU: cuda:0, whose use then says why
+  EXPECT_THROW(device_for_rank("gpu", 0, 1), ValueError);
+}
+
+TEST(TrainDevice, TheLocalRankComesFromWhicheverLauncherStartedTheProcess) {
+  const char* names[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
+  for (const char* name : names) unsetenv(name);
+  EXPECT_EQ(dist::launcher::local_rank_from_environment(), std::nullopt);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "2", 1);
+  EXPECT_EQ(dist::launcher::local_rank_from_environment(), 2);
+  setenv("SLURM_LOCALID", "1", 1);
+  EXPECT_EQ(dist::launcher::local_rank_from_environment(), 1);  // srun's before mpirun's
+  setenv("LOCAL_RANK", "x", 1);
+  expect_error<ValueError>([] { dist::launcher::local_rank_from_environment(); }, {"LOCAL_RANK='x'"});
+  for (const char* name : names) unsetenv(name);
 }
 
 TEST(TrainDevice, AnUnknownDeviceIsRefusedByName) {

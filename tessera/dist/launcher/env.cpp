@@ -117,6 +117,19 @@ std::optional<int> master_port_from_environment() {
   return static_cast<int>(value);
 }
 
+std::optional<int> local_rank_from_environment() {
+  for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') continue;
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    TESSERA_CHECK(end != text && *end == '\0' && value >= 0 && value <= 1 << 20, "[env] ", name, "='", text,
+                  "' is not a local rank (a non-negative integer)");
+    return static_cast<int>(value);
+  }
+  return std::nullopt;
+}
+
 std::map<std::string, std::string> to_variables(const ServerEnv& env) {
   std::map<std::string, std::string> v = common_variables(env);
   v["TESSERA_ROLE"] = "server";

@@ -102,6 +102,11 @@ bool has_worker_rank();                              // RANK and WORLD_SIZE are 
 bool has_rank();                                     // RANK is set (a worker of tessera run, not a server)
 std::optional<std::string> master_addr_from_environment();  // MASTER_ADDR, when set and not empty
 std::optional<int> master_port_from_environment();          // MASTER_PORT; ValueError when not a port
+// This process's rank among the job's processes on its machine, from whichever launcher started it:
+// LOCAL_RANK (tessera run, torchrun), SLURM_LOCALID (srun), OMPI_COMM_WORLD_LOCAL_RANK (Open MPI's
+// mpirun) or MPI_LOCALRANKID (MPICH's); none of them set: nothing. ValueError when one is not a
+// non-negative integer.
+std::optional<int> local_rank_from_environment();
 
 // A parameter server's contract, as the launcher sets it.
 struct ServerEnv {

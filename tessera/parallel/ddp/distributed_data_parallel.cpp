@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
 #include "tessera/ops/ops.h"
 
@@ -51,7 +52,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   reducer.bucket_cap_bytes = options_.bucket_cap_bytes;
   reducer.first_bucket_cap_bytes = options_.first_bucket_cap_bytes;
   reducer.find_unused_parameters = options_.find_unused_parameters;
-  reducer.gradient_as_bucket_view = options_.gradient_as_bucket_view;
+  // Parameters on a device the backend does not take (a GPU under gloo, tcp or shm) are reduced through
+  // the buckets in host memory: their gradients are copied in and the averages copied back, so a
+  // .grad on the device cannot be a view of its slot.
+  bool backend_takes_parameters = true;
+  for (auto& [name, p] : module_->named_parameters()) backend_takes_parameters &= group_->takes(p.device());
+  reducer.gradient_as_bucket_view = options_.gradient_as_bucket_view && backend_takes_parameters;
   nn::StateDict trainable;
   for (auto& [name, p] : module_->named_parameters())
     if (p.requires_grad()) trainable.emplace_back(name, p);
@@ -90,10 +96,26 @@ void DistributedDataParallel::broadcast_buffers() { broadcast_state(0, /*with_pa
 
 void DistributedDataParallel::broadcast_state(int source, bool with_parameters) {
   std::vector<dist::WorkPtr> works;
+  // A tensor on a device the backend does not take travels as a host copy, written back after.
+  std::vector<std::pair<Tensor, Tensor>> staged;  // (the tensor, its host copy)
+  auto send = [&](const Tensor& t) {
+    if (group_->takes(t.device())) {
+      works.push_back(group_->broadcast(t, source));
+      return;
+    }
+    Tensor host = t.cpu();
+    works.push_back(group_->broadcast(host, source));
+    staged.emplace_back(t, host);
+  };
   if (with_parameters)
-    for (auto& [name, p] : module_->named_parameters()) works.push_back(group_->broadcast(p, source));
-  for (auto& [name, b] : module_->named_buffers()) works.push_back(group_->broadcast(b, source));
+    for (auto& [name, p] : module_->named_parameters()) send(p);
+  for (auto& [name, b] : module_->named_buffers()) send(b);
   for (auto& w : works) w->wait();
+  autograd::NoGradGuard no_grad;
+  for (auto& [t, host] : staged) {
+    Tensor destination = t;
+    copy_(destination, host);
+  }
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {

@@ -94,7 +94,9 @@ Reducer::~Reducer() {
 }
 
 bool Reducer::in_slot(const Tensor& grad, size_t index) const {
-  return grad.defined() && grad.raw_data() == slot(index).raw_data();
+  // (A gradient on a device the buckets are not on is never in its slot.)
+  return grad.defined() && grad.device() == views_[bucket_of_[index]].flat.device() &&
+         grad.data_ptr() == slot(index).data_ptr();
 }
 
 void Reducer::move_into_slot(size_t index) {
@@ -193,9 +195,11 @@ void Reducer::finalize() {
       if (in_slot(grad, i)) continue;  // the average is already there
       Tensor averaged = slot(i);
       if (grad.defined()) {
-        copy_(grad, averaged);
+        copy_(grad, averaged);  // from the host bucket to a device's .grad, where it lives there
+      } else if (options_.gradient_as_bucket_view) {
+        p.set_grad(averaged);
       } else {
-        p.set_grad(options_.gradient_as_bucket_view ? averaged : clone(averaged));
+        p.set_grad(p.device() == averaged.device() ? clone(averaged) : averaged.to(p.device()));
       }
     }
   }
