@@ -10,6 +10,7 @@
 #include "tessera/ops/detail.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -31,6 +32,9 @@ IterationShape iteration_shape(const Shape& shape, const char* op) {
 
 // `t`'s element strides seen over `shape` (0 where it is broadcast).
 Strides strides_over(const Tensor& t, const Shape& shape) {
+  // Checked here as well as in iteration_shape: the two are sibling arguments, evaluated in either order.
+  TESSERA_CHECK(static_cast<int>(shape.size()) <= kMaxDims, "[cuda] a ", shape.size(), "-dim tensor ",
+                shape_str(shape), ": the CUDA kernels take at most ", kMaxDims, " dims");
   const Shape st = detail::broadcast_strides(t, shape);
   Strides s;
   for (size_t d = 0; d < st.size(); ++d) s.of[d] = st[d];
@@ -230,7 +234,10 @@ class CudaKernels final : public Kernels {
 
   double squared_norm(const Tensor& t) const override {
     Tensor c = detail::as_contiguous(t);
-    return cuda::squared_norm(t.device().index, floats(c), c.numel());
+    // The blocks' partial sums in memory from the tensor allocator (a cudaMalloc per call would wait
+    // for the device, and bypass the allocator's release-and-retry when memory is short).
+    Tensor scratch = scratch_for(kSquaredNormBlocks * sizeof(double), t.device());
+    return cuda::squared_norm(t.device().index, floats(c), c.numel(), static_cast<double*>(scratch.data_ptr()));
   }
 
   Tensor softmax(const Tensor& x, bool log_space) const override {
@@ -480,7 +487,13 @@ class CudaKernels final : public Kernels {
     };
     Tensor a_copy, b_copy;
     const GemmOperand a_op = ready(a, a_copy), b_op = ready(b, b_copy);
-    const Tensor bias_values = bias.defined() ? detail::as_contiguous(bias) : Tensor();
+    // cuBLASLt's bias epilogue reads the bias in vectors: a view at an odd offset goes in as a copy.
+    Tensor bias_values = bias.defined() ? detail::as_contiguous(bias) : Tensor();
+    if (bias_values.defined() && reinterpret_cast<uintptr_t>(bias_values.data_ptr()) % 16 != 0) {
+      Tensor aligned = Tensor::empty(bias_values.shape(), DType::Float32, bias_values.device());
+      copy(aligned, bias_values);
+      bias_values = aligned;
+    }
     gemm_batched(a.device().index, gp, a_op, b_op, floats(out), shape_numel(batch),
                  bias_values.defined() ? floats(bias_values) : nullptr);
     return out;
@@ -496,6 +509,11 @@ class CudaKernels final : public Kernels {
     const ConvGeometry g = conv_geometry(x, weight, opt);
     Tensor out = Tensor::empty({g.N, g.OC, g.OH, g.OW}, DType::Float32, x.device());
     if (out.numel() == 0) return out;
+    if (g.C == 0) {  // an empty sum: the bias, or zero (cuDNN refuses a tensor of no channels)
+      fill(out, 0.0f);
+      if (bias.defined()) add_scaled(out, reshape(bias, {1, g.OC, 1, 1}), 1.0f);
+      return out;
+    }
     const int device = x.device().index;
     if (precision == DType::Float32) {
       conv2d_forward(device, ElementType::kFloat32, g, x.data_ptr(), weight.data_ptr(), out.data_ptr());
@@ -518,7 +536,7 @@ class CudaKernels final : public Kernels {
     if (input_grad) grads.x = Tensor::empty(x.shape(), DType::Float32, x.device());
     if (weight_grad) grads.weight = Tensor::empty(weight.shape(), DType::Float32, x.device());
     if (bias_grad) grads.bias = sum(dy, {0, 2, 3}, false);
-    if (g.N == 0 || g.OH * g.OW == 0) {  // nothing reached the output: the gradients are zero
+    if (g.N == 0 || g.OC == 0 || g.OH * g.OW == 0) {  // nothing reached the output: the gradients are zero
       if (input_grad) fill(grads.x, 0.0f);
       if (weight_grad) fill(grads.weight, 0.0f);
       return grads;

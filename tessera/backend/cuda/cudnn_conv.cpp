@@ -157,6 +157,8 @@ Choice choose(cudnnHandle_t handle, const Descriptors& d, const ShapeKey& key) {
                                                                  static_cast<int>(results.size()), &returned,
                                                                  results.data()));
       c = first_allowed(results, returned, key.type, "forward");
+      // The workspace under the math the run will use (the heuristic was asked under tensor-op math).
+      TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
       TESSERA_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
           handle, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(c.algorithm), &c.workspace));
       break;
@@ -167,6 +169,8 @@ Choice choose(cudnnHandle_t handle, const Descriptors& d, const ShapeKey& key) {
                                                                       static_cast<int>(results.size()), &returned,
                                                                       results.data()));
       c = first_allowed(results, returned, key.type, "backward-data");
+      // The workspace under the math the run will use (the heuristic was asked under tensor-op math).
+      TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
       TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
           handle, d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algorithm), &c.workspace));
       break;
@@ -177,6 +181,8 @@ Choice choose(cudnnHandle_t handle, const Descriptors& d, const ShapeKey& key) {
                                                                         static_cast<int>(results.size()), &returned,
                                                                         results.data()));
       c = first_allowed(results, returned, key.type, "backward-filter");
+      // The workspace under the math the run will use (the heuristic was asked under tensor-op math).
+      TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
       TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
           handle, d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algorithm), &c.workspace));
       break;

@@ -107,12 +107,20 @@ __device__ __forceinline__ uint16_t bfloat16_bits(float f) {
   return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
+// Nearest even, as the CPU's fp16_from_float (core/half_codec.cpp), whose NaN keeps its sign and the
+// payload's top bits (__float2half_rn would give the canonical NaN).
+__device__ __forceinline__ uint16_t float16_bits(float v) {
+  const uint32_t u = __float_as_uint(v), magnitude = u & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+  return __half_as_ushort(__float2half_rn(v));
+}
+
 __device__ __forceinline__ void store_from_float(void* p, int64_t k, ElementType t, float v) {
   switch (t) {
     case ElementType::kFloat32: static_cast<float*>(p)[k] = v; break;
     case ElementType::kInt64: static_cast<int64_t*>(p)[k] = static_cast<int64_t>(v); break;
     case ElementType::kBFloat16: static_cast<uint16_t*>(p)[k] = bfloat16_bits(v); break;
-    case ElementType::kFloat16: static_cast<__half*>(p)[k] = __float2half_rn(v); break;
+    case ElementType::kFloat16: static_cast<uint16_t*>(p)[k] = float16_bits(v); break;
   }
 }
 

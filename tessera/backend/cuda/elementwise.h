@@ -67,7 +67,9 @@ namespace tessera::cuda {
 // Row reductions over a contiguous (rows, cols) float32 matrix: out[r] = Σ_c in[r, c].
 void sum_rows(int device, const float* in, int64_t rows, int64_t cols, float* out);
 // Σ x² of n contiguous floats, accumulated in double (waits for the device: the caller needs the number).
-double squared_norm(int device, const float* in, int64_t n);
+// `scratch`: device memory for kSquaredNormBlocks doubles (the table lends it from the tensor allocator).
+constexpr int kSquaredNormBlocks = 1024;
+double squared_norm(int device, const float* in, int64_t n, double* scratch);
 // Softmax or log-softmax of each row of a contiguous (rows, cols) matrix, and its backward from the
 // output and the upstream gradient.
 void softmax_rows(int device, const float* in, int64_t rows, int64_t cols, bool log_space, float* out);

@@ -78,16 +78,27 @@ uint32_t alignment_of(const void* p) {
   return alignment;
 }
 
+// An operand's alignment as every item and row of it has it: its base pointer's, lowered to what its
+// leading dimension and batch step (in bytes) keep.
+uint32_t operand_alignment(const GemmOperand& op, size_t element_size) {
+  uint32_t alignment = alignment_of(op.data);
+  for (int64_t step : {op.ld, op.batch_step}) {
+    const auto bytes = static_cast<uint64_t>(step) * element_size;
+    while (bytes != 0 && alignment > 1 && bytes % alignment != 0) alignment /= 2;
+  }
+  return alignment;
+}
+
 // Everything that decides which algorithm fits: the heuristic is asked once per distinct key.
 struct ProblemKey {
   int device;
   GemmPrecision precision;
   bool a_column_major, b_column_major, bias;
   int64_t m, n, k, lda, ldb, batch, a_step, b_step;
-  uint32_t a_align, b_align, c_align;
+  uint32_t a_align, b_align, c_align, bias_align;  // the heuristic reads the bias pointer's alignment too
   auto tie() const {
     return std::tie(device, precision, a_column_major, b_column_major, bias, m, n, k, lda, ldb, batch, a_step, b_step,
-                    a_align, b_align, c_align);
+                    a_align, b_align, c_align, bias_align);
   }
   bool operator<(const ProblemKey& other) const { return tie() < other.tie(); }
 };
@@ -165,8 +176,10 @@ void gemm_batched(int device, GemmPrecision precision, const GemmOperand& a, con
   set_layout_batch(a_layout, batch, a.batch_step);
   set_layout_batch(c_layout, batch, n * m);
 
+  const size_t in_size = gemm_input_element_size(precision);
   const ProblemKey key{device, precision, a.column_major, b.column_major, bias != nullptr, m, n, k, a.ld, b.ld,
-                       batch, a.batch_step, b.batch_step, alignment_of(a.data), alignment_of(b.data), alignment_of(c)};
+                       batch, a.batch_step, b.batch_step, operand_alignment(a, in_size), operand_alignment(b, in_size),
+                       alignment_of(c), bias != nullptr ? alignment_of(bias) : 0u};
   cublasLtMatmulAlgo_t algo{};
   {
     static std::mutex mutex;

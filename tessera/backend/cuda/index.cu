@@ -98,7 +98,7 @@ __global__ void max_backward_kernel(const float* __restrict__ grad, const int64_
   for (int64_t e = first_index(); e < total; e += grid_stride()) {
     const int64_t b = e % inner, ar = e / inner, a = ar / n, r = ar - a * n;
     const int64_t o = a * inner + b;
-    grad_in[e] = indices[o] == r ? grad[o] : 0.0f;
+    grad_in[e] = indices[o] == r ? 0.0f + grad[o] : 0.0f;  // zeros + g, as the CPU's scatter (-0 becomes +0)
   }
 }
 

@@ -120,7 +120,7 @@ void lamb_apply(int device, float*, const float*, const float*, int64_t, const L
 void sum_rows(int device, const float*, int64_t, int64_t, float*) {
   no_cuda("cuda::sum_rows", "cuda:" + std::to_string(device));
 }
-double squared_norm(int device, const float*, int64_t) { no_cuda("cuda::squared_norm", "cuda:" + std::to_string(device)); }
+double squared_norm(int device, const float*, int64_t, double*) { no_cuda("cuda::squared_norm", "cuda:" + std::to_string(device)); }
 void softmax_rows(int device, const float*, int64_t, int64_t, bool, float*) {
   no_cuda("cuda::softmax_rows", "cuda:" + std::to_string(device));
 }

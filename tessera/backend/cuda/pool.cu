@@ -72,8 +72,10 @@ __device__ __forceinline__ Covering covering(int64_t i, int64_t pad, int64_t ker
   return {first, last};
 }
 
+// `tiles`: 2x2/stride-2 windows over even sides cover every element once, and the CPU writes the
+// gradient there rather than adding it to zero (the two differ for -0).
 __global__ void max_pool_backward_kernel(PoolGeometry g, const float* __restrict__ dy, const int64_t* __restrict__ argmax,
-                                         float* __restrict__ dx) {
+                                         bool tiles, float* __restrict__ dx) {
   const int64_t total = g.N * g.C * g.H * g.W;
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
     const int64_t iw = i % g.W, ih = (i / g.W) % g.H, plane = i / (g.W * g.H);
@@ -84,7 +86,7 @@ __global__ void max_pool_backward_kernel(PoolGeometry g, const float* __restrict
     for (int64_t oh = rows.first; oh <= rows.last; ++oh)
       for (int64_t ow = cols.first; ow <= cols.last; ++ow) {
         const int64_t o = (plane * g.OH + oh) * g.OW + ow;
-        if (argmax[o] == here) sum += dy[o];
+        if (argmax[o] == here) sum = tiles ? dy[o] : sum + dy[o];
       }
     dx[i] = sum;
   }
@@ -141,7 +143,8 @@ void max_pool2d_backward(int device, const PoolGeometry& g, const float* dy, con
   const int64_t n = g.N * g.C * g.H * g.W;
   if (n == 0) return;
   detail::use_device(device, "cuda::max_pool2d_backward");
-  max_pool_backward_kernel<<<blocks_for(n), kThreads>>>(g, dy, argmax, dx);
+  const bool tiles = is_2x2_stride_2(g) && g.H % 2 == 0 && g.W % 2 == 0;
+  max_pool_backward_kernel<<<blocks_for(n), kThreads>>>(g, dy, argmax, tiles, dx);
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -136,20 +136,14 @@ void sum_rows(int device, const float* in, int64_t rows, int64_t cols, float* ou
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
-double squared_norm(int device, const float* in, int64_t n) {
+double squared_norm(int device, const float* in, int64_t n, double* partial) {
   if (n == 0) return 0.0;
   detail::use_device(device, "cuda::squared_norm");
-  const int blocks = static_cast<int>(std::min<int64_t>((n + kRowThreads - 1) / kRowThreads, 1024));
-  double* partial = nullptr;
-  TESSERA_CUDA_CHECK(cudaMalloc(&partial, sizeof(double) * static_cast<size_t>(blocks)));
+  const int blocks = static_cast<int>(std::min<int64_t>((n + kRowThreads - 1) / kRowThreads, kSquaredNormBlocks));
   squared_norm_kernel<<<blocks, kRowThreads>>>(in, n, partial);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
   std::vector<double> host(static_cast<size_t>(blocks));
-  const cudaError_t launched = cudaGetLastError();
-  const cudaError_t copied = launched == cudaSuccess
-                                 ? cudaMemcpy(host.data(), partial, sizeof(double) * host.size(), cudaMemcpyDeviceToHost)
-                                 : launched;
-  cudaFree(partial);
-  TESSERA_CUDA_CHECK(copied);
+  TESSERA_CUDA_CHECK(cudaMemcpy(host.data(), partial, sizeof(double) * host.size(), cudaMemcpyDeviceToHost));
   double s = 0.0;
   for (double p : host) s += p;  // in block order: the same sum on every run
   return s;
