@@ -47,10 +47,15 @@ CONFIGS = {
 }
 
 
-GPT_VOCAB, GPT_CONTEXT, GPT_BATCH, GPT_DIM, GPT_HEADS, GPT_LAYERS = 96, 128, 16, 256, 4, 4
+GPT_SHAPES = {  # vocab, context, batch, d, heads, layers
+    "gpt": (96, 128, 16, 256, 4, 4),
+    "gpt2": (50257, 1024, 8, 768, 12, 12),  # GPT-2 124M's shape, the GPU's benchmark
+}
 
 
-def build_gpt(torch, nn):
+def build_gpt(torch, nn, name):
+    GPT_VOCAB, GPT_CONTEXT, _, GPT_DIM, GPT_HEADS, GPT_LAYERS = GPT_SHAPES[name]
+
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
@@ -84,8 +89,8 @@ def build_gpt(torch, nn):
 
 
 def build_model(torch, nn, name):
-    if name == "gpt":
-        return build_gpt(torch, nn)
+    if name in GPT_SHAPES:
+        return build_gpt(torch, nn, name)
     if name == "mlp":
         return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
     return nn.Sequential(
@@ -113,10 +118,11 @@ def worker(args):
     if args.compile:
         model = torch.compile(model)
     per_step = args.batch
-    if args.model == "gpt":
-        x = torch.randint(0, GPT_VOCAB, (GPT_BATCH, GPT_CONTEXT), dtype=torch.int64, device=device)
-        y = torch.randint(0, GPT_VOCAB, (GPT_BATCH * GPT_CONTEXT,), dtype=torch.int64, device=device)
-        per_step = GPT_BATCH * GPT_CONTEXT  # tokens
+    if args.model in GPT_SHAPES:
+        vocab, context, batch = GPT_SHAPES[args.model][:3]
+        x = torch.randint(0, vocab, (batch, context), dtype=torch.int64, device=device)
+        y = torch.randint(0, vocab, (batch * context,), dtype=torch.int64, device=device)
+        per_step = batch * context  # tokens
     else:
         shape = (args.batch, 784) if args.model == "mlp" else (args.batch, 1, 28, 28)
         x = torch.randn(shape, device=device)
@@ -169,7 +175,7 @@ def run_config(name, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", choices=["mlp", "cnn", "gpt"], required=True)
+    ap.add_argument("--model", choices=["mlp", "cnn", "gpt", "gpt2"], required=True)
     ap.add_argument("--threads", type=int, choices=[1, 2], required=True)
     ap.add_argument("--steps", type=int, help="steps per timed repeat (default 30 for mlp, 10 for cnn)")
     ap.add_argument("--warmup", type=int, default=5)
@@ -181,7 +187,7 @@ def main():
     ap.add_argument("--worker", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.steps is None:
-        args.steps = {"mlp": 30, "cnn": 10, "gpt": 4}[args.model]
+        args.steps = {"mlp": 30, "cnn": 10, "gpt": 4, "gpt2": 10}[args.model]
     if args.steps < 1 or args.repeats < 1 or args.warmup < 0 or args.batch < 1:
         ap.error("--steps, --repeats and --batch must be positive, --warmup non-negative")
     if args.worker:

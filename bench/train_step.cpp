@@ -1,5 +1,6 @@
 // tessera bench train-step: forward + backward + SGD step at batch 128 for the MLP and the CNN, and
-// 16 sequences of 128 tokens for the GPT (4 layers, d 256, 4 heads), with each thread count, in
+// 16 sequences of 128 tokens for the GPT (4 layers, d 256, 4 heads); on a GPU also GPT-2 124M's shape
+// (gpt2: 8 sequences of 1024 tokens, with its model FLOP utilisation); with each thread count, in
 // float32 or mixed precision (--precision bf16|fp16), beside the same step written in Python over
 // tessera's module (what the bindings cost) and PyTorch's best configuration (with its CPU bf16
 // autocast for bf16), all measured in the same run. --device cuda runs both sides on the GPU
@@ -31,11 +32,41 @@ constexpr int64_t kBatch = 128;
 // The GPT of issue 17: 4 layers, d 256, 4 heads, context 128, a character vocabulary; 16 sequences a
 // step. Its figures are tokens/s.
 constexpr int64_t kGptVocab = 96, kGptContext = 128, kGptBatch = 16;
+// GPT-2 124M's shape (12 layers, d 768, 12 heads, context 1024, GPT-2's 50257-token vocabulary), 8
+// sequences a step: the GPU's benchmark (--device cuda only), with its model FLOP utilisation.
+constexpr int64_t kGpt2Vocab = 50257, kGpt2Context = 1024, kGpt2Batch = 8, kGpt2Dim = 768, kGpt2Layers = 12;
+
+struct LanguageShape {
+  int64_t vocab, context, batch;
+};
+LanguageShape language_shape(const std::string& model) {
+  return model == "gpt2" ? LanguageShape{kGpt2Vocab, kGpt2Context, kGpt2Batch} : LanguageShape{kGptVocab, kGptContext, kGptBatch};
+}
+
+// Training FLOPs per token: 6 per parameter (forward and backward of every product) plus attention's
+// two products, 12 · layers · context · d (PaLM's appendix B count, causal masking not discounted).
+double gpt2_flops_per_token(int64_t parameters) {
+  return 6.0 * static_cast<double>(parameters) + 12.0 * kGpt2Layers * kGpt2Context * kGpt2Dim;
+}
+
+// Dense bf16 tensor-core peak of the GPUs this project is lent (NVIDIA's datasheets, SXM), or 0.
+double dense_bf16_peak_tflops(const std::string& gpu_name) {
+  if (gpu_name.find("H100") != std::string::npos || gpu_name.find("H200") != std::string::npos) return 989.4;
+  return 0.0;
+}
 
 std::shared_ptr<nn::Module> make_model(const std::string& name) {
   if (name == "mlp") return nn::make_mlp({784, 512, 256, 10});
   if (name == "cnn") return nn::make_cnn();
   nn::CharTransformerConfig c;
+  if (name == "gpt2") {
+    c.vocab_size = kGpt2Vocab;
+    c.context = kGpt2Context;
+    c.embed_dim = kGpt2Dim;
+    c.heads = 12;
+    c.layers = kGpt2Layers;
+    return std::make_shared<nn::CharTransformer>(c);
+  }
   c.vocab_size = kGptVocab;
   c.context = kGptContext;
   c.embed_dim = 256;
@@ -47,6 +78,7 @@ constexpr int kTorchTimeoutSeconds = 900;
 
 struct Stats {
   double median = 0, min = 0, max = 0;
+  int64_t parameters = 0;  // the model's (time_tessera's)
 };
 
 Stats summarize(std::vector<double> v) {
@@ -60,20 +92,21 @@ Stats time_tessera(const std::string& model_name, int steps, int repeats, DType 
   auto model = make_model(model_name);
   model->to(device);
   Generator g(1);
-  const bool gpt = model_name == "gpt";
-  Tensor x = (gpt ? randint(0, kGptVocab, {kGptBatch, kGptContext}, g)
+  const bool gpt = model_name == "gpt" || model_name == "gpt2";
+  const LanguageShape lm = language_shape(model_name);
+  Tensor x = (gpt ? randint(0, lm.vocab, {lm.batch, lm.context}, g)
                   : model_name == "mlp" ? randn({kBatch, 784}, g) : randn({kBatch, 1, 28, 28}, g)).to(device);
-  Tensor y = (gpt ? randint(0, kGptVocab, {kGptBatch * kGptContext}, g) : randint(0, 10, {kBatch}, g)).to(device);
+  Tensor y = (gpt ? randint(0, lm.vocab, {lm.batch * lm.context}, g) : randint(0, 10, {kBatch}, g)).to(device);
   // A GPU's steps are queued: each timed stretch ends when the device has run them.
   auto wait_for_device = [&] {
     if (!device.is_cpu()) cuda::synchronize(device.index);
   };
-  const int64_t per_step = gpt ? kGptBatch * kGptContext : kBatch;  // tokens for the GPT
+  const int64_t per_step = gpt ? lm.batch * lm.context : kBatch;  // tokens for the GPTs
   optim::SGD opt(model->parameters(), optim::SGDOptions{0.01, 0.9});
   auto step = [&] {
     opt.zero_grad();
     Tensor out = (*model)(x);
-    if (gpt) out = reshape(out, {-1, kGptVocab});
+    if (gpt) out = reshape(out, {-1, lm.vocab});
     Tensor loss = cross_entropy(out, y);
     loss.backward();
     opt.step();
@@ -90,7 +123,9 @@ Stats time_tessera(const std::string& model_name, int steps, int repeats, DType 
     rates.push_back(static_cast<double>(per_step) * steps / s);
     progress.advance();
   }
-  return summarize(rates);
+  Stats stats = summarize(rates);
+  stats.parameters = model->num_parameters();
+  return stats;
 }
 
 struct TorchResult {
@@ -168,8 +203,10 @@ int train_step(const TrainStepOptions& o) {
   int worst = 0;
   std::string torch_version;
   for (const std::string& model : split_list(o.models)) {
-    TESSERA_CHECK(model == "mlp" || model == "cnn" || model == "gpt", "[bench train-step] unknown model '", model,
-                  "' (expected mlp, cnn or gpt)");
+    TESSERA_CHECK(model == "mlp" || model == "cnn" || model == "gpt" || model == "gpt2", "[bench train-step] unknown model '",
+                  model, "' (expected mlp, cnn, gpt or gpt2)");
+    TESSERA_CHECK(model != "gpt2" || gpu, "[bench train-step] gpt2 (GPT-2 124M's shape) is the GPU's benchmark: add "
+                  "--device cuda");
     int steps = model == "mlp" ? o.mlp_steps : model == "cnn" ? o.cnn_steps : o.gpt_steps;
     // On a GPU the host's thread count hardly matters: one row, with one thread.
     for (int threads : gpu ? std::vector<int>{1} : parse_threads(o.threads)) {
@@ -222,6 +259,16 @@ int train_step(const TrainStepOptions& o) {
       if (o.with_torch && o.with_compile) measure(true, compiled);
       std::printf("%-5s %-7d %-24s %-24s %-7s %-24s %-6s %-24s %-6s %s\n", model.c_str(), threads, ts, pys, py_ratio,
                   eager.cell.c_str(), eager.ratio.c_str(), compiled.cell.c_str(), compiled.ratio.c_str(), config.c_str());
+      if (model == "gpt2") {
+        const double tflops = t.median * gpt2_flops_per_token(t.parameters) / 1e12;
+        const std::string name = cuda::device_properties(device.index).name;
+        const double peak = dense_bf16_peak_tflops(name);
+        std::printf("gpt2: %lld parameters, %.1f TFLOP/s (6N + attention per token)", static_cast<long long>(t.parameters),
+                    tflops);
+        if (peak > 0) std::printf(", MFU %.1f%% of the %s's dense bf16 peak %.0f TFLOP/s", 100.0 * tflops / peak,
+                                  name.c_str(), peak);
+        std::printf("\n");
+      }
       std::fflush(stdout);
     }
   }
