@@ -108,6 +108,10 @@ if [ -n "$sanitizer" ]; then
   step compute-sanitizer 150 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full \
     "$work/bin/tessera_tests" --gtest_filter="$filter:-CudaTraining.*:CudaDdpTraining.*"
   tail -n 3 "$out/compute-sanitizer.log" | tee -a "$out/summary.txt"
+  # Shared-memory races in the kernels that reduce in blocks (rows, norms, losses, indexing).
+  step compute-sanitizer-racecheck 90 "$sanitizer" --tool racecheck --error-exitcode 1 \
+    "$work/bin/tessera_tests" --gtest_filter="CudaKernels.*:CudaPool.*"
+  tail -n 3 "$out/compute-sanitizer-racecheck.log" | tee -a "$out/summary.txt"
 else
   say "compute-sanitizer: not on this machine"
 fi
