@@ -157,6 +157,15 @@ int serve(const ServeBenchOptions& options);
 nlohmann::json last_json_line(const std::string& text);
 // Runs a shell command under coreutils' timeout (a wedged reference fails its cell instead of hanging
 // the bench): its stdout, and whether it exited 0.
+struct CheckpointBenchOptions {
+  double megabytes = 512;
+  int repeats = 3;
+  std::string dir;  // where to write ("": a directory under the system's temp)
+};
+
+// How long a checkpoint save stalls training, foreground vs train.checkpoint_async.
+int checkpoint(const CheckpointBenchOptions& options);
+
 struct CommandOutput {
   bool ok = false;
   std::string out;

@@ -174,7 +174,17 @@ Command add_bench_command(CLI::App& app) {
   serve->add_option("--replicas", so->replicas, "The server's --replicas")->capture_default_str();
   serve->add_option("--batch-wait", so->batch_wait, "The server's --batch-wait (adaptive, fixed)")->capture_default_str();
 
+  auto co = std::make_shared<bench::CheckpointBenchOptions>();
+  auto* ckpt = bench->add_subcommand("checkpoint", "How long a checkpoint save stalls training: foreground vs "
+                                                   "train.checkpoint_async, for a state of --mb MiB");
+  ckpt->add_option("--mb", co->megabytes, "MiB of state (a third weights, two thirds optimizer moments)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 65536.0));
+  ckpt->add_option("--repeats", co->repeats, "Saves of each kind")->capture_default_str()->check(CLI::Range(1, 100));
+  ckpt->add_option("--dir", co->dir, "Directory to write in (default: under the system's temp)");
+
   return {bench, [=]() -> int {
+    if (ckpt->parsed()) return bench::checkpoint(*co);
     if (infer->parsed()) return bench::infer(*so);
     if (serve->parsed()) return bench::serve(*so);
     if (mpb->parsed()) return bench::model_parallel(*mo);

@@ -1,5 +1,6 @@
 #include "tessera/io/checkpoint.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +43,10 @@ void remove_old(const fs::path& dir, int64_t keep, const std::string& run_id) {
 
 }  // namespace
 
+std::string step_directory(const std::string& checkpoints_dir, int64_t step) {
+  return (fs::path(checkpoints_dir) / step_name(step)).string();
+}
+
 std::string checkpoint_run_id(const std::string& step_dir) {
   const fs::path file = fs::path(step_dir) / kRunFile;
   std::error_code ec;
@@ -61,7 +66,7 @@ std::string new_run_id() {
 
 std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, const SafetensorsFile& model,
                             const SafetensorsFile& trainer, int64_t keep, const std::string& run_id,
-                            const std::string& shards) {
+                            const std::string& shards, bool verify) {
   TESSERA_CHECK(!run_id.empty() && run_id.find('\n') == std::string::npos, "[save_checkpoint] needs a run id");
   fs::path dir(checkpoints_dir);
   std::error_code ec;
@@ -86,6 +91,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, co
       if (ec) throw IoError("cannot move " + shards + " into " + tmp_dir.string() + ": " + ec.message());
     }
     fsync_directory(tmp_dir.string());
+    if (verify) verify_checkpoint(tmp_dir.string());
   } catch (const std::exception& e) {
     // A full disk or an I/O error: the half-written step goes, `latest` still names the last whole one.
     fs::remove_all(tmp_dir, ec);
@@ -100,6 +106,70 @@ std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, co
   write_file_atomic((dir / "latest").string(), final_dir.filename().string() + "\n");
   remove_old(dir, std::max<int64_t>(keep, 1), run_id);
   return final_dir.string();
+}
+
+namespace {
+
+// Asks the kernel to drop `path`'s cached pages (written and fsync'd, so clean), so that the read
+// that follows comes from storage rather than from the memory the writer just filled.
+void drop_cached_pages(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;  // the read below reports what is wrong with the file
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+}  // namespace
+
+void verify_checkpoint(const std::string& step_dir) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (auto it = fs::recursive_directory_iterator(step_dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
+    if (it->is_regular_file() && it->path().extension() == ".safetensors") files.push_back(it->path());
+  if (ec) throw IoError("[verify_checkpoint] cannot list " + step_dir + ": " + ec.message());
+  for (const char* required : {"model.safetensors", "trainer.safetensors"})
+    if (!fs::exists(fs::path(step_dir) / required))
+      throw IoError("[verify_checkpoint] " + (fs::path(step_dir) / required).string() + " is missing");
+  std::sort(files.begin(), files.end());
+  for (const fs::path& file : files) {
+    drop_cached_pages(file);
+    try {
+      load_safetensors(file.string());  // checks each tensor's checksum
+    } catch (const std::exception& e) {
+      throw IoError("[verify_checkpoint] " + file.string() + " does not read back: " + e.what());
+    }
+  }
+}
+
+std::string newest_verified_checkpoint(const std::string& checkpoints_dir, std::vector<std::string>* skipped) {
+  std::vector<fs::path> candidates;
+  const std::string latest = latest_checkpoint(checkpoints_dir);
+  if (!latest.empty()) candidates.push_back(latest);
+  std::vector<fs::path> steps;
+  std::error_code ec;
+  for (auto& entry : fs::directory_iterator(checkpoints_dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    if (entry.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) steps.push_back(entry.path());
+  }
+  std::sort(steps.rbegin(), steps.rend());  // newest first (step-<N> names sort by N)
+  for (const fs::path& step : steps)
+    if (latest.empty() || step.filename() <= fs::path(latest).filename()) candidates.push_back(step);
+  std::vector<std::string> failures;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (i > 0 && candidates[i] == candidates[0]) continue;  // latest, listed again among the steps
+    try {
+      verify_checkpoint(candidates[i].string());
+      return candidates[i].string();
+    } catch (const IoError& e) {
+      failures.push_back(e.what());
+      if (skipped != nullptr) skipped->push_back(e.what());
+    }
+  }
+  if (failures.empty()) return "";
+  std::string all;
+  for (const std::string& f : failures) all += "\n  " + f;
+  throw IoError("[resume] no checkpoint under " + checkpoints_dir + " reads back whole:" + all);
 }
 
 std::string latest_checkpoint(const std::string& checkpoints_dir) {

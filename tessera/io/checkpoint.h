@@ -11,6 +11,7 @@
 // what this run did not write.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "tessera/io/safetensors.h"
 
@@ -27,10 +28,23 @@ struct CheckpointFiles {
 // Writes step `step` of run `run_id` under `checkpoints_dir`, points `latest` at it and keeps that
 // run's newest `keep`. A step directory of the same name written by another run is an IoError, never
 // replaced. `shards`, when given, is a directory (a ZeRO run's sharded state) moved into the step as
-// `zero/` before the step is renamed into place. Returns the step directory.
+// `zero/` before the step is renamed into place. With `verify` (train.checkpoint_verify, on by
+// default) the written step is read back (verify_checkpoint) before it is renamed into place: a
+// save that does not read back whole never becomes a step directory or `latest`. Returns the step
+// directory.
 std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, const SafetensorsFile& model,
                             const SafetensorsFile& trainer, int64_t keep, const std::string& run_id,
-                            const std::string& shards = "");
+                            const std::string& shards = "", bool verify = true);
+// Reads every safetensors file of a step directory (its ZeRO shards included) back from storage,
+// the page cache dropped first where the file system allows, and checks every tensor's checksum:
+// IoError naming the file and the tensor that does not match, or the file that cannot be read.
+void verify_checkpoint(const std::string& step_dir);
+// What `--resume auto` resumes from: the step `latest` names if it verifies, else the newest older
+// step directory that does (each one skipped is added to `skipped` with its error); "" when there is
+// no checkpoint at all; IoError when there are some and none verifies.
+std::string newest_verified_checkpoint(const std::string& checkpoints_dir, std::vector<std::string>* skipped = nullptr);
+// The directory step `step` has under `checkpoints_dir` (step-<N>, N zero-padded to 8 digits).
+std::string step_directory(const std::string& checkpoints_dir, int64_t step);
 // The id of the run that wrote a step directory ("" for one written before runs had ids).
 std::string checkpoint_run_id(const std::string& step_dir);
 // A new run id: 16 hex digits from the system's entropy source.

@@ -55,6 +55,8 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"train.loss_scale_growth_interval", &c.train.loss_scale_growth_interval},
       {"train.log_every", &c.train.log_every}, {"train.checkpoint_every", &c.train.checkpoint_every},
       {"train.keep_checkpoints", &c.train.keep_checkpoints}, {"train.max_steps", &c.train.max_steps},
+      {"train.checkpoint_async", &c.train.checkpoint_async},
+      {"train.checkpoint_verify", &c.train.checkpoint_verify},
       {"train.overwrite", &c.train.overwrite},
       {"distributed.strategy", &c.distributed.strategy}, {"distributed.servers", &c.distributed.servers},
       {"distributed.zero_stage", &c.distributed.zero_stage},
@@ -307,6 +309,7 @@ void check_settings(const TrainConfig& c) {
   positive("train.log_every", c.train.log_every);
   non_negative("train.checkpoint_every", c.train.checkpoint_every);
   positive("train.keep_checkpoints", c.train.keep_checkpoints);
+  one_of("train.checkpoint_verify", c.train.checkpoint_verify, {"checksums", "none"});
   non_negative("train.max_steps", c.train.max_steps);
   TESSERA_CHECK(!c.train.output_dir.empty(), "[config] train.output_dir must not be empty");
   one_of("distributed.backend", c.distributed.backend, {"auto", "gloo", "tcp", "shm", "mpi"});

@@ -83,6 +83,12 @@ struct RunConfig {
   int64_t log_every = 50;         // steps between log lines (metrics.jsonl gets every step)
   int64_t checkpoint_every = 0;   // steps between checkpoints; 0: at the end of each epoch only
   int64_t keep_checkpoints = 2;   // older ones are deleted
+  // Write checkpoints in the background (train/background_save.h): the step copies the state to host
+  // memory and goes on. A ZeRO run's sharded checkpoints are written in the foreground still.
+  bool checkpoint_async = false;
+  // "checksums": a save is complete (a step directory, `latest`) only once its files read back with
+  // every tensor's checksum matching; "none": written and fsync'd only.
+  std::string checkpoint_verify = "checksums";
   int64_t max_steps = 0;          // stop (with a checkpoint) after this many steps in total; 0: no limit
   // A fresh run (no --resume) in an output_dir that holds another run's checkpoints is refused,
   // unless this is set: then that run's checkpoints and metrics are moved aside, to

@@ -64,11 +64,18 @@ RunOutcome run(const TrainConfig& config, const RunOptions& options) {
   if (options.stop_on_signals) dist::install_flight_recorder_signal();
   std::unique_ptr<Trainer> trainer = make_trainer(config);
   const bool lead = trainer->rank() == 0;
-  const bool fresh = options.resume.empty() ||
-                     (options.resume == "auto" &&
-                      io::latest_checkpoint((std::filesystem::path(config.train.output_dir) / "checkpoints").string()).empty());
+  // "auto" (an elastic job's restarted workers): the newest checkpoint that reads back whole, never
+  // one that fails its checksums; a fresh start only where there is none at all.
+  std::string resume_from = options.resume == "latest" ? "" : options.resume;
+  if (options.resume == "auto") {
+    std::vector<std::string> skipped;
+    resume_from = io::newest_verified_checkpoint(
+        (std::filesystem::path(config.train.output_dir) / "checkpoints").string(), &skipped);
+    for (const std::string& why : skipped) std::fprintf(stderr, "[resume] skipped: %s\n", why.c_str());
+  }
+  const bool fresh = options.resume.empty() || (options.resume == "auto" && resume_from.empty());
   if (!fresh) {
-    trainer->resume(options.resume == "latest" || options.resume == "auto" ? "" : options.resume);
+    trainer->resume(resume_from);
     if (lead) std::fprintf(stderr, "resumed at step %lld\n", static_cast<long long>(trainer->global_step()));
   }
   // The handlers before ours come back afterwards (Python's KeyboardInterrupt for tessera.train.run).

@@ -139,6 +139,7 @@ void Trainer::assemble(StrategyEnvironment env) {
   // The schedule spans the configured epochs; max_steps only stops the run early (as an interruption
   // would), so a run stopped by it and resumed follows the same curve as one never stopped.
   schedule_ = build_schedule(config_.schedule, *optimizer_, config_.train.epochs * loader_->batches_per_epoch());
+  if (config_.train.checkpoint_async) saver_ = std::make_unique<BackgroundSaver>();
   if (precision_dtype(config_) == DType::Float16) {
     optim::GradScalerOptions scaling;
     scaling.init_scale = config_.train.loss_scale_init;
@@ -229,7 +230,16 @@ RunOutput Trainer::run_output() const { return RunOutput{config_.train.output_di
 
 std::string Trainer::checkpoints_dir() const { return (fs::path(config_.train.output_dir) / "checkpoints").string(); }
 
+nn::StateDict Trainer::host_copy(const nn::StateDict& state) {
+  NoGradGuard no_grad;
+  nn::StateDict out;
+  out.reserve(state.size());
+  for (const auto& [name, t] : state) out.emplace_back(name, t.device().is_cpu() ? clone(t.detach()) : t.detach().cpu());
+  return out;
+}
+
 double Trainer::train_step(const data::Batch& batch) {
+  if (saver_) saver_->check();  // a background save that failed stops the job here, naming its files
   // (The name is built only when tracing: this runs every step.)
   observe::TraceSpan step_span(observe::tracing_enabled() ? "step " + std::to_string(step_ + 1) : std::string(), "train");
   schedule_->set_position(step_);
@@ -279,7 +289,9 @@ FitResult Trainer::fit() {
     observe::name_trace_thread("train");
   }
   try {
-    return fit_epochs();
+    FitResult result = fit_epochs();
+    if (saver_) saver_->wait();  // a job that ends waits for its last save (and fails if it failed)
+    return result;
   } catch (const PeerFailureError&) {
     save_after_losing_a_peer();
     throw;
@@ -559,15 +571,28 @@ std::string Trainer::save_checkpoint() {
     std::lock_guard lock(state_mu_);
     auto [model, trainer] = checkpoint_files({}, {}, default_generator().state());
     return io::save_checkpoint(checkpoints_dir(), step_, model, trainer, config_.train.keep_checkpoints, run_id_,
-                               shards);
+                               shards, config_.train.checkpoint_verify != "none");
   }
   nn::StateDict state = strategy_->model_state();                        // collective for the mesh
   nn::StateDict optimizer_state = strategy_->optimizer_state(*optimizer_);  // likewise
   if (rank() != 0) return "";  // rank 0 writes for all
   strategy_->before_checkpoint(run_output(), step_);
   std::lock_guard lock(state_mu_);  // not at the same time as a survivor's save
+  const bool verify = config_.train.checkpoint_verify != "none";
+  if (saver_) {
+    // In the background: the last save finished first (so one copy at most), this step's state
+    // copied to host memory, and the training loop goes on while the saver writes it.
+    saver_->wait();
+    auto [model, trainer] = checkpoint_files(host_copy(state), host_copy(optimizer_state), default_generator().state());
+    saver_->submit([dir = checkpoints_dir(), step = step_, keep = config_.train.keep_checkpoints, run = run_id_, verify,
+                    model = std::move(model), trainer = std::move(trainer)] {
+      return io::save_checkpoint(dir, step, model, trainer, keep, run, "", verify);
+    });
+    return io::step_directory(checkpoints_dir(), step_);  // whole once the saver is done (fit waits)
+  }
   auto [model, trainer] = checkpoint_files(std::move(state), std::move(optimizer_state), default_generator().state());
-  return io::save_checkpoint(checkpoints_dir(), step_, model, trainer, config_.train.keep_checkpoints, run_id_);
+  return io::save_checkpoint(checkpoints_dir(), step_, model, trainer, config_.train.keep_checkpoints, run_id_, "",
+                             verify);
 }
 
 std::string Trainer::save_survivor_checkpoint() {

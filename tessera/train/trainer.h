@@ -36,6 +36,7 @@
 #include "tessera/optim/lr_scheduler.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/train/builders.h"
+#include "tessera/train/background_save.h"
 #include "tessera/train/config.h"
 #include "tessera/train/elastic_report.h"
 #include "tessera/train/progress.h"
@@ -88,8 +89,13 @@ class Trainer {
   // `progress`, when given, counts this rank's batches (tessera eval's bar).
   EvalResult evaluate(TaskProgress* progress = nullptr);  // collective
   // Saves a checkpoint of the current state now; returns its directory (on rank 0; "" elsewhere).
-  // Collective.
+  // Collective. With train.checkpoint_async the directory is complete once the background save is
+  // (fit waits for it; so does wait_for_checkpoint).
   std::string save_checkpoint();
+  // Waits for a background save in flight (train.checkpoint_async), rethrowing its failure.
+  void wait_for_checkpoint() {
+    if (saver_) saver_->wait();
+  }
   // The whole model's parameters and buffers under their single-process names, on rank 0 (empty
   // elsewhere). Collective.
   nn::StateDict full_state_dict() { return strategy_->model_state(); }
@@ -123,6 +129,8 @@ class Trainer {
   FitResult fit_epochs();  // fit's loop; fit adds the save after a peer's loss
   void save_after_losing_a_peer();
   void agree_on_run_id();  // collective
+  // Host copies of `state` (a background save must not see the next steps' updates).
+  static nn::StateDict host_copy(const nn::StateDict& state);
   std::string checkpoints_dir() const;
   RunOutput run_output() const;  // where the strategy keeps its own files of this run
   // The two files of a checkpoint at step_, with `rng` as the generator state.
@@ -151,6 +159,7 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<optim::LRScheduler> schedule_;
   std::unique_ptr<optim::GradScaler> scaler_;  // train.precision = "fp16" only
+  std::unique_ptr<BackgroundSaver> saver_;      // train.checkpoint_async only
   int64_t step_ = 0, epoch_ = 0, batch_in_epoch_ = 0;
   // The process's memory budget before train.memory_budget_mb set this run's; restored by the
   // destructor, so that one run's budget never binds the next work of the process (tune, Python).
