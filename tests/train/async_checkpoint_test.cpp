@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tessera/io/checkpoint.h"
+#include "tessera/io/checkpoint_keys.h"
 #include "tessera/train/trainer.h"
 #include "testing/expect.h"
 #include "testing/temp_dir.h"
@@ -67,7 +68,7 @@ TEST(AsyncCheckpoint, BackgroundSavesEqualForegroundOnesBitForBit) {
         io::load_checkpoint(entry.path().string()), io::load_checkpoint((fs::path(async_dir) / "checkpoints" / name).string())};
     expect_same_state(pair.first.model.tensors, pair.second.model.tensors, name + " model");
     expect_same_state(pair.first.trainer.tensors, pair.second.trainer.tensors, name + " optimizer");
-    EXPECT_EQ(pair.first.trainer.metadata.at("step"), pair.second.trainer.metadata.at("step"));
+    EXPECT_EQ(pair.first.trainer.metadata.at(io::checkpoint_keys::kStep), pair.second.trainer.metadata.at(io::checkpoint_keys::kStep));
     ++compared;
   }
   EXPECT_EQ(compared, 8);

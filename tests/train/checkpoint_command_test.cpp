@@ -40,7 +40,7 @@ TEST(CheckpointCommand, InspectVerifyAndConvertATrainedRun) {
 
   const Output inspect = run("checkpoint inspect " + dir + "/run", dir + "/inspect.log");
   ASSERT_EQ(inspect.status, 0) << inspect.text;
-  for (const char* expected : {"step-00000008", "step 8", "local strategy", "0.weight", "[16, 784]", "crc32:"})
+  for (const char* expected : {"step-00000008", "step 8", "local strategy", "1.weight", "[16, 784]", "crc32:"})
     EXPECT_NE(inspect.text.find(expected), std::string::npos) << expected << " in\n" << inspect.text;
 
   const Output good = run("checkpoint verify " + dir + "/run", dir + "/verify.log");
