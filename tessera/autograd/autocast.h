@@ -28,6 +28,12 @@ namespace tessera {
 // The precision of matrix products on this thread now: Float32, BFloat16 or Float16.
 DType autocast_dtype();
 
+// Whether float32 matrix products and convolutions on a GPU may run on TF32 tensor cores (operands
+// rounded to 10-bit mantissas, float32 accumulation): off unless asked (train.allow_tf32), as
+// PyTorch's torch.backends.cuda.matmul.allow_tf32 is. Process-wide; the CPU ignores it.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
 class Autocast {
  public:
   // dtype: DType::BFloat16 or DType::Float16 (mixed precision), or DType::Float32 (turns it off

@@ -50,7 +50,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"train.eval_batch_size", &c.train.eval_batch_size}, {"train.seed", &c.train.seed},
       {"train.threads", &c.train.threads}, {"train.memory_budget_mb", &c.train.memory_budget_mb},
       {"train.output_dir", &c.train.output_dir}, {"train.precision", &c.train.precision},
-      {"train.device", &c.train.device},
+      {"train.device", &c.train.device}, {"train.allow_tf32", &c.train.allow_tf32},
       {"train.loss_scale_init", &c.train.loss_scale_init},
       {"train.loss_scale_growth_interval", &c.train.loss_scale_growth_interval},
       {"train.log_every", &c.train.log_every}, {"train.checkpoint_every", &c.train.checkpoint_every},

@@ -78,6 +78,9 @@ struct RunConfig {
   // Where the model trains: "cpu", "cuda" or "cuda:N" (one process so far; the CUDA kernel table's
   // ops: docs/gpu.md). The CLI's --device sets it.
   std::string device = "cpu";
+  // On a GPU, float32 matrix products and convolutions on TF32 tensor cores (10-bit mantissas, float32
+  // accumulation: faster, less exact), as torch.backends.cuda.matmul.allow_tf32. Off by default.
+  bool allow_tf32 = false;
   double loss_scale_init = 65536;          // fp16: the first loss scale
   int64_t loss_scale_growth_interval = 2000;  // fp16: steps without an overflow before the scale doubles
   int64_t log_every = 50;         // steps between log lines (metrics.jsonl gets every step)

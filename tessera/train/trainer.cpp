@@ -130,6 +130,7 @@ void Trainer::assemble(StrategyEnvironment env) {
                   strategy_->name(), " strategy (train it on the CPU, or use distributed.strategy = \"ddp\")");
     model->to(device_);  // built on the host from the seed, so every device starts from the same values
   }
+  set_allow_tf32(config_.train.allow_tf32);
   std::vector<Tensor> params = strategy_->prepare(model);
   if (strategy_->keeps_whole_model()) model_ = model;
   // The linear (or square-root) scaling rule: the global batch grows with the replicas, so may the lr.

@@ -18,13 +18,16 @@ struct ConvGeometry {
 };
 
 // x, w and y of `type` (float32, or bfloat16 / float16 under autocast), products accumulated in
-// float32; float32 never on TF32 tensor cores (as the CPU's). The algorithms are cuDNN's heuristic's
-// first deterministic choice for the shape, remembered: two runs give the same bits.
-void conv2d_forward(int device, ElementType type, const ConvGeometry& g, const void* x, const void* w, void* y);
+// float32; float32 on TF32 tensor cores only where `tf32` (train.allow_tf32), else as the CPU's. The
+// algorithms are cuDNN's heuristic's first deterministic choice for the shape, remembered: two runs
+// give the same bits.
+void conv2d_forward(int device, ElementType type, const ConvGeometry& g, const void* x, const void* w, void* y,
+                    bool tf32);
 // dx = the gradient of x from dy, and dw of w (both overwritten).
-void conv2d_backward_data(int device, ElementType type, const ConvGeometry& g, const void* dy, const void* w, void* dx);
+void conv2d_backward_data(int device, ElementType type, const ConvGeometry& g, const void* dy, const void* w, void* dx,
+                          bool tf32);
 void conv2d_backward_filter(int device, ElementType type, const ConvGeometry& g, const void* x, const void* dy,
-                            void* dw);
+                            void* dw, bool tf32);
 
 // x (N, C, H, W) -> y (N, C, OH, OW) over windows of kernel_h × kernel_w at the strides, padding
 // outside the image (ignored by max, counted as zeros by the average: count_include_pad).

@@ -3,6 +3,8 @@
 // calls the plain kernels of elementwise.h and nn_kernels.h with pointers, sizes and strides.
 #include "tessera/backend/cuda/cuda_kernels.h"
 
+#include "tessera/autograd/autocast.h"
+
 #include "tessera/backend/cuda/conv.h"
 #include "tessera/backend/cuda/elementwise.h"
 #include "tessera/backend/cuda/gemm.h"
@@ -475,8 +477,9 @@ class CudaKernels final : public Kernels {
       if (bias.defined()) add_scaled(out, bias, 1.0f);
       return out;
     }
-    const GemmPrecision gp = gemm_precision(precision);
-    const DType input_dtype = gp == GemmPrecision::kFloat32 ? DType::Float32 : precision;
+    const GemmPrecision gp = precision == DType::Float32 && allow_tf32() ? GemmPrecision::kTensorFloat32
+                                                                         : gemm_precision(precision);
+    const DType input_dtype = precision == DType::Float32 ? DType::Float32 : precision;
     // Each operand as cuBLASLt can read it: itself, or one copy (rounded where the precision asks).
     auto ready = [&](const Tensor& t, Tensor& keep) -> GemmOperand {
       if (input_dtype == DType::Float32)
@@ -516,11 +519,11 @@ class CudaKernels final : public Kernels {
     }
     const int device = x.device().index;
     if (precision == DType::Float32) {
-      conv2d_forward(device, ElementType::kFloat32, g, x.data_ptr(), weight.data_ptr(), out.data_ptr());
+      conv2d_forward(device, ElementType::kFloat32, g, x.data_ptr(), weight.data_ptr(), out.data_ptr(), allow_tf32());
     } else {
       const Tensor xh = rounded(x, precision), wh = rounded(weight, precision);
       Tensor yh = Tensor::empty(out.shape(), precision, x.device());
-      conv2d_forward(device, element_type(precision), g, xh.data_ptr(), wh.data_ptr(), yh.data_ptr());
+      conv2d_forward(device, element_type(precision), g, xh.data_ptr(), wh.data_ptr(), yh.data_ptr(), false);
       copy(out, yh);
     }
     if (bias.defined()) add_scaled(out, reshape(bias, {1, g.OC, 1, 1}), 1.0f);
@@ -542,9 +545,11 @@ class CudaKernels final : public Kernels {
       return grads;
     }
     if (precision == DType::Float32) {
-      if (input_grad) conv2d_backward_data(device, ElementType::kFloat32, g, dy.data_ptr(), weight.data_ptr(), grads.x.data_ptr());
+      if (input_grad) conv2d_backward_data(device, ElementType::kFloat32, g, dy.data_ptr(), weight.data_ptr(), grads.x.data_ptr(),
+                                             allow_tf32());
       if (weight_grad)
-        conv2d_backward_filter(device, ElementType::kFloat32, g, x.data_ptr(), dy.data_ptr(), grads.weight.data_ptr());
+        conv2d_backward_filter(device, ElementType::kFloat32, g, x.data_ptr(), dy.data_ptr(), grads.weight.data_ptr(),
+                               allow_tf32());
       return grads;
     }
     // Mixed precision: the operands rounded as the forward rounded them, each gradient written in
@@ -554,13 +559,13 @@ class CudaKernels final : public Kernels {
     if (input_grad) {
       const Tensor wh = rounded(weight, precision);
       Tensor dxh = Tensor::empty(x.shape(), precision, x.device());
-      conv2d_backward_data(device, type, g, dyh.data_ptr(), wh.data_ptr(), dxh.data_ptr());
+      conv2d_backward_data(device, type, g, dyh.data_ptr(), wh.data_ptr(), dxh.data_ptr(), false);
       copy(grads.x, dxh);
     }
     if (weight_grad) {
       const Tensor xh = rounded(x, precision);
       Tensor dwh = Tensor::empty(weight.shape(), precision, x.device());
-      conv2d_backward_filter(device, type, g, xh.data_ptr(), dyh.data_ptr(), dwh.data_ptr());
+      conv2d_backward_filter(device, type, g, xh.data_ptr(), dyh.data_ptr(), dwh.data_ptr(), false);
       copy(grads.weight, dwh);
     }
     return grads;

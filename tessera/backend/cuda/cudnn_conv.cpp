@@ -5,7 +5,7 @@
 //
 // Each call describes its tensors, asks cuDNN's heuristic for the shape's algorithms once (then
 // remembers the choice), takes the first deterministic one that is allowed (float32: FMA math only,
-// never TF32, as the CPU's products), and runs it on the device's compute stream with a workspace
+// as the CPU's products, unless train.allow_tf32 lets TF32 tensor cores in), and runs it on the device's compute stream with a workspace
 // from the tensor allocator (freed at once: later work on the stream is ordered after this).
 #include <cudnn.h>
 
@@ -112,9 +112,10 @@ struct ShapeKey {
   int device;
   Pass pass;
   ElementType type;
+  bool tf32;
   ConvGeometry g;
   auto tie() const {
-    return std::tie(device, pass, type, g.N, g.C, g.H, g.W, g.OC, g.KH, g.KW, g.OH, g.OW, g.stride_h, g.stride_w,
+    return std::tie(device, pass, type, tf32, g.N, g.C, g.H, g.W, g.OC, g.KH, g.KW, g.OH, g.OW, g.stride_h, g.stride_w,
                     g.pad_h, g.pad_w, g.dilation_h, g.dilation_w, g.groups);
   }
   bool operator<(const ShapeKey& other) const { return tie() < other.tie(); }
@@ -124,14 +125,14 @@ struct ShapeKey {
 // math: float32 on FMA only (TF32 would round the operands to 10-bit mantissas), the half types on
 // tensor cores or FMA.
 template <typename Perf>
-Choice first_allowed(const std::vector<Perf>& results, int returned, ElementType type, const char* pass) {
+Choice first_allowed(const std::vector<Perf>& results, int returned, ElementType type, bool tf32, const char* pass) {
   for (int i = 0; i < returned; ++i) {
     const Perf& r = results[static_cast<size_t>(i)];
     if (r.status != CUDNN_STATUS_SUCCESS || r.determinism != CUDNN_DETERMINISTIC) continue;
-    if (type == ElementType::kFloat32 && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH) continue;
+    if (type == ElementType::kFloat32 && !tf32 && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH) continue;
     Choice c;
     c.algorithm = static_cast<int>(r.algo);
-    c.math = type == ElementType::kFloat32 ? CUDNN_FMA_MATH : r.mathType;
+    c.math = type == ElementType::kFloat32 && !tf32 ? CUDNN_FMA_MATH : r.mathType;
     c.workspace = r.memory;
     return c;
   }
@@ -146,8 +147,9 @@ Choice choose(cudnnHandle_t handle, const Descriptors& d, const ShapeKey& key) {
   auto it = chosen->find(key);
   if (it != chosen->end()) return it->second;
   // The heuristic is asked under the math type the run will use, so that its results fit it.
+  // (float32 with TF32 allowed: cuDNN's default math, which takes TF32 tensor cores where they help.)
   TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(
-      d.conv, key.type == ElementType::kFloat32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+      d.conv, key.type != ElementType::kFloat32 ? CUDNN_TENSOR_OP_MATH : key.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
   int returned = 0;
   Choice c;
   switch (key.pass) {
@@ -156,7 +158,7 @@ Choice choose(cudnnHandle_t handle, const Descriptors& d, const ShapeKey& key) {
       TESSERA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x, d.w, d.conv, d.y,
                                                                  static_cast<int>(results.size()), &returned,
                                                                  results.data()));
-      c = first_allowed(results, returned, key.type, "forward");
+      c = first_allowed(results, returned, key.type, key.tf32, "forward");
       // The workspace under the math the run will use (the heuristic was asked under tensor-op math).
       TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
       TESSERA_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
@@ -168,7 +170,7 @@ Choice choose(cudnnHandle_t handle, const Descriptors& d, const ShapeKey& key) {
       TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w, d.y, d.conv, d.x,
                                                                       static_cast<int>(results.size()), &returned,
                                                                       results.data()));
-      c = first_allowed(results, returned, key.type, "backward-data");
+      c = first_allowed(results, returned, key.type, key.tf32, "backward-data");
       // The workspace under the math the run will use (the heuristic was asked under tensor-op math).
       TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
       TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
@@ -180,7 +182,7 @@ Choice choose(cudnnHandle_t handle, const Descriptors& d, const ShapeKey& key) {
       TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x, d.y, d.conv, d.w,
                                                                         static_cast<int>(results.size()), &returned,
                                                                         results.data()));
-      c = first_allowed(results, returned, key.type, "backward-filter");
+      c = first_allowed(results, returned, key.type, key.tf32, "backward-filter");
       // The workspace under the math the run will use (the heuristic was asked under tensor-op math).
       TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
       TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
@@ -217,9 +219,9 @@ struct Prepared {
   cudnnHandle_t handle;
   Descriptors d;
   Choice choice;
-  Prepared(int device, ElementType type, const ConvGeometry& g, Pass pass, const char* op)
+  Prepared(int device, ElementType type, const ConvGeometry& g, Pass pass, bool tf32, const char* op)
       : handle((detail::use_device(device, op), handle_for(device))), d(type, g),
-        choice(choose(handle, d, ShapeKey{device, pass, type, g})) {
+        choice(choose(handle, d, ShapeKey{device, pass, type, type == ElementType::kFloat32 && tf32, g})) {
     TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, choice.math));
   }
 };
@@ -228,9 +230,10 @@ bool empty(const ConvGeometry& g) { return g.N == 0 || g.OC == 0 || g.C == 0; }
 
 }  // namespace
 
-void conv2d_forward(int device, ElementType type, const ConvGeometry& g, const void* x, const void* w, void* y) {
+void conv2d_forward(int device, ElementType type, const ConvGeometry& g, const void* x, const void* w, void* y,
+                    bool tf32) {
   if (g.N == 0 || g.OC == 0) return;
-  Prepared p(device, type, g, Pass::kForward, "cuda::conv2d_forward");
+  Prepared p(device, type, g, Pass::kForward, tf32, "cuda::conv2d_forward");
   Workspace workspace(device, p.choice.workspace);
   const float one = 1.0f, zero = 0.0f;
   TESSERA_CUDNN_CHECK(cudnnConvolutionForward(p.handle, &one, p.d.x, x, p.d.w, w, p.d.conv,
@@ -238,9 +241,10 @@ void conv2d_forward(int device, ElementType type, const ConvGeometry& g, const v
                                               workspace.data(), workspace.bytes(), &zero, p.d.y, y));
 }
 
-void conv2d_backward_data(int device, ElementType type, const ConvGeometry& g, const void* dy, const void* w, void* dx) {
+void conv2d_backward_data(int device, ElementType type, const ConvGeometry& g, const void* dy, const void* w, void* dx,
+                          bool tf32) {
   if (empty(g)) return;
-  Prepared p(device, type, g, Pass::kBackwardData, "cuda::conv2d_backward_data");
+  Prepared p(device, type, g, Pass::kBackwardData, tf32, "cuda::conv2d_backward_data");
   Workspace workspace(device, p.choice.workspace);
   const float one = 1.0f, zero = 0.0f;
   TESSERA_CUDNN_CHECK(cudnnConvolutionBackwardData(p.handle, &one, p.d.w, w, p.d.y, dy, p.d.conv,
@@ -249,9 +253,9 @@ void conv2d_backward_data(int device, ElementType type, const ConvGeometry& g, c
 }
 
 void conv2d_backward_filter(int device, ElementType type, const ConvGeometry& g, const void* x, const void* dy,
-                            void* dw) {
+                            void* dw, bool tf32) {
   if (empty(g)) return;
-  Prepared p(device, type, g, Pass::kBackwardFilter, "cuda::conv2d_backward_filter");
+  Prepared p(device, type, g, Pass::kBackwardFilter, tf32, "cuda::conv2d_backward_filter");
   Workspace workspace(device, p.choice.workspace);
   const float one = 1.0f, zero = 0.0f;
   TESSERA_CUDNN_CHECK(cudnnConvolutionBackwardFilter(p.handle, &one, p.d.x, x, p.d.y, dy, p.d.conv,

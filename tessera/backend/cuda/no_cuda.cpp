@@ -62,13 +62,13 @@ void gemm_batched(int, GemmPrecision, const GemmOperand&, const GemmOperand&, fl
   no_cuda("cuda::gemm_batched");
 }
 
-void conv2d_forward(int, ElementType, const ConvGeometry&, const void*, const void*, void*) {
+void conv2d_forward(int, ElementType, const ConvGeometry&, const void*, const void*, void*, bool) {
   no_cuda("cuda::conv2d_forward");
 }
-void conv2d_backward_data(int, ElementType, const ConvGeometry&, const void*, const void*, void*) {
+void conv2d_backward_data(int, ElementType, const ConvGeometry&, const void*, const void*, void*, bool) {
   no_cuda("cuda::conv2d_backward_data");
 }
-void conv2d_backward_filter(int, ElementType, const ConvGeometry&, const void*, const void*, void*) {
+void conv2d_backward_filter(int, ElementType, const ConvGeometry&, const void*, const void*, void*, bool) {
   no_cuda("cuda::conv2d_backward_filter");
 }
 void max_pool2d(int, const PoolGeometry&, const float*, bool, float*, int64_t*) { no_cuda("cuda::max_pool2d"); }

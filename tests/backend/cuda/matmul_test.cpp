@@ -113,6 +113,17 @@ TEST(CudaMatmul, AutocastRoundsTheOperandsAsTheCpuDoes) {
   }
 }
 
+TEST(CudaMatmul, Tf32OnlyWhenAskedAndThenWithinItsRounding) {
+  TESSERA_SKIP_WITHOUT_CUDA_DEVICE();
+  ASSERT_FALSE(allow_tf32());  // off unless asked
+  Tensor a = operand({128, 256}, 50), b = operand({256, 64}, 51);
+  set_allow_tf32(true);
+  Tensor tf32 = matmul(a.cuda(), b.cuda());
+  set_allow_tf32(false);
+  // 10-bit mantissas: each product within 2^-10 relative, summed over k = 256.
+  expect_close(tf32, matmul(a, b), 2e-3f, 2e-2f, "tf32 matmul");
+}
+
 TEST(CudaMatmul, OperandsOnTwoDevicesAreAnError) {
   TESSERA_SKIP_WITHOUT_CUDA_DEVICE();
   EXPECT_THROW(matmul(operand({2, 3}, 1).cuda(), operand({3, 2}, 2)), ValueError);
