@@ -137,6 +137,8 @@ void bind_tensor(py::module_& m) {
   // tessera.cuda.is_available() / device_count() (python/tessera/cuda.py) read these.
   m.def("_cuda_device_count", [] { return cuda::device_count(); });
   m.def("_cuda_unavailable_reason", [] { return cuda::unavailable_reason(); });
+  m.def("_set_allow_tf32", &set_allow_tf32, py::arg("allow"));
+  m.def("_allow_tf32", &allow_tf32);
 
   py::class_<Tensor> tensor(m, "Tensor", py::buffer_protocol(), "A view of shared storage with autograd state");
   tensor

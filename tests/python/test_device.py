@@ -71,3 +71,11 @@ def test_a_step_on_the_device_equals_the_cpus():
         opt.step()
     got, want = gpu_model.weight.cpu().numpy(), cpu_model.weight.numpy()
     assert abs(got - want).max() < 1e-5
+
+
+def test_tf32_is_off_unless_asked():
+    assert tessera.cuda.allow_tf32() is False
+    tessera.cuda.set_allow_tf32(True)
+    assert tessera.cuda.allow_tf32() is True
+    tessera.cuda.set_allow_tf32(False)
+    assert tessera.cuda.allow_tf32() is False
