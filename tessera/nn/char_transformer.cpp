@@ -2,8 +2,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
 
 namespace tessera::nn {
+
+Tensor position_ids(int64_t T, Device device) {
+  if (device.is_cpu()) return arange(T);
+  static std::mutex mutex;
+  static auto* cached = new std::map<std::string, Tensor>();  // never destroyed: device memory at exit
+  std::lock_guard lock(mutex);
+  Tensor& ids = (*cached)[device.str()];
+  if (!ids.defined() || ids.numel() < T) ids = arange(T).to(device);
+  return slice(ids, 0, 0, T);
+}
 
 GptEmbedding::GptEmbedding(std::shared_ptr<Embedding> wte_in, std::shared_ptr<Embedding> wpe_in,
                            std::shared_ptr<Dropout> drop_in) {
@@ -17,7 +30,7 @@ Tensor GptEmbedding::forward(const Tensor& ids) {
                 dtype_name(ids.dtype()), " ", shape_str(ids.shape()));
   const int64_t T = ids.shape()[1], context = wpe->weight.shape()[0];
   TESSERA_CHECK(T >= 1 && T <= context, "[CharTransformer] sequence length ", T, " exceeds the context ", context);
-  return drop->forward(add(wte->forward(ids), wpe->forward(arange(T))));  // (B, T, C) + (T, C)
+  return drop->forward(add(wte->forward(ids), wpe->forward(position_ids(T, ids.device()))));  // (B, T, C) + (T, C)
 }
 
 GptHead::GptHead(std::shared_ptr<LayerNorm> ln_f_in, std::shared_ptr<Linear> lm_head_in) {

@@ -17,6 +17,10 @@ struct CharTransformerConfig {
   bool checkpoint_activations = false;  // each block recomputes its activations in backward
 };
 
+// 0, 1, ..., T-1 (int64) on `device`: the positions wpe embeds. On a device they are made once (per
+// device, grown to the longest T asked) and sliced, so a step does not wait for a host copy.
+Tensor position_ids(int64_t T, Device device);
+
 // The first layer of the chain: ids (B, T) int64 -> dropout(wte(ids) + wpe(0..T-1)) (B, T, C).
 class GptEmbedding : public Module {
  public:

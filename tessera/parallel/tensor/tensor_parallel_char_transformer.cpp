@@ -23,7 +23,7 @@ Tensor ParallelGptEmbedding::forward(const Tensor& ids) {
   const int64_t T = ids.shape()[1], context = wpe->weight.shape()[0];
   TESSERA_CHECK(T >= 1 && T <= context, "[TensorParallelCharTransformer] sequence length ", T, " exceeds the context ",
                 context);
-  return drop->forward(add(wte->forward(ids), wpe->forward(arange(T))));  // (B, T, C) + (T, C)
+  return drop->forward(add(wte->forward(ids), wpe->forward(nn::position_ids(T, ids.device()))));  // (B, T, C) + (T, C)
 }
 
 ParallelGptHead::ParallelGptHead(std::shared_ptr<nn::LayerNorm> ln_f_in, std::shared_ptr<ColumnParallelLinear> head) {
