@@ -38,14 +38,7 @@ std::string save(const std::string& dir, int64_t step) {
   return save_checkpoint(dir, step, model_file(static_cast<float>(step)), trainer_file(step), 5, "run-a");
 }
 
-void flip_last_byte(const fs::path& file) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(-1, std::ios::end);
-  char c = 0;
-  f.get(c);
-  f.seekp(-1, std::ios::end);
-  f.put(static_cast<char>(c ^ 0x5a));
-}
+void flip_last_byte(const fs::path& file) { tessera::testing::flip_last_byte(file.string()); }
 
 TEST(CheckpointVerify, AGoodSaveReadsBackAndAFlippedByteNamesTheFileAndTensor) {
   const std::string dir = tessera::testing::fresh_dir("checkpoint_verify", "flip");

@@ -27,4 +27,26 @@ inline std::string read_text(const std::string& path) {
   return s.str();
 }
 
+// A small text corpus at <dir>/corpus.txt (about 150 bytes a line group; `lines` lines in all) with
+// enough structure for a language model's loss to move; returns its path.
+inline std::string write_corpus(const std::string& dir, int lines = 40) {
+  const char* sentences[] = {"the quick brown fox jumps over the lazy dog\n", "pack my box with five dozen liquor jugs\n",
+                             "how vexingly quick daft zebras jump\n", "sphinx of black quartz, judge my vow\n"};
+  std::string text;
+  for (int i = 0; i < lines; ++i) text += sentences[(i * 7) % 4];
+  const std::string path = dir + "/corpus.txt";
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Flips bits of a file's last byte (a checksum's test of corruption).
+inline void flip_last_byte(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-1, std::ios::end);
+  char c = 0;
+  f.get(c);
+  f.seekp(-1, std::ios::end);
+  f.put(static_cast<char>(c ^ 0x5a));
+}
+
 }  // namespace tessera::testing

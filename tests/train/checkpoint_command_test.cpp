@@ -58,15 +58,7 @@ TEST(CheckpointCommand, InspectVerifyAndConvertATrainedRun) {
   }
 
   // One byte flipped in the model file: verify fails, naming the file.
-  const fs::path model = fs::path(saved.path) / "model.safetensors";
-  {
-    std::fstream f(model, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(-1, std::ios::end);
-    char c = 0;
-    f.get(c);
-    f.seekp(-1, std::ios::end);
-    f.put(static_cast<char>(c ^ 1));
-  }
+  tessera::testing::flip_last_byte((fs::path(saved.path) / "model.safetensors").string());
   const Output bad = run("checkpoint verify " + dir + "/run", dir + "/verify_bad.log");
   EXPECT_EQ(bad.status, 1) << bad.text;
   EXPECT_NE(bad.text.find("model.safetensors"), std::string::npos) << bad.text;

@@ -22,6 +22,7 @@
 #include "tessera/train/trainer.h"
 #include "testing/cuda_device.h"
 #include "testing/expect.h"
+#include "testing/temp_dir.h"
 
 namespace tessera::train {
 namespace {
@@ -54,16 +55,6 @@ TrainConfig mlp_config(const std::string& out, const std::string& device) {
   c.train.output_dir = out;
   c.train.device = device;
   return c;
-}
-
-std::string write_corpus(const std::string& dir) {
-  std::string text;
-  const char* lines[] = {"the quick brown fox jumps over the lazy dog\n", "pack my box with five dozen liquor jugs\n",
-                         "how vexingly quick daft zebras jump\n", "sphinx of black quartz, judge my vow\n"};
-  for (int i = 0; i < 200; ++i) text += lines[(i * 7) % 4];
-  const std::string path = dir + "/corpus.txt";
-  std::ofstream(path) << text;
-  return path;
 }
 
 TrainConfig gpt_config(const std::string& corpus, const std::string& out, const std::string& device) {
@@ -140,7 +131,7 @@ TEST(CudaTraining, TheCnnTrainsAsOnTheCpu) {
 TEST(CudaTraining, TheGptTrainsAsOnTheCpu) {
   TESSERA_SKIP_WITHOUT_CUDA_DEVICE();
   const std::string data = fresh_dir("gpt_data"), cpu_dir = fresh_dir("gpt_cpu"), gpu_dir = fresh_dir("gpt_gpu");
-  const std::string corpus = write_corpus(data);
+  const std::string corpus = tessera::testing::write_corpus(data, 200);
   Trainer(gpt_config(corpus, cpu_dir, "cpu")).fit();
   const FitResult gpu = Trainer(gpt_config(corpus, gpu_dir, "cuda")).fit();
   EXPECT_EQ(gpu.steps, 200);

@@ -22,16 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A small text corpus (about 6 KB) with enough structure for the losses to move.
-std::string write_corpus(const std::string& dir) {
-  std::string text;
-  const char* lines[] = {"the quick brown fox jumps over the lazy dog\n", "pack my box with five dozen liquor jugs\n",
-                         "how vexingly quick daft zebras jump\n", "sphinx of black quartz, judge my vow\n"};
-  for (int i = 0; i < 40; ++i) text += lines[(i * 7) % 4];
-  std::string path = dir + "/corpus.txt";
-  std::ofstream(path) << text;
-  return path;
-}
+using tessera::testing::write_corpus;
 
 TrainConfig gpt_config(const std::string& corpus, const std::string& out, const std::string& optimizer) {
   TrainConfig c;
