@@ -30,12 +30,6 @@ nn::StateDict state_of(double megabytes, const std::string& prefix, Generator& g
   return out;
 }
 
-nn::StateDict copied(const nn::StateDict& state) {
-  nn::StateDict out;
-  for (const auto& [name, t] : state) out.emplace_back(name, clone(t));
-  return out;
-}
-
 }  // namespace
 
 int checkpoint(const CheckpointBenchOptions& o) {
@@ -56,8 +50,8 @@ int checkpoint(const CheckpointBenchOptions& o) {
     io::save_checkpoint(dir, ++step, model, trainer, 2, "bench");
     foreground.push_back(seconds_since(start));
     start = Clock::now();
-    io::SafetensorsFile model_copy{copied(model.tensors), model.metadata};
-    io::SafetensorsFile trainer_copy{copied(trainer.tensors), trainer.metadata};
+    io::SafetensorsFile model_copy{nn::host_copy(model.tensors), model.metadata};
+    io::SafetensorsFile trainer_copy{nn::host_copy(trainer.tensors), trainer.metadata};
     const int64_t this_step = ++step;
     saver.submit([&dir, this_step, model_copy, trainer_copy] {
       return io::save_checkpoint(dir, this_step, model_copy, trainer_copy, 2, "bench");

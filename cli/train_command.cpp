@@ -82,7 +82,8 @@ Command add_train_command(CLI::App& app) {
                 "with tessera trace merge)");
   auto device = std::make_shared<std::string>();
   cmd->add_option("--device", *device,
-                  "Train on this device: cpu, cuda or cuda:N (train.device; one process on a GPU so far)");
+                  "Train on this device: cpu, cuda or cuda:N (train.device; with --nproc, DDP through the CPU "
+                  "backends, local rank r on cuda:(r mod GPUs) for plain cuda)");
   auto nproc = std::make_shared<int>(1);
   cmd->add_option("--nproc", *nproc,
                   "Train on N local worker processes: data-parallel (DDP), or with parameter servers when "

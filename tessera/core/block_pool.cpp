@@ -22,6 +22,12 @@ bool BlockPool::BySizeThenAddress::operator()(const Block* a, const Block* b) co
   return std::less<const char*>()(a->ptr, b->ptr);
 }
 
+BlockPool::Stats BlockPool::stats() const {
+  Stats s = stats_;
+  s.cached_blocks = small_free_.size() + large_free_.size();
+  return s;
+}
+
 BlockPool::BlockPool(Source source) : source_(std::move(source)) {}
 
 BlockPool::~BlockPool() {
@@ -98,7 +104,6 @@ void* BlockPool::allocate(size_t bytes) {
   allocated_.emplace(block->ptr, block);
   stats_.allocated += block->size;
   stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
-  stats_.cached_blocks = small_free_.size() + large_free_.size();
   return block->ptr;
 }
 
@@ -110,24 +115,24 @@ void BlockPool::free(void* ptr) {
   stats_.allocated -= block->size;
   block->free = true;
   FreeSet& pool = block->small ? small_free_ : large_free_;
+  // `right`, the block after `left` in their segment, merged into `left`.
+  auto absorb = [](Block* left, Block* right) {
+    left->size += right->size;
+    left->next = right->next;
+    if (right->next != nullptr) right->next->prev = left;
+    delete right;
+  };
   // Merge with free neighbours (each leaves the set before its size changes: the set orders by size).
   if (Block* prev = block->prev; prev != nullptr && prev->free) {
     pool.erase(prev);
-    prev->size += block->size;
-    prev->next = block->next;
-    if (block->next != nullptr) block->next->prev = prev;
-    delete block;
+    absorb(prev, block);
     block = prev;
   }
   if (Block* next = block->next; next != nullptr && next->free) {
     pool.erase(next);
-    block->size += next->size;
-    block->next = next->next;
-    if (next->next != nullptr) next->next->prev = block;
-    delete next;
+    absorb(block, next);
   }
   pool.insert(block);
-  stats_.cached_blocks = small_free_.size() + large_free_.size();
 }
 
 size_t BlockPool::release_cached() {
@@ -147,7 +152,6 @@ size_t BlockPool::release_cached() {
       delete b;
     }
   }
-  stats_.cached_blocks = small_free_.size() + large_free_.size();
   return released;
 }
 

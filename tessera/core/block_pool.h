@@ -59,7 +59,7 @@ class BlockPool {
   // Releases every segment whose memory is all free; returns the bytes released.
   size_t release_cached();
 
-  const Stats& stats() const { return stats_; }
+  Stats stats() const;
   void reset_peak() {
     stats_.peak_allocated = stats_.allocated;
     stats_.peak_reserved = stats_.reserved;

@@ -27,17 +27,25 @@ std::string step_name(int64_t step) {
 constexpr const char* kRunFile = "run";
 constexpr const char* kShardsDir = "zero";  // a ZeRO run's shards (parallel/zero/sharded_checkpoint.h)
 
-// Removes all but the newest `keep` step directories that run `run_id` wrote.
-void remove_old(const fs::path& dir, int64_t keep, const std::string& run_id) {
+// The whole step directories under `dir` (not the temporary ones of a save in progress), oldest
+// first: step-<N> names, N zero-padded, sort by N.
+std::vector<fs::path> step_directories(const fs::path& dir) {
   std::vector<fs::path> steps;
   std::error_code ec;
   for (auto& entry : fs::directory_iterator(dir, ec)) {
-    std::string n = entry.path().filename().string();
-    if (entry.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos &&
-        checkpoint_run_id(entry.path().string()) == run_id)
+    const std::string n = entry.path().filename().string();
+    if (entry.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos)
       steps.push_back(entry.path());
   }
   std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+// Removes all but the newest `keep` step directories that run `run_id` wrote.
+void remove_old(const fs::path& dir, int64_t keep, const std::string& run_id) {
+  std::vector<fs::path> steps = step_directories(dir);
+  std::erase_if(steps, [&](const fs::path& step) { return checkpoint_run_id(step.string()) != run_id; });
+  std::error_code ec;
   for (size_t i = 0; i + keep < steps.size(); ++i) fs::remove_all(steps[i], ec);
 }
 
@@ -143,24 +151,17 @@ void verify_checkpoint(const std::string& step_dir) {
 }
 
 std::string newest_verified_checkpoint(const std::string& checkpoints_dir, std::vector<std::string>* skipped) {
-  std::vector<fs::path> candidates;
+  // `latest` and the steps before it, newest first.
   const std::string latest = latest_checkpoint(checkpoints_dir);
-  if (!latest.empty()) candidates.push_back(latest);
-  std::vector<fs::path> steps;
-  std::error_code ec;
-  for (auto& entry : fs::directory_iterator(checkpoints_dir, ec)) {
-    const std::string n = entry.path().filename().string();
-    if (entry.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) steps.push_back(entry.path());
-  }
-  std::sort(steps.rbegin(), steps.rend());  // newest first (step-<N> names sort by N)
-  for (const fs::path& step : steps)
-    if (latest.empty() || step.filename() <= fs::path(latest).filename()) candidates.push_back(step);
+  std::vector<fs::path> candidates = step_directories(checkpoints_dir);
+  std::reverse(candidates.begin(), candidates.end());
+  if (!latest.empty())
+    std::erase_if(candidates, [&](const fs::path& step) { return step.filename() > fs::path(latest).filename(); });
   std::vector<std::string> failures;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (i > 0 && candidates[i] == candidates[0]) continue;  // latest, listed again among the steps
+  for (const fs::path& step : candidates) {
     try {
-      verify_checkpoint(candidates[i].string());
-      return candidates[i].string();
+      verify_checkpoint(step.string());
+      return step.string();
     } catch (const IoError& e) {
       failures.push_back(e.what());
       if (skipped != nullptr) skipped->push_back(e.what());

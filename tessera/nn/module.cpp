@@ -101,6 +101,14 @@ void Module::train(bool on) {
 
 void Module::zero_grad(bool set_to_none) { nn::zero_grad(parameters(), set_to_none); }
 
+StateDict host_copy(const StateDict& state) {
+  NoGradGuard no_grad;
+  StateDict out;
+  out.reserve(state.size());
+  for (const auto& [name, t] : state) out.emplace_back(name, t.device().is_cpu() ? clone(t.detach()) : t.detach().cpu());
+  return out;
+}
+
 void zero_grad(const std::vector<Tensor>& params, bool set_to_none) {
   for (const auto& p : params) {
     if (set_to_none || !p.grad().defined()) {
@@ -122,7 +130,7 @@ void Module::to(Device device) {
   NoGradGuard no_grad;
   for (auto& [name, t] : state_dict()) {
     if (t.device() == device) continue;  // a tied weight seen the second time
-    const Tensor moved = t.contiguous().to(device);
+    const Tensor moved = t.to(device);  // contiguous there
     TensorImpl& impl = *t.impl();
     impl.storage = moved.impl()->storage;
     impl.offset = moved.impl()->offset;

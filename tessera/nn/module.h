@@ -81,5 +81,8 @@ using LayerChain = std::vector<NamedLayer>;
 
 // Drops (set_to_none) or zeroes the .grad of each tensor; Module and Optimizer zero_grad call it.
 void zero_grad(const std::vector<Tensor>& params, bool set_to_none = true);
+// A copy of every tensor of `state` in host memory, detached (what a save writes while training goes
+// on updating the originals in place).
+StateDict host_copy(const StateDict& state);
 
 }  // namespace tessera::nn

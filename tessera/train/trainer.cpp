@@ -231,14 +231,6 @@ RunOutput Trainer::run_output() const { return RunOutput{config_.train.output_di
 
 std::string Trainer::checkpoints_dir() const { return (fs::path(config_.train.output_dir) / "checkpoints").string(); }
 
-nn::StateDict Trainer::host_copy(const nn::StateDict& state) {
-  NoGradGuard no_grad;
-  nn::StateDict out;
-  out.reserve(state.size());
-  for (const auto& [name, t] : state) out.emplace_back(name, t.device().is_cpu() ? clone(t.detach()) : t.detach().cpu());
-  return out;
-}
-
 double Trainer::train_step(const data::Batch& batch) {
   if (saver_) saver_->check();  // a background save that failed stops the job here, naming its files
   // (The name is built only when tracing: this runs every step.)
@@ -572,19 +564,19 @@ std::string Trainer::save_checkpoint() {
     std::lock_guard lock(state_mu_);
     auto [model, trainer] = checkpoint_files({}, {}, default_generator().state());
     return io::save_checkpoint(checkpoints_dir(), step_, model, trainer, config_.train.keep_checkpoints, run_id_,
-                               shards, config_.train.checkpoint_verify != "none");
+                               shards, verifies_checkpoints());
   }
   nn::StateDict state = strategy_->model_state();                        // collective for the mesh
   nn::StateDict optimizer_state = strategy_->optimizer_state(*optimizer_);  // likewise
   if (rank() != 0) return "";  // rank 0 writes for all
   strategy_->before_checkpoint(run_output(), step_);
   std::lock_guard lock(state_mu_);  // not at the same time as a survivor's save
-  const bool verify = config_.train.checkpoint_verify != "none";
+  const bool verify = verifies_checkpoints();
   if (saver_) {
     // In the background: the last save finished first (so one copy at most), this step's state
     // copied to host memory, and the training loop goes on while the saver writes it.
     saver_->wait();
-    auto [model, trainer] = checkpoint_files(host_copy(state), host_copy(optimizer_state), default_generator().state());
+    auto [model, trainer] = checkpoint_files(nn::host_copy(state), nn::host_copy(optimizer_state), default_generator().state());
     saver_->submit([dir = checkpoints_dir(), step = step_, keep = config_.train.keep_checkpoints, run = run_id_, verify,
                     model = std::move(model), trainer = std::move(trainer)] {
       return io::save_checkpoint(dir, step, model, trainer, keep, run, "", verify);
@@ -613,7 +605,8 @@ std::string Trainer::save_survivor_checkpoint() {
   // no step a surviving replica completed was lost, even when the count of rank 0 is gone with it.
   if (const char* generation = env_setting(dist::launcher::kElasticGenerationVariable))
     trainer.metadata[checkpoint_keys::kSurvivorsOfGeneration] = generation;
-  return io::save_checkpoint(dir.string(), step_, model, trainer, config_.train.keep_checkpoints, run_id_);
+  return io::save_checkpoint(dir.string(), step_, model, trainer, config_.train.keep_checkpoints, run_id_, "",
+                             verifies_checkpoints());
 }
 
 void Trainer::resume(const std::string& path_in) {

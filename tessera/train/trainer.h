@@ -129,8 +129,8 @@ class Trainer {
   FitResult fit_epochs();  // fit's loop; fit adds the save after a peer's loss
   void save_after_losing_a_peer();
   void agree_on_run_id();  // collective
-  // Host copies of `state` (a background save must not see the next steps' updates).
-  static nn::StateDict host_copy(const nn::StateDict& state);
+  // train.checkpoint_verify: whether a save is read back before it counts.
+  bool verifies_checkpoints() const { return config_.train.checkpoint_verify != "none"; }
   std::string checkpoints_dir() const;
   RunOutput run_output() const;  // where the strategy keeps its own files of this run
   // The two files of a checkpoint at step_, with `rng` as the generator state.

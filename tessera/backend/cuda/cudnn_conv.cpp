@@ -140,6 +140,20 @@ Choice first_allowed(const std::vector<Perf>& results, int returned, ElementType
                                                   " algorithm for this convolution"));
 }
 
+// One pass's choice: the heuristic's results (find), the first allowed, and its workspace under the
+// math it runs with (workspace), which may differ from the math the heuristic was asked under.
+template <typename Perf, typename Find, typename WorkspaceSize>
+Choice pick(const Descriptors& d, const ShapeKey& key, int count, const char* pass, Find find,
+            WorkspaceSize workspace_size) {
+  std::vector<Perf> results(static_cast<size_t>(count));
+  int returned = 0;
+  find(count, &returned, results.data());
+  Choice c = first_allowed(results, returned, key.type, key.tf32, pass);
+  TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+  workspace_size(c.algorithm, &c.workspace);
+  return c;
+}
+
 Choice choose(cudnnHandle_t handle, const Descriptors& d, const ShapeKey& key) {
   static std::mutex mutex;
   static auto* chosen = new std::map<ShapeKey, Choice>();
@@ -150,45 +164,44 @@ Choice choose(cudnnHandle_t handle, const Descriptors& d, const ShapeKey& key) {
   // (float32 with TF32 allowed: cuDNN's default math, which takes TF32 tensor cores where they help.)
   TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(
       d.conv, key.type != ElementType::kFloat32 ? CUDNN_TENSOR_OP_MATH : key.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
-  int returned = 0;
   Choice c;
   switch (key.pass) {
-    case Pass::kForward: {
-      std::vector<cudnnConvolutionFwdAlgoPerf_t> results(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
-      TESSERA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x, d.w, d.conv, d.y,
-                                                                 static_cast<int>(results.size()), &returned,
-                                                                 results.data()));
-      c = first_allowed(results, returned, key.type, key.tf32, "forward");
-      // The workspace under the math the run will use (the heuristic was asked under tensor-op math).
-      TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
-      TESSERA_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-          handle, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(c.algorithm), &c.workspace));
+    case Pass::kForward:
+      c = pick<cudnnConvolutionFwdAlgoPerf_t>(
+          d, key, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, "forward",
+          [&](int count, int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
+            TESSERA_CUDNN_CHECK(
+                cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x, d.w, d.conv, d.y, count, returned, results));
+          },
+          [&](int algorithm, size_t* bytes) {
+            TESSERA_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+                handle, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(algorithm), bytes));
+          });
       break;
-    }
-    case Pass::kBackwardData: {
-      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> results(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-      TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w, d.y, d.conv, d.x,
-                                                                      static_cast<int>(results.size()), &returned,
-                                                                      results.data()));
-      c = first_allowed(results, returned, key.type, key.tf32, "backward-data");
-      // The workspace under the math the run will use (the heuristic was asked under tensor-op math).
-      TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
-      TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-          handle, d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algorithm), &c.workspace));
+    case Pass::kBackwardData:
+      c = pick<cudnnConvolutionBwdDataAlgoPerf_t>(
+          d, key, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, "backward-data",
+          [&](int count, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
+            TESSERA_CUDNN_CHECK(
+                cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w, d.y, d.conv, d.x, count, returned, results));
+          },
+          [&](int algorithm, size_t* bytes) {
+            TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+                handle, d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(algorithm), bytes));
+          });
       break;
-    }
-    case Pass::kBackwardFilter: {
-      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> results(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
-      TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x, d.y, d.conv, d.w,
-                                                                        static_cast<int>(results.size()), &returned,
-                                                                        results.data()));
-      c = first_allowed(results, returned, key.type, key.tf32, "backward-filter");
-      // The workspace under the math the run will use (the heuristic was asked under tensor-op math).
-      TESSERA_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
-      TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-          handle, d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algorithm), &c.workspace));
+    case Pass::kBackwardFilter:
+      c = pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          d, key, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, "backward-filter",
+          [&](int count, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
+            TESSERA_CUDNN_CHECK(
+                cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x, d.y, d.conv, d.w, count, returned, results));
+          },
+          [&](int algorithm, size_t* bytes) {
+            TESSERA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                handle, d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algorithm), bytes));
+          });
       break;
-    }
   }
   chosen->emplace(key, c);
   return c;

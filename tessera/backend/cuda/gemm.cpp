@@ -124,15 +124,9 @@ void gemm(GemmPrecision precision, const DeviceBuffer& a, const DeviceBuffer& b,
   check_operand("A", a, m, k, in_size, precision);
   check_operand("B", b, k, n, in_size, precision);
   check_operand("C", c, m, n, sizeof(float), precision);
-  if (m == 0 || n == 0) return;
-  const int device = c.device();
-  detail::use_device(device, "cuda::gemm");
-  if (k == 0) {  // an empty sum: C is zero, as cpu::gemm writes it
-    TESSERA_CUDA_CHECK(cudaMemset(c.data(), 0, static_cast<size_t>(m) * n * sizeof(float)));
-    return;
-  }
+  // (Empty shapes, and k = 0's zeros, as gemm_batched writes them.)
   const GemmOperand a_op{a.data(), m, k, k, false, 0}, b_op{b.data(), k, n, n, false, 0};
-  gemm_batched(device, precision, a_op, b_op, static_cast<float*>(c.data()), 1, nullptr);
+  gemm_batched(c.device(), precision, a_op, b_op, static_cast<float*>(c.data()), 1, nullptr);
 }
 
 void gemm_batched(int device, GemmPrecision precision, const GemmOperand& a, const GemmOperand& b, float* c,
