@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "tessera/io/checkpoint.h"
 #include "tessera/io/checkpoint_keys.h"
+#include "tessera/io/piece_reader.h"
 #include "tessera/io/safetensors_layout.h"
 #include "tessera/train/whole_checkpoint.h"
 
@@ -33,6 +34,25 @@ void print_tensors(const char* title, const io::SafetensorsFile& file) {
   }
 }
 
+std::string region_text(const io::Region& r) {
+  if (r.flat) return tessera::detail::concat("[", r.offsets[0], ":", r.offsets[0] + r.lengths[0], ")");
+  std::string s;
+  for (size_t d = 0; d < r.offsets.size(); ++d) s += tessera::detail::concat(d ? "," : "", r.offsets[d], ":", r.offsets[d] + r.lengths[d]);
+  return "[" + s + "]";
+}
+
+// A sharded step: each logical tensor, then its pieces (file, region, checksum).
+void print_manifest(const io::Manifest& manifest) {
+  std::printf("manifest: %zu tensors written by %d rank(s)\n", manifest.tensors.size(), manifest.writers);
+  for (const io::LogicalTensor& t : manifest.tensors) {
+    std::printf("  %-48s %-9s %-20s %zu piece(s)\n", t.name.c_str(), dtype_name(t.dtype), shape_str(t.shape).c_str(),
+                t.pieces.size());
+    for (const io::PieceRecord& p : t.pieces)
+      std::printf("    %-30s %-24s %s\n", p.file.c_str(), region_text(p.region).c_str(),
+                  io::safetensors_detail::checksum_string(p.crc32).c_str());
+  }
+}
+
 }  // namespace
 
 Command add_checkpoint_command(CLI::App& app) {
@@ -40,12 +60,12 @@ Command add_checkpoint_command(CLI::App& app) {
   cmd->require_subcommand(1);
   auto path = std::make_shared<std::string>();
   auto output = std::make_shared<std::string>();
-  auto* inspect = cmd->add_subcommand("inspect", "The step, run, position and every tensor's dtype, shape and checksum");
+  auto* inspect = cmd->add_subcommand("inspect", "The step, run, position and every tensor's dtype, shape and checksum (a sharded step: its manifest, every piece)");
   inspect->add_option("path", *path, "A step directory, or a run's (checkpoints) directory: its latest")->required();
   auto* verify = cmd->add_subcommand("verify", "Read every file back and check every tensor's checksum (exit 1 if not whole)");
   verify->add_option("path", *path, "A step directory, or a run's (checkpoints) directory: its latest")->required();
-  auto* convert = cmd->add_subcommand("convert", "Write the model, consolidated from a ZeRO run's shards where it has "
-                                                 "them, as one safetensors file PyTorch loads by name");
+  auto* convert = cmd->add_subcommand("convert", "Write the model, consolidated from a sharded checkpoint's pieces "
+                                                 "where it has them, as one safetensors file PyTorch loads by name");
   convert->add_option("path", *path, "A step directory, or a run's (checkpoints) directory: its latest")->required();
   convert->add_option("-o,--output", *output, "The safetensors file to write")->required();
   return {cmd, [=]() -> int {
@@ -57,7 +77,11 @@ Command add_checkpoint_command(CLI::App& app) {
                   metadata_value(m, io::checkpoint_keys::kStep).c_str(), metadata_value(m, io::checkpoint_keys::kEpoch).c_str(),
                   metadata_value(m, io::checkpoint_keys::kRunId).c_str(), metadata_value(m, io::checkpoint_keys::kStrategy).c_str(),
                   metadata_value(m, io::checkpoint_keys::kWorldSize).c_str(),
-                  files.shards.empty() ? "" : ("; ZeRO shards in " + files.shards).c_str());
+                  files.pieces.empty() ? "" : ("; sharded, pieces in " + files.pieces).c_str());
+      if (!files.pieces.empty()) {
+        print_manifest(io::PieceReader(files.pieces).manifest());
+        return 0;
+      }
       print_tensors("model.safetensors", files.model);
       print_tensors("trainer.safetensors (optimizer state)", files.trainer);
       return 0;

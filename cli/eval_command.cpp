@@ -28,7 +28,7 @@ Command add_eval_command(CLI::App& app) {
   cmd->add_option("checkpoint", *path, "A checkpoint directory, model.safetensors, or a run directory")->required();
   cmd->add_option("--set", *overrides, "Override a config key, e.g. --set data.dir=/path");
   return {cmd, [=]() -> int {
-    io::CheckpointFiles files = train::load_whole_checkpoint(*path);  // a ZeRO run's shards consolidated
+    io::CheckpointFiles files = train::load_whole_checkpoint(*path);  // a sharded checkpoint consolidated
     train::TrainConfig config = config_from(files);
     for (const auto& o : *overrides) train::apply_override(config, o);
     // One process evaluates the whole model, whatever layout trained it.

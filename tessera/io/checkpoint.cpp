@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -11,6 +12,8 @@
 
 #include "tessera/core/error.h"
 #include "tessera/io/atomic_file.h"
+#include "tessera/io/piece_reader.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::io {
 
@@ -25,7 +28,7 @@ std::string step_name(int64_t step) {
 }
 
 constexpr const char* kRunFile = "run";
-constexpr const char* kShardsDir = "zero";  // a ZeRO run's shards (parallel/zero/sharded_checkpoint.h)
+constexpr const char* kPiecesDir = "pieces";  // a sharded checkpoint's pieces (checkpoint_manifest.h)
 
 // The whole step directories under `dir` (not the temporary ones of a save in progress), oldest
 // first: step-<N> names, N zero-padded, sort by N.
@@ -74,7 +77,7 @@ std::string new_run_id() {
 
 std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, const SafetensorsFile& model,
                             const SafetensorsFile& trainer, int64_t keep, const std::string& run_id,
-                            const std::string& shards, bool verify) {
+                            const std::string& pieces, bool verify) {
   TESSERA_CHECK(!run_id.empty() && run_id.find('\n') == std::string::npos, "[save_checkpoint] needs a run id");
   fs::path dir(checkpoints_dir);
   std::error_code ec;
@@ -92,11 +95,12 @@ std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, co
   if (ec) throw IoError("[save_checkpoint] cannot create " + tmp_dir.string() + ": " + ec.message());
   try {
     save_safetensors((tmp_dir / "model.safetensors").string(), model.tensors, model.metadata);
+    if (env_int("TESSERA_DEBUG_KILL_IN_SAVE", -1) == step) ::raise(SIGKILL);  // a save cut by kill -9 (tests)
     save_safetensors((tmp_dir / "trainer.safetensors").string(), trainer.tensors, trainer.metadata);
     write_file_atomic((tmp_dir / kRunFile).string(), run_id + "\n");
-    if (!shards.empty()) {
-      fs::rename(shards, tmp_dir / kShardsDir, ec);
-      if (ec) throw IoError("cannot move " + shards + " into " + tmp_dir.string() + ": " + ec.message());
+    if (!pieces.empty()) {
+      fs::rename(pieces, tmp_dir / kPiecesDir, ec);
+      if (ec) throw IoError("cannot move " + pieces + " into " + tmp_dir.string() + ": " + ec.message());
     }
     fsync_directory(tmp_dir.string());
     if (verify) verify_checkpoint(tmp_dir.string());
@@ -146,6 +150,15 @@ void verify_checkpoint(const std::string& step_dir) {
       load_safetensors(file.string());  // checks each tensor's checksum
     } catch (const std::exception& e) {
       throw IoError("[verify_checkpoint] " + file.string() + " does not read back: " + e.what());
+    }
+  }
+  // A sharded step: its manifest covers every tensor, and names only pieces its files hold.
+  const fs::path pieces = fs::path(step_dir) / kPiecesDir;
+  if (fs::exists(pieces)) {
+    try {
+      PieceReader(pieces.string()).verify_all();
+    } catch (const std::exception& e) {
+      throw IoError("[verify_checkpoint] " + pieces.string() + " does not read back: " + e.what());
     }
   }
 }
@@ -210,7 +223,7 @@ CheckpointFiles load_checkpoint(const std::string& path_in) {
   files.path = path.string();
   files.model = load_safetensors((path / "model.safetensors").string());
   files.trainer = load_safetensors((path / "trainer.safetensors").string());
-  if (fs::exists(path / kShardsDir / "index.json")) files.shards = (path / kShardsDir).string();
+  if (fs::exists(path / kPiecesDir)) files.pieces = (path / kPiecesDir).string();
   return files;
 }
 

@@ -21,23 +21,24 @@ struct CheckpointFiles {
   SafetensorsFile model;
   SafetensorsFile trainer;
   std::string path;    // the step directory it was read from
-  std::string shards;  // <path>/zero when the step holds a ZeRO run's shards (its model file holds no
-                       // tensors then: train/whole_checkpoint.h consolidates them), else ""
+  std::string pieces;  // <path>/pieces when the step is sharded (checkpoint_manifest.h; its model file
+                       // holds no tensors then: train/whole_checkpoint.h consolidates them), else ""
 };
 
 // Writes step `step` of run `run_id` under `checkpoints_dir`, points `latest` at it and keeps that
 // run's newest `keep`. A step directory of the same name written by another run is an IoError, never
-// replaced. `shards`, when given, is a directory (a ZeRO run's sharded state) moved into the step as
-// `zero/` before the step is renamed into place. With `verify` (train.checkpoint_verify, on by
+// replaced. `pieces`, when given, is a directory (a sharded state with its manifest,
+// checkpoint_manifest.h) moved into the step as `pieces/` before the step is renamed into place. With `verify` (train.checkpoint_verify, on by
 // default) the written step is read back (verify_checkpoint) before it is renamed into place: a
 // save that does not read back whole never becomes a step directory or `latest`. Returns the step
 // directory.
 std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, const SafetensorsFile& model,
                             const SafetensorsFile& trainer, int64_t keep, const std::string& run_id,
-                            const std::string& shards = "", bool verify = true);
-// Reads every safetensors file of a step directory (its ZeRO shards included) back from storage,
-// the page cache dropped first where the file system allows, and checks every tensor's checksum:
-// IoError naming the file and the tensor that does not match, or the file that cannot be read.
+                            const std::string& pieces = "", bool verify = true);
+// Reads every safetensors file of a step directory (its pieces included) back from storage, the page
+// cache dropped first where the file system allows, and checks every tensor's checksum, and a sharded
+// step's manifest against its pieces: IoError naming the file and the tensor that does not match, the
+// file that cannot be read, or the tensor the pieces do not cover.
 void verify_checkpoint(const std::string& step_dir);
 // What `--resume auto` resumes from: the step `latest` names if it verifies, else the newest older
 // step directory that does (each one skipped is added to `skipped` with its error); "" when there is

@@ -29,6 +29,15 @@ const char* dtype_code(DType t) {
   return "?";
 }
 
+bool dtype_from_code(const std::string& code, DType& out) {
+  if (code == "F32") out = DType::Float32;
+  else if (code == "I64") out = DType::Int64;
+  else if (code == "BF16") out = DType::BFloat16;
+  else if (code == "F16") out = DType::Float16;
+  else return false;
+  return true;
+}
+
 // zlib's crc32_z treats a null buffer as "give me the initial value", so empty chunks are skipped.
 uint32_t crc32_update(uint32_t crc, const void* data, size_t size) {
   if (size == 0) return crc;
@@ -52,14 +61,6 @@ using Entry = SafetensorsEntry;
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference implementation's limit
 
 
-bool dtype_from_code(const std::string& code, DType& out) {
-  if (code == "F32") out = DType::Float32;
-  else if (code == "I64") out = DType::Int64;
-  else if (code == "BF16") out = DType::BFloat16;
-  else if (code == "F16") out = DType::Float16;
-  else return false;
-  return true;
-}
 
 
 

@@ -39,6 +39,8 @@ namespace safetensors_detail {
 inline constexpr const char* kChecksumKey = "tessera.checksum";
 inline constexpr std::string_view kTensorChecksumPrefix = "tessera.crc32.";  // + the tensor's name
 const char* dtype_code(DType t);
+// "F32" -> Float32, ...; false for a code tessera does not read.
+bool dtype_from_code(const std::string& code, DType& out);
 uint32_t crc32_update(uint32_t crc, const void* data, size_t size);
 std::string checksum_string(uint32_t crc);
 }  // namespace safetensors_detail

@@ -57,12 +57,12 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"train.keep_checkpoints", &c.train.keep_checkpoints}, {"train.max_steps", &c.train.max_steps},
       {"train.checkpoint_async", &c.train.checkpoint_async},
       {"train.checkpoint_verify", &c.train.checkpoint_verify},
+      {"train.checkpoint_format", &c.train.checkpoint_format},
       {"train.overwrite", &c.train.overwrite},
       {"distributed.strategy", &c.distributed.strategy}, {"distributed.servers", &c.distributed.servers},
       {"distributed.zero_stage", &c.distributed.zero_stage},
       {"distributed.zero_wrap_policy", &c.distributed.zero_wrap_policy},
       {"distributed.zero_min_unit_mb", &c.distributed.zero_min_unit_mb},
-      {"distributed.zero_checkpoint", &c.distributed.zero_checkpoint},
       {"distributed.ps_mode", &c.distributed.ps_mode}, {"distributed.staleness", &c.distributed.staleness},
       {"distributed.ps_host", &c.distributed.ps_host},
       {"distributed.debug_slow_rank", &c.distributed.debug_slow_rank},
@@ -310,6 +310,7 @@ void check_settings(const TrainConfig& c) {
   non_negative("train.checkpoint_every", c.train.checkpoint_every);
   positive("train.keep_checkpoints", c.train.keep_checkpoints);
   one_of("train.checkpoint_verify", c.train.checkpoint_verify, {"checksums", "none"});
+  one_of("train.checkpoint_format", c.train.checkpoint_format, {"whole", "sharded"});
   non_negative("train.max_steps", c.train.max_steps);
   TESSERA_CHECK(!c.train.output_dir.empty(), "[config] train.output_dir must not be empty");
   one_of("distributed.backend", c.distributed.backend, {"auto", "gloo", "tcp", "shm", "mpi"});
@@ -318,7 +319,6 @@ void check_settings(const TrainConfig& c) {
                 "[config] distributed.zero_stage must be 1, 2 or 3, got ", c.distributed.zero_stage);
   one_of("distributed.zero_wrap_policy", c.distributed.zero_wrap_policy, {"layer", "size"});
   positive("distributed.zero_min_unit_mb", c.distributed.zero_min_unit_mb);
-  one_of("distributed.zero_checkpoint", c.distributed.zero_checkpoint, {"whole", "sharded"});
   if (c.distributed.strategy == "zero")
     TESSERA_CHECK(c.distributed.comm_hook == "none" && !c.distributed.sync_batchnorm &&
                       !c.distributed.find_unused_parameters,

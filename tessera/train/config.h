@@ -87,8 +87,13 @@ struct RunConfig {
   int64_t checkpoint_every = 0;   // steps between checkpoints; 0: at the end of each epoch only
   int64_t keep_checkpoints = 2;   // older ones are deleted
   // Write checkpoints in the background (train/background_save.h): the step copies the state to host
-  // memory and goes on. A ZeRO run's sharded checkpoints are written in the foreground still.
+  // memory and goes on. Sharded checkpoints are written in the foreground still.
   bool checkpoint_async = false;
+  // What a checkpoint holds: "whole" (the model and optimizer state gathered on rank 0 under
+  // single-process names) or "sharded" (each rank writes its own pieces of them with a manifest,
+  // io/checkpoint_manifest.h: no rank ever holds the whole state). Both resume at any layout and
+  // world size and are read by `tessera eval`/`generate`/`serve`.
+  std::string checkpoint_format = "whole";
   // "checksums": a save is complete (a step directory, `latest`) only once its files read back with
   // every tensor's checksum matching; "none": written and fsync'd only.
   std::string checkpoint_verify = "checksums";
@@ -112,11 +117,6 @@ struct DistributedConfig {
   int64_t zero_stage = 2;
   std::string zero_wrap_policy = "layer";
   double zero_min_unit_mb = 1;
-  // What a ZeRO run's checkpoints hold: "whole" (gathered on rank 0 under single-process names) or
-  // "sharded" (each rank writes its own pieces, parallel/zero/sharded_checkpoint.h: no rank ever
-  // holds the whole state). Both resume at any world size, stage or strategy and are read by
-  // `tessera eval`/`generate`.
-  std::string zero_checkpoint = "whole";
   std::string backend = "auto";        // auto | gloo | shm | mpi
   double timeout_s = 300;              // rendezvous and every collective
   double bucket_cap_mb = 0;            // DDP gradient buckets; 0: auto (parallel/ddp/reducer.h)

@@ -364,6 +364,88 @@ void MeshStrategy::load_optimizer_state(optim::Optimizer& optimizer, const nn::S
   optimizer.load_state_dict(mine);
 }
 
+const MeshStrategy::FullTensor& MeshStrategy::full_tensor(const std::string& whole_name) const {
+  for (const FullTensor& f : full_layout_)
+    if (f.name == whole_name) return f;
+  throw ValueError("[model parallel] the model has no tensor " + whole_name);
+}
+
+std::vector<std::pair<io::Region, Tensor>> MeshStrategy::boxes_of(const std::string& whole_name, const Tensor& local) const {
+  const Shape& full = full_tensor(whole_name).shape;
+  auto spec = shard_specs_.find(whole_name);
+  if (spec == shard_specs_.end()) return {{io::Region::whole(full), local}};
+  const auto& [dim, full_size, blocks] = spec->second;
+  const int64_t block = full_size / blocks;
+  const auto [begin, end] = parallel::tensor::shard_range(block, mesh_->coordinates().tp, mesh_->shape().tp);
+  std::vector<std::pair<io::Region, Tensor>> boxes;
+  for (int64_t k = 0; k < blocks; ++k) {
+    io::Region region = io::Region::whole(full);
+    region.offsets[static_cast<size_t>(dim)] = k * block + begin;
+    region.lengths[static_cast<size_t>(dim)] = end - begin;
+    boxes.emplace_back(region, local.slice(dim, k * (end - begin), (k + 1) * (end - begin)));
+  }
+  return boxes;
+}
+
+std::vector<io::SavePiece> MeshStrategy::checkpoint_pieces(const optim::Optimizer& optimizer) {
+  const auto& at = mesh_->coordinates();
+  if (at.dp != 0) return {};  // the replicas are equal; replica 0 writes
+  const std::string model = io::kModelTensors, optimizer_prefix = io::kOptimizerTensors;
+  std::vector<io::SavePiece> pieces;
+  auto add = [&](const std::string& logical, const std::string& whole_name, const Tensor& local) {
+    if (at.tp != 0 && !shard_specs_.count(whole_name)) return;  // replicated: tensor-parallel rank 0's
+    for (auto& [region, part] : boxes_of(whole_name, local))
+      pieces.push_back({logical, full_tensor(whole_name).shape, region, part});
+  };
+  for (const auto& layer : stage_->layers())
+    for (const auto& [name, t] : layer.module->state_dict()) add(model + layer.prefix + name, layer.prefix + name, t);
+  for (const auto& [key, t] : optimizer.state_dict()) {
+    auto split = split_state_key(key);
+    if (!split) {  // step, lr: the same on every rank
+      if (rank() == 0) pieces.push_back({optimizer_prefix + key, t.shape(), io::Region::whole(t.shape()), t});
+      continue;
+    }
+    const std::string& name = local_names_.at(static_cast<size_t>(split->first));
+    add(optimizer_prefix + std::to_string(global_index_.at(name)) + split->second, name, t);
+  }
+  return pieces;
+}
+
+std::vector<std::string> MeshStrategy::checkpoint_order() const {
+  std::vector<std::string> order;
+  for (const FullTensor& f : full_layout_) order.push_back(io::kModelTensors + f.name);
+  return order;
+}
+
+void MeshStrategy::load_pieces(io::PieceReader& reader, optim::Optimizer& optimizer) {
+  autograd::NoGradGuard no_grad;
+  const std::string model = io::kModelTensors, optimizer_prefix = io::kOptimizerTensors;
+  // Fills `local` (this rank's tensor named whole_name) from the boxes it holds of `logical`.
+  auto fill = [&](const std::string& logical, const std::string& whole_name, Tensor& local) {
+    const io::LogicalTensor& saved = reader.tensor(logical);
+    const FullTensor& full = full_tensor(whole_name);
+    if (saved.shape != full.shape || saved.dtype != full.dtype)
+      throw IoError("[resume] " + reader.dir() + " holds " + logical + " as " + shape_str(saved.shape) + " " +
+                    dtype_name(saved.dtype) + ", the model as " + shape_str(full.shape) + " " + dtype_name(full.dtype));
+    for (auto& [region, part] : boxes_of(whole_name, local)) copy_(part, reader.read(logical, region).view(part.shape()));
+  };
+  for (const auto& layer : stage_->layers())
+    for (auto& [name, t] : layer.module->state_dict()) fill(model + layer.prefix + name, layer.prefix + name, t);
+  nn::StateDict state;
+  for (const std::string& name : reader.names_with_prefix(optimizer_prefix))
+    if (name.find('.') == std::string::npos) state.emplace_back(name.substr(optimizer_prefix.size()), reader.read_whole(name));
+  const std::vector<Tensor> params = stage_->parameters();  // local_names_'s order
+  for (size_t i = 0; i < local_names_.size(); ++i) {
+    const std::string buffers = optimizer_prefix + std::to_string(global_index_.at(local_names_[i])) + ".";
+    for (const std::string& buffer : reader.names_with_prefix(buffers)) {
+      Tensor local = Tensor::empty(params[i].shape(), reader.tensor(buffer).dtype);
+      fill(buffer, local_names_[i], local);
+      state.emplace_back(std::to_string(i) + "." + buffer.substr(buffers.size()), local);
+    }
+  }
+  optimizer.load_state_dict(state);
+}
+
 void MeshStrategy::add_step_metrics(nlohmann::json& record) const {
   record["bubble_fraction"] = last_step_.bubble_fraction();
   record["peak_activations"] = last_step_.peak_activations;

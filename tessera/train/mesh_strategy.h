@@ -52,6 +52,12 @@ class MeshStrategy : public Strategy {
   void load_model_state(const nn::StateDict& state) override;
   nn::StateDict optimizer_state(const optim::Optimizer& optimizer) override;
   void load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) override;
+  // Sharded: replica 0's ranks write their stage's tensors, a tensor-parallel shard as the boxes it
+  // holds, a replicated tensor from tensor-parallel rank 0; a load reads only those boxes.
+  std::vector<io::SavePiece> checkpoint_pieces(const optim::Optimizer& optimizer) override;
+  bool every_rank_writes_pieces() const override { return true; }
+  std::vector<std::string> checkpoint_order() const override;
+  void load_pieces(io::PieceReader& reader, optim::Optimizer& optimizer) override;
   void add_step_metrics(nlohmann::json& record) const override;
   std::string describe() const override;
 
@@ -70,6 +76,11 @@ class MeshStrategy : public Strategy {
   };
 
   Tensor loss_of(const Tensor& output, const Tensor& targets) const;
+  // A tensor of this rank under its whole-model name, as the boxes of the whole tensor it holds, each
+  // with the part of `local` that holds it (one box for a whole tensor; a tensor-parallel shard has one
+  // per block of its split dimension).
+  std::vector<std::pair<io::Region, Tensor>> boxes_of(const std::string& whole_name, const Tensor& local) const;
+  const FullTensor& full_tensor(const std::string& whole_name) const;
   double average_gradients_and_loss(double loss);
   nn::StateDict stage_full_state();  // collective over the tensor-parallel group
   // On world rank 0: `mine` followed by every other stage leader's named tensors; sent there by the

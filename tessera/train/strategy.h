@@ -7,7 +7,8 @@
 //     -> optimizer_step(optimizer)        (a parameter-server worker's pushes and pulls)
 //     -> any_rank(stop)                   every rank agrees on stopping after the same step
 //   evaluation: evaluate_batch(batch) on each rank's eval_share, sums added by sum_over_job
-//   checkpoint: model_state() (the whole model, on the writing rank), before_checkpoint / resume
+//   checkpoint: model_state() (the whole model, on the writing rank), before_checkpoint / resume;
+//               sharded: checkpoint_pieces() on every rank, load_pieces() at any layout
 //
 // The strategies (one file each, chosen once from the config by make_strategy, make_strategy.h):
 //   local  one process
@@ -26,6 +27,8 @@
 
 #include "tessera/data/dataset.h"
 #include "tessera/dist/process_group.h"
+#include "tessera/io/piece_reader.h"
+#include "tessera/io/piece_writer.h"
 #include "tessera/nn/module.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/train/config.h"
@@ -122,13 +125,21 @@ class Strategy {
   virtual void load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) {
     optimizer.load_state_dict(state);
   }
-  // Sharded checkpoints (ZeRO with distributed.zero_checkpoint = "sharded"): every rank writes its own
-  // pieces of the model and optimizer state into `dir` (collective; rank 0 writes the index last),
-  // and reads back the pieces it needs from a directory of any world size and stage.
-  virtual bool writes_sharded_checkpoints() const { return false; }
-  virtual bool reads_sharded_checkpoints() const { return false; }
-  virtual void save_shards(const optim::Optimizer& /*optimizer*/, const std::string& /*dir*/) {}
-  virtual void load_shards(optim::Optimizer& /*optimizer*/, const std::string& /*dir*/) {}
+  // Sharded checkpoints (train.checkpoint_format = "sharded", io/checkpoint_manifest.h): the pieces of
+  // the whole model's and optimizer's logical tensors this rank writes. Collective. By default rank 0
+  // writes the whole state (model_state, optimizer_state), one piece per tensor; strategies that
+  // split the model override it so that each rank writes only its own part.
+  virtual std::vector<io::SavePiece> checkpoint_pieces(const optim::Optimizer& optimizer);
+  // Whether ranks other than 0 write pieces (the trainer then waits for every rank's before rank 0
+  // writes the manifest).
+  virtual bool every_rank_writes_pieces() const { return false; }
+  // The whole model's logical tensors (model/<name>) in one process's order, where ranks other than 0
+  // write some of them (the manifest lists them so); empty: rank 0's pieces are in that order.
+  virtual std::vector<std::string> checkpoint_order() const { return {}; }
+  // Loads this rank's part of the state from a sharded checkpoint written at any layout. By default
+  // the whole state is read and given to load_model_state and load_optimizer_state; strategies that
+  // split the model read only the pieces that overlap their part. Collective where they split it.
+  virtual void load_pieces(io::PieceReader& reader, optim::Optimizer& optimizer);
   // Whether this process keeps the whole model after prepare (the mesh keeps only its stage's shards,
   // so Trainer::model() is refused there and full_state_dict() gathers it).
   virtual bool keeps_whole_model() const { return true; }

@@ -17,13 +17,13 @@
 #include "tessera/core/cpu_allocator.h"
 #include "tessera/data/sampler.h"
 #include "tessera/io/checkpoint.h"
+#include "tessera/io/piece_reader.h"
 #include "tessera/observe/tensorboard.h"
 #include "tessera/observe/trace.h"
 #include "tessera/ops/ops.h"
 #include "tessera/train/device_choice.h"
 #include "tessera/train/lr_scaling.h"
 #include "tessera/train/model_registry.h"
-#include "tessera/train/whole_checkpoint.h"
 #include "tessera/util/clock.h"
 #include "tessera/util/thread_pool.h"
 #include "tessera/dist/launcher/env.h"
@@ -552,19 +552,25 @@ std::pair<io::SafetensorsFile, io::SafetensorsFile> Trainer::checkpoint_files(nn
 std::string Trainer::save_checkpoint() {
   observe::TraceSpan span("checkpoint", "train");
   if (run_id_.empty()) run_id_ = io::new_run_id();  // saved before fit: rank 0 alone writes
-  if (strategy_->writes_sharded_checkpoints()) {
-    // Every rank writes its own pieces beside the step directories (the index last); rank 0 then
-    // writes the step's position and moves the pieces in as zero/ before the step is renamed into
-    // place, so the step appears whole or not at all and no rank ever holds the whole state.
-    const std::string shards =
-        (fs::path(checkpoints_dir()) / (".step-" + std::to_string(step_) + ".shards." + run_id_)).string();
-    strategy_->save_shards(*optimizer_, shards);  // collective
+  if (config_.train.checkpoint_format == "sharded") {
+    // Every rank writes its own pieces beside the step directories; once all have, rank 0 writes the
+    // manifest and the step's position and moves the pieces in as pieces/ before the step is renamed
+    // into place, so the step appears whole or not at all and no rank ever holds the whole state.
+    const std::string pieces =
+        (fs::path(checkpoints_dir()) / (".step-" + std::to_string(step_) + ".pieces." + run_id_)).string();
+    const std::vector<io::SavePiece> mine = strategy_->checkpoint_pieces(*optimizer_);  // collective
+    const bool every_rank = strategy_->every_rank_writes_pieces();
+    const int writers = every_rank ? world_size() : 1;
+    if (every_rank || rank() == 0) io::write_rank_pieces(pieces, every_rank ? rank() : 0, writers, mine);
+    if (every_rank) strategy_->max_over_job(0);  // every rank's pieces in place before the manifest
     if (rank() != 0) return "";
+    io::write_manifest(pieces, writers, strategy_->checkpoint_order());
     strategy_->before_checkpoint(run_output(), step_);
     std::lock_guard lock(state_mu_);
+    if (saver_) saver_->wait();  // the background saves stay in order
     auto [model, trainer] = checkpoint_files({}, {}, default_generator().state());
     return io::save_checkpoint(checkpoints_dir(), step_, model, trainer, config_.train.keep_checkpoints, run_id_,
-                               shards, verifies_checkpoints());
+                               pieces, verifies_checkpoints());
   }
   nn::StateDict state = strategy_->model_state();                        // collective for the mesh
   nn::StateDict optimizer_state = strategy_->optimizer_state(*optimizer_);  // likewise
@@ -616,10 +622,10 @@ void Trainer::resume(const std::string& path_in) {
   TESSERA_CHECK(!files.trainer.metadata.count(checkpoint_keys::kLegacyModelParallel), "[resume] ", trainer_file,
                 " was written by a model-parallel run of an earlier version, without the optimizer's state: it "
                 "can be evaluated or fine-tuned from (a fresh run that loads model.safetensors), not resumed");
-  if (!files.shards.empty() && strategy_->reads_sharded_checkpoints()) {
-    strategy_->load_shards(*optimizer_, files.shards);  // this rank's pieces only; collective
+  if (!files.pieces.empty()) {
+    io::PieceReader reader(files.pieces);
+    strategy_->load_pieces(reader, *optimizer_);  // this rank's pieces only, at any layout; collective
   } else {
-    if (!files.shards.empty()) files = whole_checkpoint(files);  // another strategy: consolidated
     strategy_->load_model_state(files.model.tensors);
     strategy_->load_optimizer_state(*optimizer_, files.trainer.tensors);
   }

@@ -1,15 +1,16 @@
 #include "tessera/train/whole_checkpoint.h"
 
-#include "tessera/parallel/zero/sharded_checkpoint.h"
+#include "tessera/io/piece_reader.h"
 
 namespace tessera::train {
 
 io::CheckpointFiles whole_checkpoint(io::CheckpointFiles files) {
-  if (files.shards.empty()) return files;
-  auto [model, optimizer] = parallel::zero::consolidate_sharded(files.shards);
-  files.model.tensors = std::move(model);
-  files.trainer.tensors = std::move(optimizer);
-  files.shards.clear();
+  if (files.pieces.empty()) return files;
+  io::PieceReader reader(files.pieces);
+  io::WholeState whole = io::read_whole_state(reader);
+  files.model.tensors = std::move(whole.model);
+  files.trainer.tensors = std::move(whole.optimizer);
+  files.pieces.clear();
   return files;
 }
 

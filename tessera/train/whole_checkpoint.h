@@ -1,8 +1,7 @@
-// A checkpoint as one process's whole state, whatever wrote it: a ZeRO run's sharded step
-// (io::CheckpointFiles::shards, distributed.zero_checkpoint = "sharded") consolidated into the model's
-// and the optimizer's tensors under single-process names (parallel/zero/sharded_checkpoint.h), any
-// other as it was read. What `tessera eval` and `generate` read, and a resume under a strategy that
-// cannot read shards.
+// A checkpoint as one process's whole state, whatever wrote it: a sharded step
+// (io::CheckpointFiles::pieces, train.checkpoint_format = "sharded") consolidated into the model's and
+// the optimizer's tensors under single-process names (io::read_whole_state), any other as it was
+// read. What `tessera eval`, `generate`, `serve` and `checkpoint convert` read.
 #pragma once
 #include <string>
 

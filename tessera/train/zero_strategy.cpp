@@ -63,13 +63,15 @@ void ZeroStrategy::load_optimizer_state(optim::Optimizer& optimizer, const nn::S
   zero_->load_full_optimizer_state(optimizer, state);
 }
 
-void ZeroStrategy::save_shards(const optim::Optimizer& optimizer, const std::string& dir) {
-  parallel::zero::save_sharded(*zero_, optimizer, dir);
+std::vector<io::SavePiece> ZeroStrategy::checkpoint_pieces(const optim::Optimizer& optimizer) {
+  return parallel::zero::sharded_pieces(*zero_, optimizer);
 }
 
-void ZeroStrategy::load_shards(optim::Optimizer& optimizer, const std::string& dir) {
+std::vector<std::string> ZeroStrategy::checkpoint_order() const { return parallel::zero::sharded_order(*zero_); }
+
+void ZeroStrategy::load_pieces(io::PieceReader& reader, optim::Optimizer& optimizer) {
   attach_once(optimizer);
-  parallel::zero::load_sharded(*zero_, optimizer, dir);
+  parallel::zero::load_pieces(*zero_, optimizer, reader);
 }
 
 void ZeroStrategy::add_step_metrics(nlohmann::json& record) const {

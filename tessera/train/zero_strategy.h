@@ -34,10 +34,11 @@ class ZeroStrategy : public LocalStrategy {
   // Stage 3 keeps only pieces of the parameters between steps.
   bool keeps_whole_model() const override { return config_.distributed.zero_stage < 3; }
   bool holds_whole_state() const override { return false; }
-  bool writes_sharded_checkpoints() const override { return config_.distributed.zero_checkpoint == "sharded"; }
-  bool reads_sharded_checkpoints() const override { return true; }
-  void save_shards(const optim::Optimizer& optimizer, const std::string& dir) override;
-  void load_shards(optim::Optimizer& optimizer, const std::string& dir) override;
+  // Sharded: each rank its elements of every parameter and optimizer buffer (parallel/zero/sharded_checkpoint.h).
+  std::vector<io::SavePiece> checkpoint_pieces(const optim::Optimizer& optimizer) override;
+  bool every_rank_writes_pieces() const override { return true; }
+  std::vector<std::string> checkpoint_order() const override;
+  void load_pieces(io::PieceReader& reader, optim::Optimizer& optimizer) override;
   void add_step_metrics(nlohmann::json& record) const override;
   std::string describe() const override;
 

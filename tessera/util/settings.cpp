@@ -41,6 +41,10 @@ constexpr std::array kSettings{
             kUser},
     Setting{"TESSERA_CUDA_MEMORY_FRACTION", "unset: the whole device",
             "the share of each GPU's memory (a number in (0, 1]) the CUDA allocator may reserve", kUser},
+    Setting{"TESSERA_DEBUG_KILL_IN_SAVE", "-1 (off)",
+            "fault injection: the process kills itself (SIGKILL) while writing this step's checkpoint, after its "
+            "model file (what kill -9 in the middle of a save leaves)",
+            kUser, kInteger, -1, int64_t{1} << 62},
     Setting{"TESSERA_FLIGHT_DIR", "unset; tessera train uses <output_dir>/flight",
             "directory where each rank's process groups write their flight record (the last collectives) when one "
             "is stuck, fails, or on SIGUSR2; tessera trace analyze DIR reads them",

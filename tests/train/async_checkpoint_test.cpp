@@ -4,6 +4,7 @@
 // named, and the previous checkpoint stays `latest`.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -99,6 +100,34 @@ TEST(AsyncCheckpoint, AFailedBackgroundSaveFailsTheJobAndKeepsThePreviousCheckpo
   Trainer t(config_in(dir, true));
   expect_error<IoError>([&] { t.fit(); }, {"step-00000010", "another run"});
   EXPECT_EQ(fs::path(io::latest_checkpoint((fs::path(dir) / "checkpoints").string())).filename(), "step-00000005");
+}
+
+// kill -9 in the middle of a background write (TESSERA_DEBUG_KILL_IN_SAVE: the process kills itself
+// after step 10's model file): step 5 stays `latest` and reads back whole, and the run resumed from it
+// ends where the uninterrupted run does, bit for bit.
+TEST(AsyncCheckpoint, KillNineDuringABackgroundWriteLeavesThePreviousCheckpointResumable) {
+  const std::string dir = tessera::testing::fresh_dir("async_checkpoint", "killed");
+  const std::string config = dir + "/config.toml";
+  std::ofstream(config) << "[model]\nname = \"mlp\"\nhidden = [32]\n"
+                        << "[data]\ndataset = \"synthetic\"\nsamples = 512\ntest_samples = 128\nclasses = 4\n"
+                        << "[optimizer]\nname = \"adam\"\nlr = 0.003\n"
+                        << "[train]\nepochs = 1\nbatch_size = 32\nmax_steps = 15\ncheckpoint_every = 5\n"
+                        << "keep_checkpoints = 20\nthreads = 1\nlog_every = 100\ncheckpoint_async = true\n";
+  auto train = [&](const std::string& out, const std::string& prefix, const std::string& extra) {
+    const std::string cmd = prefix + std::string(TESSERA_BINARY) + " train " + config + " --set train.output_dir=" + dir +
+                            "/" + out + " " + extra + " > " + dir + "/" + out + ".log 2>&1";
+    return std::system(cmd.c_str());
+  };
+  ASSERT_EQ(train("whole", "", ""), 0) << tessera::testing::read_text(dir + "/whole.log");
+  EXPECT_NE(train("killed", "TESSERA_DEBUG_KILL_IN_SAVE=10 ", ""), 0);
+  const std::string checkpoints = dir + "/killed/checkpoints";
+  ASSERT_EQ(io::latest_checkpoint_step(checkpoints), 5) << tessera::testing::read_text(dir + "/killed.log");
+  EXPECT_EQ(fs::path(io::newest_verified_checkpoint(checkpoints)).filename(), "step-00000005");
+  EXPECT_FALSE(fs::exists(checkpoints + "/step-00000010"));
+  ASSERT_EQ(train("killed", "", "--resume"), 0) << tessera::testing::read_text(dir + "/killed.log");
+  EXPECT_EQ(io::latest_checkpoint_step(checkpoints), 15);
+  expect_same_state(io::load_checkpoint(dir + "/whole/checkpoints").model.tensors,
+                    io::load_checkpoint(checkpoints).model.tensors, "resumed after kill -9");
 }
 
 }  // namespace

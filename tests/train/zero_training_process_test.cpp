@@ -76,24 +76,24 @@ TEST(ZeroTraining, ACheckpointResumesAtAnotherWorldSizeAndStage) {
   EXPECT_LT(tessera::testing::max_state_difference(single, local), 1e-5);
 }
 
-// distributed.zero_checkpoint = "sharded": every rank writes its own pieces into the step (zero/), and
+// train.checkpoint_format = "sharded": every rank writes its own pieces into the step (pieces/), and
 // no model tensors go through rank 0; the step resumes at another world size and stage from the
 // shards, and in one process (consolidated), equal to the uninterrupted run; `tessera eval` reads it.
 TEST(ZeroTraining, ShardedCheckpointsResumeAtAnotherWorldSizeAndAreEvaluated) {
   std::string dir = tessera::testing::fresh_dir("zero", "sharded");
   std::string config = write_config(dir);
   nn::StateDict single = train(config, dir + "/single", 1);
-  const std::string sharded = " --set distributed.zero_checkpoint=sharded";
+  const std::string sharded = " --set train.checkpoint_format=sharded";
   train(config, dir + "/split", 2, zero(3) + sharded + " --set train.max_steps=10");
   const io::CheckpointFiles step10 = io::load_checkpoint(dir + "/split/checkpoints");
   EXPECT_TRUE(step10.model.tensors.empty());
   EXPECT_TRUE(step10.trainer.tensors.empty());
-  ASSERT_FALSE(step10.shards.empty());
-  for (const char* file : {"index.json", "shard-0-of-2.safetensors", "shard-1-of-2.safetensors"})
-    EXPECT_TRUE(std::filesystem::exists(step10.shards + "/" + file)) << file;
+  ASSERT_FALSE(step10.pieces.empty());
+  for (const char* file : {"manifest.json", "rank-0-of-2.safetensors", "rank-1-of-2.safetensors"})
+    EXPECT_TRUE(std::filesystem::exists(step10.pieces + "/" + file)) << file;
   nn::StateDict resumed = train(config, dir + "/split", 3, zero(1) + sharded + " --resume");
   ASSERT_EQ(io::latest_checkpoint_step(dir + "/split/checkpoints"), 20);
-  EXPECT_FALSE(io::load_checkpoint(dir + "/split/checkpoints").shards.empty());
+  EXPECT_FALSE(io::load_checkpoint(dir + "/split/checkpoints").pieces.empty());
   EXPECT_LT(tessera::testing::max_state_difference(single, resumed), 1e-5);
   // One process resumes from the consolidated shards.
   train(config, dir + "/to-local", 2, zero(2) + sharded + " --set train.max_steps=10");
