@@ -64,6 +64,8 @@ Command add_checkpoint_command(CLI::App& app) {
   inspect->add_option("path", *path, "A step directory, or a run's (checkpoints) directory: its latest")->required();
   auto* verify = cmd->add_subcommand("verify", "Read every file back and check every tensor's checksum (exit 1 if not whole)");
   verify->add_option("path", *path, "A step directory, or a run's (checkpoints) directory: its latest")->required();
+  auto reload = std::make_shared<bool>(false);
+  verify->add_flag("--reload", *reload, "Also assemble every tensor of a sharded step whole from its pieces (a reload at another layout)");
   auto* convert = cmd->add_subcommand("convert", "Write the model, consolidated from a sharded checkpoint's pieces "
                                                  "where it has them, as one safetensors file PyTorch loads by name");
   convert->add_option("path", *path, "A step directory, or a run's (checkpoints) directory: its latest")->required();
@@ -89,12 +91,13 @@ Command add_checkpoint_command(CLI::App& app) {
     if (verify->parsed()) {
       const std::string step = io::load_checkpoint(*path).path;
       try {
-        io::verify_checkpoint(step);
+        io::verify_checkpoint(step, *reload ? io::Verify::kReload : io::Verify::kChecksums);
       } catch (const IoError& e) {
         std::fprintf(stderr, "%s\n", e.what());
         return 1;
       }
-      std::printf("%s reads back whole: every tensor's checksum matches\n", step.c_str());
+      std::printf("%s reads back whole: every tensor's checksum matches%s\n", step.c_str(),
+                  *reload ? ", and every tensor assembles whole" : "");
       return 0;
     }
     const io::CheckpointFiles whole = train::load_whole_checkpoint(*path);

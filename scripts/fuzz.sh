@@ -25,7 +25,7 @@ done
 # A run count alone means no time bound (libFuzzer's 0).
 if [ "$runs" -ge 0 ] && [ "$seconds_given" = 0 ]; then seconds=0; fi
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ is not installed (scripts/setup.sh installs clang)" >&2; exit 1; }
-targets=(heartbeat idx store_frame config stage_header safetensors etcd_reply slurm_env clip_text serve_request ps_request csv_row)
+targets=(heartbeat idx store_frame config stage_header safetensors etcd_reply slurm_env clip_text serve_request ps_request csv_row manifest)
 if [ "${#chosen[@]}" -gt 0 ]; then
   for t in "${chosen[@]}"; do
     [[ " ${targets[*]} " == *" $t "* ]] || { echo "fuzz.sh: no target '$t' (targets: ${targets[*]})" >&2; exit 2; }

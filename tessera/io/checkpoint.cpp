@@ -77,7 +77,7 @@ std::string new_run_id() {
 
 std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, const SafetensorsFile& model,
                             const SafetensorsFile& trainer, int64_t keep, const std::string& run_id,
-                            const std::string& pieces, bool verify) {
+                            const std::string& pieces, Verify verify) {
   TESSERA_CHECK(!run_id.empty() && run_id.find('\n') == std::string::npos, "[save_checkpoint] needs a run id");
   fs::path dir(checkpoints_dir);
   std::error_code ec;
@@ -103,7 +103,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, co
       if (ec) throw IoError("cannot move " + pieces + " into " + tmp_dir.string() + ": " + ec.message());
     }
     fsync_directory(tmp_dir.string());
-    if (verify) verify_checkpoint(tmp_dir.string());
+    if (verify != Verify::kNone) verify_checkpoint(tmp_dir.string(), verify);
   } catch (const std::exception& e) {
     // A full disk or an I/O error: the half-written step goes, `latest` still names the last whole one.
     fs::remove_all(tmp_dir, ec);
@@ -133,7 +133,14 @@ void drop_cached_pages(const fs::path& path) {
 
 }  // namespace
 
-void verify_checkpoint(const std::string& step_dir) {
+Verify parse_verify(const std::string& text) {
+  if (text == "none") return Verify::kNone;
+  if (text == "checksums") return Verify::kChecksums;
+  if (text == "reload") return Verify::kReload;
+  throw ValueError("[checkpoint] verification '" + text + "' is not none, checksums or reload");
+}
+
+void verify_checkpoint(const std::string& step_dir, Verify depth) {
   std::error_code ec;
   std::vector<fs::path> files;
   for (auto it = fs::recursive_directory_iterator(step_dir, ec); !ec && it != fs::recursive_directory_iterator();
@@ -156,7 +163,11 @@ void verify_checkpoint(const std::string& step_dir) {
   const fs::path pieces = fs::path(step_dir) / kPiecesDir;
   if (fs::exists(pieces)) {
     try {
-      PieceReader(pieces.string()).verify_all();
+      PieceReader reader(pieces.string());
+      reader.verify_all();
+      // Reloaded at another layout (one process's): each tensor assembled whole, then let go.
+      if (depth == Verify::kReload)
+        for (const LogicalTensor& t : reader.manifest().tensors) reader.read_whole(t.name);
     } catch (const std::exception& e) {
       throw IoError("[verify_checkpoint] " + pieces.string() + " does not read back: " + e.what());
     }

@@ -17,6 +17,14 @@
 
 namespace tessera::io {
 
+// How far a save proves itself before it counts (train.checkpoint_verify): not at all; every file read
+// back from storage with every tensor's checksum (and a sharded step's manifest) checked; or that and
+// the state reloaded at another layout: every logical tensor assembled whole from its pieces, one at a
+// time, as a one-process load assembles them.
+enum class Verify { kNone, kChecksums, kReload };
+// "none", "checksums", "reload" -> Verify; ValueError naming anything else.
+Verify parse_verify(const std::string& text);
+
 struct CheckpointFiles {
   SafetensorsFile model;
   SafetensorsFile trainer;
@@ -28,18 +36,20 @@ struct CheckpointFiles {
 // Writes step `step` of run `run_id` under `checkpoints_dir`, points `latest` at it and keeps that
 // run's newest `keep`. A step directory of the same name written by another run is an IoError, never
 // replaced. `pieces`, when given, is a directory (a sharded state with its manifest,
-// checkpoint_manifest.h) moved into the step as `pieces/` before the step is renamed into place. With `verify` (train.checkpoint_verify, on by
-// default) the written step is read back (verify_checkpoint) before it is renamed into place: a
-// save that does not read back whole never becomes a step directory or `latest`. Returns the step
-// directory.
+// checkpoint_manifest.h) moved into the step as `pieces/` before the step is renamed into place.
+// Unless `verify` is kNone (train.checkpoint_verify) the written step is read back (verify_checkpoint)
+// before it is renamed into place: a save that does not read back whole never becomes a step directory
+// or `latest`. Returns the step directory.
 std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step, const SafetensorsFile& model,
                             const SafetensorsFile& trainer, int64_t keep, const std::string& run_id,
-                            const std::string& pieces = "", bool verify = true);
+                            const std::string& pieces = "", Verify verify = Verify::kChecksums);
 // Reads every safetensors file of a step directory (its pieces included) back from storage, the page
 // cache dropped first where the file system allows, and checks every tensor's checksum, and a sharded
 // step's manifest against its pieces: IoError naming the file and the tensor that does not match, the
 // file that cannot be read, or the tensor the pieces do not cover.
-void verify_checkpoint(const std::string& step_dir);
+// With kReload, a sharded step's tensors are also assembled whole from their pieces (IoError naming the
+// tensor that cannot be).
+void verify_checkpoint(const std::string& step_dir, Verify depth = Verify::kChecksums);
 // What `--resume auto` resumes from: the step `latest` names if it verifies, else the newest older
 // step directory that does (each one skipped is added to `skipped` with its error); "" when there is
 // no checkpoint at all; IoError when there are some and none verifies.

@@ -16,6 +16,11 @@ using Json = nlohmann::ordered_json;
 namespace {
 
 constexpr const char* kFormat = "tessera-pieces";
+// Bounds on what a manifest may claim, so that a corrupt one is refused rather than exhausting memory:
+// a tensor of 2^40 elements (4 TiB of float32) and a piece of 4M runs (a column shard of a matrix of
+// 4M rows) are past any checkpoint written here.
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+constexpr int64_t kMaxRuns = int64_t{1} << 22;
 constexpr int kVersion = 1;
 
 std::string region_str(const Region& r) {
@@ -114,8 +119,8 @@ std::vector<RegionRun> region_runs(const Region& region, const Shape& shape) {
   if (region.flat) {
     TESSERA_CHECK(region.offsets.size() == 1 && region.lengths.size() == 1, "[region] a flat region has one range");
     const int64_t begin = region.offsets[0], count = region.lengths[0];
-    TESSERA_CHECK(begin >= 0 && count >= 0 && begin + count <= numel, "[region] elements [", begin, ", ", begin + count,
-                  ") are outside ", numel);
+    TESSERA_CHECK(begin >= 0 && count >= 0 && begin <= numel && count <= numel - begin, "[region] ", count,
+                  " elements from ", begin, " are outside ", numel);
     if (count == 0) return {};
     return {{begin, 0, count}};
   }
@@ -123,9 +128,9 @@ std::vector<RegionRun> region_runs(const Region& region, const Shape& shape) {
   TESSERA_CHECK(region.offsets.size() == n && region.lengths.size() == n, "[region] a box of ", region.offsets.size(),
                 " dimensions in a tensor of ", n);
   for (size_t d = 0; d < n; ++d)
-    TESSERA_CHECK(region.offsets[d] >= 0 && region.lengths[d] >= 0 && region.offsets[d] + region.lengths[d] <= shape[d],
-                  "[region] dimension ", d, ": [", region.offsets[d], ", ", region.offsets[d] + region.lengths[d],
-                  ") is outside ", shape[d]);
+    TESSERA_CHECK(region.offsets[d] >= 0 && region.lengths[d] >= 0 && region.offsets[d] <= shape[d] &&
+                      region.lengths[d] <= shape[d] - region.offsets[d],
+                  "[region] dimension ", d, ": ", region.lengths[d], " from ", region.offsets[d], " is outside ", shape[d]);
   if (region.numel() == 0) return {};
   if (n == 0) return {{0, 0, 1}};
   // Dimensions after k are covered whole, so each run is lengths[k] rows of them.
@@ -134,6 +139,8 @@ std::vector<RegionRun> region_runs(const Region& region, const Shape& shape) {
   std::vector<int64_t> stride(n, 1);
   for (size_t d = n - 1; d > 0; --d) stride[d - 1] = stride[d] * shape[d];
   const int64_t run = region.lengths[k] * stride[k];
+  TESSERA_CHECK(region.numel() / run <= kMaxRuns, "[region] a box cut into ", region.numel() / run,
+                " runs (more than ", kMaxRuns, ")");
   std::vector<RegionRun> runs;
   std::vector<int64_t> index(k, 0);  // over the box's dimensions before k
   for (int64_t local = 0;; local += run) {
@@ -174,8 +181,12 @@ Manifest parse_manifest(std::string_view text, const std::string& source, bool w
       if (!safetensors_detail::dtype_from_code(t.at("dtype").get<std::string>(), tensor.dtype))
         fail(source, tensor.name + ": unknown dtype " + t.at("dtype").dump());
       tensor.shape = t.at("shape").get<Shape>();
-      for (int64_t d : tensor.shape)
-        if (d < 0) fail(source, tensor.name + ": negative dimension in " + t.at("shape").dump());
+      int64_t elements = 1;
+      for (int64_t d : tensor.shape) {
+        if (d < 0 || (d > 0 && elements > kMaxElements / d))
+          fail(source, tensor.name + ": shape " + t.at("shape").dump() + " is negative or past 2^40 elements");
+        elements *= d;
+      }
       for (const Json& p : t.at("pieces")) {
         PieceRecord piece;
         piece.file = p.at("file").get<std::string>();

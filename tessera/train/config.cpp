@@ -309,7 +309,7 @@ void check_settings(const TrainConfig& c) {
   positive("train.log_every", c.train.log_every);
   non_negative("train.checkpoint_every", c.train.checkpoint_every);
   positive("train.keep_checkpoints", c.train.keep_checkpoints);
-  one_of("train.checkpoint_verify", c.train.checkpoint_verify, {"checksums", "none"});
+  one_of("train.checkpoint_verify", c.train.checkpoint_verify, {"checksums", "reload", "none"});
   one_of("train.checkpoint_format", c.train.checkpoint_format, {"whole", "sharded"});
   non_negative("train.max_steps", c.train.max_steps);
   TESSERA_CHECK(!c.train.output_dir.empty(), "[config] train.output_dir must not be empty");
@@ -394,8 +394,13 @@ std::string to_toml(const TrainConfig& config) {
       }
     }, k.field);
   }
+  // Strings as basic ones, escaped: toml++ would write one that holds a newline as a multi-line string
+  // (whose first newline TOML drops on reading) or a literal one (where a newline is refused), and the
+  // text would not read back (found by fuzz_config).
+  constexpr auto kFlags = toml::toml_formatter::default_flags & ~toml::format_flags::allow_multi_line_strings &
+                          ~toml::format_flags::allow_literal_strings;
   std::ostringstream out;
-  out << root;
+  out << toml::toml_formatter(root, kFlags);
   return out.str();
 }
 

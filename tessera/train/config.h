@@ -95,7 +95,8 @@ struct RunConfig {
   // world size and are read by `tessera eval`/`generate`/`serve`.
   std::string checkpoint_format = "whole";
   // "checksums": a save is complete (a step directory, `latest`) only once its files read back with
-  // every tensor's checksum matching; "none": written and fsync'd only.
+  // every tensor's checksum matching; "reload": that, and a sharded step's state assembled whole from
+  // its pieces (reloaded at another layout); "none": written and fsync'd only (io::Verify).
   std::string checkpoint_verify = "checksums";
   int64_t max_steps = 0;          // stop (with a checkpoint) after this many steps in total; 0: no limit
   // A fresh run (no --resume) in an output_dir that holds another run's checkpoints is refused,

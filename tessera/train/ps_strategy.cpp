@@ -3,6 +3,8 @@
 #include <filesystem>
 
 #include "tessera/parallel/ps/remote_optimizer.h"
+#include "tessera/parallel/ps/server_checkpoint.h"
+#include "tessera/parallel/ps/whole_state.h"
 
 namespace tessera::train {
 
@@ -29,9 +31,29 @@ std::unique_ptr<optim::Optimizer> PsStrategy::own_optimizer(std::vector<Tensor>&
 
 void PsStrategy::on_fit_start(int64_t step, bool resumed, const RunOutput& run) {
   if (started_) return;
-  // Worker 0 initialises the servers, or has them load the resumed step's shards.
-  worker_->start(step, resumed ? shard_dir(run) : "");
+  // Worker 0 initialises the servers, or has them load the resumed step's shards; a checkpoint
+  // written at another layout has none, and its whole state becomes the one-server files they
+  // restore from (at any number of servers).
+  const std::string dir = resumed ? shard_dir(run) : "";
+  if (resumed && rank() == 0 && !std::filesystem::exists(parallel::ps::server_checkpoint_path(dir, 0, step)))
+    parallel::ps::write_servers_state(dir, step, worker_->specs(), worker_->parameters(), resumed_optimizer_);
+  worker_->start(step, dir);
   started_ = true;
+}
+
+nn::StateDict PsStrategy::optimizer_state(const optim::Optimizer& optimizer) {
+  if (rank() != 0 || saved_step_ < 0) return LocalStrategy::optimizer_state(optimizer);
+  std::vector<Shape> shapes;
+  for (const Tensor& p : worker_->parameters()) shapes.push_back(p.shape());
+  return parallel::ps::read_servers_optimizer_state(saved_dir_, saved_step_, worker_->specs(), shapes);
+}
+
+void PsStrategy::load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) {
+  resumed_optimizer_ = state;
+  nn::StateDict scalars;  // what the worker's RemoteOptimizer holds; the buffers live on the servers
+  for (const auto& [key, t] : state)
+    if (key == "step" || key == "lr") scalars.emplace_back(key, t);
+  optimizer.load_state_dict(scalars);
 }
 
 std::optional<EvalContribution> PsStrategy::evaluate_batch(const data::Batch& batch) {
@@ -46,6 +68,7 @@ void PsStrategy::before_evaluation() {
 void PsStrategy::before_checkpoint(const RunOutput& run, int64_t step) {
   // The servers' shards first: the worker's checkpoint, written last, is what makes step N resumable.
   worker_->save(shard_dir(run), step);
+  saved_dir_ = shard_dir(run), saved_step_ = step;
 }
 
 nn::StateDict PsStrategy::model_state() {

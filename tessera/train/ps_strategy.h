@@ -1,8 +1,10 @@
 // PsStrategy: one worker of a parameter-server job (parallel/ps). It reads its share of every
 // global batch, computes gradients on its copy of the model, and the optimizer step pushes them and
 // pulls the next values: the servers run the optimizer, the worker's schedule sets the lr each push
-// carries (its optimizer is a RemoteOptimizer, whose step is the push and pull). Worker 0 initialises the servers (or has them restore a checkpoint's shards), evaluates
-// for the job, and has the servers write their shards before it writes a checkpoint.
+// carries (its optimizer is a RemoteOptimizer, whose step is the push and pull). Worker 0 initialises
+// the servers (or has them restore a checkpoint's shards, or a checkpoint of another layout's whole
+// state), evaluates for the job, and has the servers write their shards before it writes a
+// checkpoint, which then also holds their optimizer state as one process's.
 #pragma once
 #include "tessera/parallel/ps/worker.h"
 #include "tessera/train/local_strategy.h"
@@ -28,6 +30,11 @@ class PsStrategy : public LocalStrategy {
   std::optional<EvalContribution> evaluate_batch(const data::Batch& batch) override;
   void before_evaluation() override;
   nn::StateDict model_state() override;
+  // The servers' optimizer state of the step they last saved, as one process's optimizer holds it
+  // (parallel/ps/whole_state.h), so that the checkpoint resumes at any layout.
+  nn::StateDict optimizer_state(const optim::Optimizer& optimizer) override;
+  // Kept for the servers: a checkpoint of another layout starts them from its whole state.
+  void load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) override;
   bool holds_whole_state() const override { return false; }
 
   void on_fit_start(int64_t step, bool resumed, const RunOutput& run) override;
@@ -45,6 +52,9 @@ class PsStrategy : public LocalStrategy {
   int num_workers_;
   std::unique_ptr<parallel::ps::PsWorker> worker_;
   bool started_ = false;
+  std::string saved_dir_;     // where and which step the servers last saved (before_checkpoint)
+  int64_t saved_step_ = -1;
+  nn::StateDict resumed_optimizer_;  // a resumed checkpoint's whole optimizer state
 };
 
 }  // namespace tessera::train

@@ -149,7 +149,8 @@ class Strategy {
   // Around fit: the parameter-server workers start (or restore) the servers and finish them.
   virtual void on_fit_start(int64_t /*step*/, bool /*resumed*/, const RunOutput& /*run*/) {}
   virtual void on_fit_end() {}
-  // Before rank 0 writes the checkpoint of `step` (the servers write their shards first).
+  // On rank 0, before the checkpoint of `step` is gathered and written (the servers write their
+  // shards first).
   virtual void before_checkpoint(const RunOutput& /*run*/, int64_t /*step*/) {}
   // The strategy's figures for this step's metrics record.
   virtual void add_step_metrics(nlohmann::json& /*record*/) const {}

@@ -558,6 +558,7 @@ std::string Trainer::save_checkpoint() {
     // into place, so the step appears whole or not at all and no rank ever holds the whole state.
     const std::string pieces =
         (fs::path(checkpoints_dir()) / (".step-" + std::to_string(step_) + ".pieces." + run_id_)).string();
+    if (rank() == 0) strategy_->before_checkpoint(run_output(), step_);  // the servers' shards first
     const std::vector<io::SavePiece> mine = strategy_->checkpoint_pieces(*optimizer_);  // collective
     const bool every_rank = strategy_->every_rank_writes_pieces();
     const int writers = every_rank ? world_size() : 1;
@@ -565,19 +566,19 @@ std::string Trainer::save_checkpoint() {
     if (every_rank) strategy_->max_over_job(0);  // every rank's pieces in place before the manifest
     if (rank() != 0) return "";
     io::write_manifest(pieces, writers, strategy_->checkpoint_order());
-    strategy_->before_checkpoint(run_output(), step_);
     std::lock_guard lock(state_mu_);
     if (saver_) saver_->wait();  // the background saves stay in order
     auto [model, trainer] = checkpoint_files({}, {}, default_generator().state());
     return io::save_checkpoint(checkpoints_dir(), step_, model, trainer, config_.train.keep_checkpoints, run_id_,
-                               pieces, verifies_checkpoints());
+                               pieces, checkpoint_verification());
   }
+  // The servers' shards first (a parameter-server job): the optimizer state below is read from them.
+  if (rank() == 0) strategy_->before_checkpoint(run_output(), step_);
   nn::StateDict state = strategy_->model_state();                        // collective for the mesh
   nn::StateDict optimizer_state = strategy_->optimizer_state(*optimizer_);  // likewise
   if (rank() != 0) return "";  // rank 0 writes for all
-  strategy_->before_checkpoint(run_output(), step_);
   std::lock_guard lock(state_mu_);  // not at the same time as a survivor's save
-  const bool verify = verifies_checkpoints();
+  const io::Verify verify = checkpoint_verification();
   if (saver_) {
     // In the background: the last save finished first (so one copy at most), this step's state
     // copied to host memory, and the training loop goes on while the saver writes it.
@@ -612,7 +613,7 @@ std::string Trainer::save_survivor_checkpoint() {
   if (const char* generation = env_setting(dist::launcher::kElasticGenerationVariable))
     trainer.metadata[checkpoint_keys::kSurvivorsOfGeneration] = generation;
   return io::save_checkpoint(dir.string(), step_, model, trainer, config_.train.keep_checkpoints, run_id_, "",
-                             verifies_checkpoints());
+                             checkpoint_verification());
 }
 
 void Trainer::resume(const std::string& path_in) {

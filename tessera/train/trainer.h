@@ -30,6 +30,7 @@
 #include "tessera/data/char_dataset.h"
 #include "tessera/data/data_loader.h"
 #include "tessera/dist/process_group.h"
+#include "tessera/io/checkpoint.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/nn/module.h"
 #include "tessera/optim/grad_scaler.h"
@@ -129,8 +130,8 @@ class Trainer {
   FitResult fit_epochs();  // fit's loop; fit adds the save after a peer's loss
   void save_after_losing_a_peer();
   void agree_on_run_id();  // collective
-  // train.checkpoint_verify: whether a save is read back before it counts.
-  bool verifies_checkpoints() const { return config_.train.checkpoint_verify != "none"; }
+  // train.checkpoint_verify: how far a save is read back before it counts.
+  io::Verify checkpoint_verification() const { return io::parse_verify(config_.train.checkpoint_verify); }
   std::string checkpoints_dir() const;
   RunOutput run_output() const;  // where the strategy keeps its own files of this run
   // The two files of a checkpoint at step_, with `rng` as the generator state.

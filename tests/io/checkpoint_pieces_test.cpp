@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tessera/io/checkpoint.h"
 #include "tessera/io/checkpoint_manifest.h"
 #include "tessera/io/piece_reader.h"
 #include "tessera/io/piece_writer.h"
@@ -143,6 +144,29 @@ TEST(CheckpointPieces, DamageIsRefusedNamingTheTensorAndTheFile) {
   write_rank_pieces(dir, 0, 2, {});
   EXPECT_THROW(write_manifest(dir, 2), IoError);
   EXPECT_FALSE(fs::exists(dir + "/manifest.json"));
+}
+
+// A step holding pieces: saved with a reload (its tensors assembled whole before it counts), found as
+// sharded by load_checkpoint, and refused by verify_checkpoint once a piece is damaged.
+TEST(CheckpointPieces, AStepWithPiecesIsVerifiedAndReloadedBeforeItCounts) {
+  const std::string root = tessera::testing::fresh_dir("pieces", "step");
+  save_two_ranks(root + "/.pieces");
+  const std::string step = save_checkpoint(root + "/checkpoints", 3, {}, {}, 2, "run-a", root + "/.pieces", Verify::kReload);
+  EXPECT_FALSE(fs::exists(root + "/.pieces"));  // moved into the step
+  EXPECT_EQ(load_checkpoint(root + "/checkpoints").pieces, step + "/pieces");
+  EXPECT_NO_THROW(verify_checkpoint(step, Verify::kReload));
+  tessera::testing::flip_last_byte(step + "/pieces/rank-1-of-2.safetensors");
+  try {
+    verify_checkpoint(step, Verify::kReload);
+    ADD_FAILURE() << "a damaged piece verified";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank-1-of-2.safetensors"), std::string::npos) << e.what();
+  }
+  // A save whose pieces are damaged never becomes a step.
+  save_two_ranks(root + "/.pieces-bad");
+  tessera::testing::flip_last_byte(root + "/.pieces-bad/rank-0-of-2.safetensors");
+  EXPECT_THROW(save_checkpoint(root + "/checkpoints", 4, {}, {}, 2, "run-a", root + "/.pieces-bad"), IoError);
+  EXPECT_EQ(latest_checkpoint_step(root + "/checkpoints"), 3);
 }
 
 TEST(CheckpointPieces, OverlappingPiecesAreRefused) {

@@ -2,8 +2,9 @@
 // with real processes: a run saved at step 5 by one layout resumes at another and ends where one
 // process training the same 10 steps does (within the model-parallel equivalence tests' 1e-4
 // relative), and at the same layout bit for bit where the uninterrupted run of that layout does. The
-// layouts: one process, DDP, ZeRO-1, ZeRO-3, a pipeline, tensor parallelism and both, over 1, 2 and
-// 4 processes. A damaged piece is refused before training, naming the tensor and the file.
+// layouts: one process, DDP, ZeRO-1, ZeRO-3, a pipeline, tensor parallelism and both, and parameter
+// servers, over 1, 2 and 4 processes; SGD with momentum, so the optimizer's buffers travel too. A
+// damaged piece is refused before training, naming the tensor and the file.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,6 +38,7 @@ const std::vector<Layout>& layouts() {
       {"pp2", 2, "--set train.batch_size=8 --set parallel.pp=2"},
       {"tp2", 2, "--set train.batch_size=8 --set parallel.tp=2 --set parallel.schedule=gpipe"},
       {"pp2tp2", 4, "--set train.batch_size=8 --set parallel.pp=2 --set parallel.tp=2"},
+      {"ps2x2", 2, "--set train.batch_size=4 --set distributed.strategy=ps --set distributed.servers=2"},
   };
   return all;
 }
@@ -46,7 +48,7 @@ std::string write_config(const std::string& dir) {
   const std::string path = dir + "/config.toml";
   std::ofstream(path) << "[model]\nname = \"transformer\"\nlayers = 2\nheads = 4\nembed_dim = 16\ncontext = 8\ndropout = 0.0\n"
                       << "[data]\ndataset = \"text\"\npath = \"" << corpus << "\"\n"
-                      << "[optimizer]\nname = \"sgd\"\nlr = 0.1\nmomentum = 0.9\nclip_grad_norm = 1.0\n"
+                      << "[optimizer]\nname = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n"
                       << "[train]\nepochs = 1\nmax_steps = 10\nthreads = 1\nlog_every = 100\ncheckpoint_format = \"sharded\"\n"
                       << "[parallel]\nmicrobatches = 2\n";
   return path;
@@ -59,7 +61,7 @@ nn::StateDict train(const std::string& config, const std::string& out, const Lay
 // Every layout saves step 5 (sharded) into <dir>/saved-<layout>; returns one process's uninterrupted run.
 nn::StateDict save_at_every_layout(const std::string& dir, const std::string& config) {
   for (const Layout& l : layouts()) {
-    train(config, dir + "/saved-" + l.name, l, "--set train.max_steps=5");
+    train(config, dir + "/saved-" + l.name, l, "--set train.max_steps=5 --set train.checkpoint_verify=reload");
     const io::CheckpointFiles saved = io::load_checkpoint(dir + "/saved-" + l.name + "/checkpoints");
     EXPECT_FALSE(saved.pieces.empty()) << l.name;
     EXPECT_TRUE(saved.model.tensors.empty()) << l.name;  // the state is in the pieces alone
@@ -93,11 +95,16 @@ TEST(CheckpointLayouts, EachLayoutResumesTheNextOnesSave) {
     EXPECT_LT(tessera::testing::worst_relative_error(resume(dir, config, from, to), single), 1e-4)
         << from.name << " -> " << to.name;
   }
-  for (const char* name : {"zero3x4", "pp2tp2"}) {
+  for (const char* name : {"zero3x4", "pp2tp2", "ps2x2"}) {
     const nn::StateDict uninterrupted = train(config, dir + "/whole-" + name, layout(name), "");
     EXPECT_EQ(tessera::testing::max_state_difference(resume(dir, config, layout(name), layout(name)), uninterrupted), 0.0)
         << name;
   }
+  // The CLI's reload of a save: every tensor assembles whole.
+  const std::string verify = std::string(TESSERA_BINARY) + " checkpoint verify --reload " + dir + "/saved-pp2tp2 > " +
+                             dir + "/verify.log 2>&1";
+  EXPECT_EQ(std::system(verify.c_str()), 0) << tessera::testing::read_text(dir + "/verify.log");
+  EXPECT_NE(tessera::testing::read_text(dir + "/verify.log").find("assembles whole"), std::string::npos);
   const std::string out = dir + "/damaged";
   fs::copy(dir + "/saved-pp2tp2", out, fs::copy_options::recursive);
   tessera::testing::flip_last_byte(io::load_checkpoint(out + "/checkpoints").pieces + "/rank-3-of-4.safetensors");

@@ -46,6 +46,7 @@ class PsWorker {
   const std::shared_ptr<ShmChannel>& shared_memory() const { return client_.shared_memory(); }
   const ShardPlan& plan() const { return client_.plan(); }
   const std::vector<Tensor>& parameters() const { return params_; }  // the model's, in spec order
+  const std::vector<ParamSpec>& specs() const { return specs_; }     // how the servers hold them
 
  private:
   void pull_dense();
