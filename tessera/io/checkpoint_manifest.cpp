@@ -15,28 +15,28 @@ using Json = nlohmann::ordered_json;
 
 namespace {
 
-constexpr const char* kFormat = "tessera-pieces";
+constexpr const char* kManifestFormat = "tessera-pieces";
 // Bounds on what a manifest may claim, so that a corrupt one is refused rather than exhausting memory:
 // a tensor of 2^40 elements (4 TiB of float32) and a piece of 4M runs (a column shard of a matrix of
 // 4M rows) are past any checkpoint written here.
 constexpr int64_t kMaxElements = int64_t{1} << 40;
 constexpr int64_t kMaxRuns = int64_t{1} << 22;
-constexpr int kVersion = 1;
+constexpr int kManifestVersion = 1;
 
-std::string region_str(const Region& r) {
+std::string region_text(const Region& r) {
   if (r.flat) return concat("elements [", r.offsets.at(0), ", ", r.offsets.at(0) + r.lengths.at(0), ")");
   std::string s = "box";
   for (size_t d = 0; d < r.offsets.size(); ++d) s += concat(d ? " × " : " ", "[", r.offsets[d], ", ", r.offsets[d] + r.lengths[d], ")");
   return r.offsets.empty() ? "the scalar" : s;
 }
 
-[[noreturn]] void fail(const std::string& source, const std::string& problem) {
+[[noreturn]] void refuse_manifest(const std::string& source, const std::string& problem) {
   throw IoError("[checkpoint] " + source + ": " + problem);
 }
 
 // Every piece of `tensor` lies inside it and holds as many bytes as its region; with `whole`, the
 // pieces also cover each element exactly once.
-void check_tensor(const LogicalTensor& tensor, const std::string& source, bool whole) {
+void check_logical_tensor(const LogicalTensor& tensor, const std::string& source, bool whole) {
   struct Held {
     int64_t begin, end;
     const PieceRecord* piece;
@@ -47,12 +47,12 @@ void check_tensor(const LogicalTensor& tensor, const std::string& source, bool w
     try {
       runs = region_runs(piece.region, tensor.shape);
     } catch (const ValueError& e) {
-      fail(source, concat(tensor.name, ": the piece ", piece.key, " in ", piece.file, " is ", region_str(piece.region),
+      refuse_manifest(source, concat(tensor.name, ": the piece ", piece.key, " in ", piece.file, " is ", region_text(piece.region),
                           ", not inside its shape ", shape_str(tensor.shape), " (", e.what(), ")"));
     }
     const uint64_t bytes = static_cast<uint64_t>(piece.region.numel()) * dtype_size(tensor.dtype);
     if (piece.end < piece.begin || piece.end - piece.begin != bytes)
-      fail(source, concat(tensor.name, ": the piece ", piece.key, " in ", piece.file, " spans bytes [", piece.begin, ", ",
+      refuse_manifest(source, concat(tensor.name, ": the piece ", piece.key, " in ", piece.file, " spans bytes [", piece.begin, ", ",
                           piece.end, "), but its ", piece.region.numel(), " ", dtype_name(tensor.dtype), " elements take ",
                           bytes));
     for (const RegionRun& run : runs) held.push_back({run.global, run.global + run.count, &piece});
@@ -63,24 +63,24 @@ void check_tensor(const LogicalTensor& tensor, const std::string& source, bool w
   const PieceRecord* previous = nullptr;
   for (const Held& h : held) {
     if (h.begin > next)
-      fail(source, concat(tensor.name, ": elements [", next, ", ", h.begin, ") of its ", shape_numel(tensor.shape),
+      refuse_manifest(source, concat(tensor.name, ": elements [", next, ", ", h.begin, ") of its ", shape_numel(tensor.shape),
                           " are in no piece (a rank's pieces are missing)"));
     if (h.begin < next)
-      fail(source, concat(tensor.name, ": elements [", h.begin, ", ", std::min(next, h.end), ") are in two pieces, ",
+      refuse_manifest(source, concat(tensor.name, ": elements [", h.begin, ", ", std::min(next, h.end), ") are in two pieces, ",
                           previous->key, " in ", previous->file, " and ", h.piece->key, " in ", h.piece->file));
     next = h.end;
     previous = h.piece;
   }
   if (next != shape_numel(tensor.shape))
-    fail(source, concat(tensor.name, ": elements [", next, ", ", shape_numel(tensor.shape),
+    refuse_manifest(source, concat(tensor.name, ": elements [", next, ", ", shape_numel(tensor.shape),
                         ") are in no piece (a rank's pieces are missing)"));
 }
 
-uint32_t parse_crc(const std::string& text, const std::string& source, const std::string& what) {
+uint32_t parse_manifest_crc(const std::string& text, const std::string& source, const std::string& what) {
   unsigned value = 0;
   char tail = 0;
   if (text.size() != 14 || std::sscanf(text.c_str(), "crc32:%8x%c", &value, &tail) != 1)
-    fail(source, what + ": checksum '" + text + "' is not crc32:<8 hex digits>");
+    refuse_manifest(source, what + ": checksum '" + text + "' is not crc32:<8 hex digits>");
   return value;
 }
 
@@ -155,7 +155,7 @@ std::vector<RegionRun> region_runs(const Region& region, const Shape& shape) {
 }
 
 std::string manifest_json(const Manifest& manifest) {
-  Json j{{"format", kFormat}, {"version", kVersion}, {"writers", manifest.writers}, {"tensors", Json::array()}};
+  Json j{{"format", kManifestFormat}, {"version", kManifestVersion}, {"writers", manifest.writers}, {"tensors", Json::array()}};
   for (const LogicalTensor& t : manifest.tensors) {
     Json pieces = Json::array();
     for (const PieceRecord& p : t.pieces)
@@ -172,19 +172,19 @@ Manifest parse_manifest(std::string_view text, const std::string& source, bool w
   Manifest manifest;
   try {
     const Json j = Json::parse(text);
-    if (j.at("format") != kFormat || j.at("version") != kVersion)
-      fail(source, concat("not a version-", kVersion, " ", kFormat, " manifest"));
+    if (j.at("format") != kManifestFormat || j.at("version") != kManifestVersion)
+      refuse_manifest(source, concat("not a version-", kManifestVersion, " ", kManifestFormat, " manifest"));
     manifest.writers = j.at("writers").get<int>();
     for (const Json& t : j.at("tensors")) {
       LogicalTensor tensor;
       tensor.name = t.at("name").get<std::string>();
       if (!safetensors_detail::dtype_from_code(t.at("dtype").get<std::string>(), tensor.dtype))
-        fail(source, tensor.name + ": unknown dtype " + t.at("dtype").dump());
+        refuse_manifest(source, tensor.name + ": unknown dtype " + t.at("dtype").dump());
       tensor.shape = t.at("shape").get<Shape>();
       int64_t elements = 1;
       for (int64_t d : tensor.shape) {
         if (d < 0 || (d > 0 && elements > kMaxElements / d))
-          fail(source, tensor.name + ": shape " + t.at("shape").dump() + " is negative or past 2^40 elements");
+          refuse_manifest(source, tensor.name + ": shape " + t.at("shape").dump() + " is negative or past 2^40 elements");
         elements *= d;
       }
       for (const Json& p : t.at("pieces")) {
@@ -192,24 +192,24 @@ Manifest parse_manifest(std::string_view text, const std::string& source, bool w
         piece.file = p.at("file").get<std::string>();
         piece.key = p.at("key").get<std::string>();
         if (piece.file.empty() || piece.file.find('/') != std::string::npos || piece.file[0] == '.')
-          fail(source, tensor.name + ": piece file '" + piece.file + "' is not a file of the checkpoint's directory");
+          refuse_manifest(source, tensor.name + ": piece file '" + piece.file + "' is not a file of the checkpoint's directory");
         piece.region.flat = p.at("flat").get<bool>();
         piece.region.offsets = p.at("offsets").get<std::vector<int64_t>>();
         piece.region.lengths = p.at("lengths").get<std::vector<int64_t>>();
         piece.begin = p.at("begin").get<uint64_t>();
         piece.end = p.at("end").get<uint64_t>();
-        piece.crc32 = parse_crc(p.at("crc32").get<std::string>(), source, tensor.name);
+        piece.crc32 = parse_manifest_crc(p.at("crc32").get<std::string>(), source, tensor.name);
         tensor.pieces.push_back(std::move(piece));
       }
       manifest.tensors.push_back(std::move(tensor));
     }
   } catch (const nlohmann::json::exception& e) {
-    fail(source, std::string("malformed manifest: ") + e.what());
+    refuse_manifest(source, std::string("malformed manifest: ") + e.what());
   }
   std::set<std::string> names;
   for (const LogicalTensor& tensor : manifest.tensors)
-    if (!names.insert(tensor.name).second) fail(source, tensor.name + " is listed twice");
-  for (const LogicalTensor& tensor : manifest.tensors) check_tensor(tensor, source, whole);
+    if (!names.insert(tensor.name).second) refuse_manifest(source, tensor.name + " is listed twice");
+  for (const LogicalTensor& tensor : manifest.tensors) check_logical_tensor(tensor, source, whole);
   return manifest;
 }
 
