@@ -1,6 +1,7 @@
 #include "tessera/io/checkpoint_manifest.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -23,11 +24,14 @@ constexpr int64_t kMaxElements = int64_t{1} << 40;
 constexpr int64_t kMaxRuns = int64_t{1} << 22;
 constexpr int kManifestVersion = 1;
 
+// A region in words, whatever a manifest claims (no sums that could overflow).
 std::string region_text(const Region& r) {
-  if (r.flat) return concat("elements [", r.offsets.at(0), ", ", r.offsets.at(0) + r.lengths.at(0), ")");
-  std::string s = "box";
-  for (size_t d = 0; d < r.offsets.size(); ++d) s += concat(d ? " × " : " ", "[", r.offsets[d], ", ", r.offsets[d] + r.lengths[d], ")");
-  return r.offsets.empty() ? "the scalar" : s;
+  if (r.offsets.size() != r.lengths.size() || (r.flat && r.offsets.size() != 1)) return "a malformed region";
+  if (r.flat) return concat(r.lengths[0], " elements from ", r.offsets[0]);
+  if (r.offsets.empty()) return "the scalar";
+  std::string s = "a box of";
+  for (size_t d = 0; d < r.offsets.size(); ++d) s += concat(d ? " ×" : "", " ", r.lengths[d], " from ", r.offsets[d]);
+  return s;
 }
 
 [[noreturn]] void refuse_manifest(const std::string& source, const std::string& problem) {
@@ -82,6 +86,21 @@ uint32_t parse_manifest_crc(const std::string& text, const std::string& source, 
   if (text.size() != 14 || std::sscanf(text.c_str(), "crc32:%8x%c", &value, &tail) != 1)
     refuse_manifest(source, what + ": checksum '" + text + "' is not crc32:<8 hex digits>");
   return value;
+}
+
+// A JSON integer within int64 (nlohmann would convert a float or a larger number with undefined
+// behaviour); the manifest's numbers are all of this kind.
+int64_t integer_of(const Json& j, const std::string& source, const std::string& what) {
+  if (j.is_number_integer() && !(j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
+    return j.get<int64_t>();
+  refuse_manifest(source, what + " is " + j.dump() + ", not an integer");
+}
+
+std::vector<int64_t> integers_of(const Json& j, const std::string& source, const std::string& what) {
+  if (!j.is_array()) refuse_manifest(source, what + " is " + j.dump() + ", not a list of integers");
+  std::vector<int64_t> out;
+  for (const Json& v : j) out.push_back(integer_of(v, source, what));
+  return out;
 }
 
 }  // namespace
@@ -174,13 +193,15 @@ Manifest parse_manifest(std::string_view text, const std::string& source, bool w
     const Json j = Json::parse(text);
     if (j.at("format") != kManifestFormat || j.at("version") != kManifestVersion)
       refuse_manifest(source, concat("not a version-", kManifestVersion, " ", kManifestFormat, " manifest"));
-    manifest.writers = j.at("writers").get<int>();
+    const int64_t writers = integer_of(j.at("writers"), source, "writers");
+    if (writers < 0 || writers > (1 << 24)) refuse_manifest(source, concat("writers is ", writers));
+    manifest.writers = static_cast<int>(writers);
     for (const Json& t : j.at("tensors")) {
       LogicalTensor tensor;
       tensor.name = t.at("name").get<std::string>();
       if (!safetensors_detail::dtype_from_code(t.at("dtype").get<std::string>(), tensor.dtype))
         refuse_manifest(source, tensor.name + ": unknown dtype " + t.at("dtype").dump());
-      tensor.shape = t.at("shape").get<Shape>();
+      tensor.shape = integers_of(t.at("shape"), source, tensor.name + "'s shape");
       int64_t elements = 1;
       for (int64_t d : tensor.shape) {
         if (d < 0 || (d > 0 && elements > kMaxElements / d))
@@ -194,10 +215,14 @@ Manifest parse_manifest(std::string_view text, const std::string& source, bool w
         if (piece.file.empty() || piece.file.find('/') != std::string::npos || piece.file[0] == '.')
           refuse_manifest(source, tensor.name + ": piece file '" + piece.file + "' is not a file of the checkpoint's directory");
         piece.region.flat = p.at("flat").get<bool>();
-        piece.region.offsets = p.at("offsets").get<std::vector<int64_t>>();
-        piece.region.lengths = p.at("lengths").get<std::vector<int64_t>>();
-        piece.begin = p.at("begin").get<uint64_t>();
-        piece.end = p.at("end").get<uint64_t>();
+        piece.region.offsets = integers_of(p.at("offsets"), source, tensor.name + "'s offsets");
+        piece.region.lengths = integers_of(p.at("lengths"), source, tensor.name + "'s lengths");
+        if (piece.region.offsets.size() != piece.region.lengths.size() || (piece.region.flat && piece.region.offsets.size() != 1))
+          refuse_manifest(source, tensor.name + ": a piece's offsets and lengths do not describe a region");
+        const int64_t begin = integer_of(p.at("begin"), source, tensor.name + "'s begin");
+        const int64_t end = integer_of(p.at("end"), source, tensor.name + "'s end");
+        if (begin < 0 || end < 0) refuse_manifest(source, tensor.name + ": a piece's byte range is negative");
+        piece.begin = static_cast<uint64_t>(begin), piece.end = static_cast<uint64_t>(end);
         piece.crc32 = parse_manifest_crc(p.at("crc32").get<std::string>(), source, tensor.name);
         tensor.pieces.push_back(std::move(piece));
       }
