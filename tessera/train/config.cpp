@@ -63,6 +63,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.zero_stage", &c.distributed.zero_stage},
       {"distributed.zero_wrap_policy", &c.distributed.zero_wrap_policy},
       {"distributed.zero_min_unit_mb", &c.distributed.zero_min_unit_mb},
+      {"distributed.hsdp_shard_size", &c.distributed.hsdp_shard_size},
       {"distributed.ps_mode", &c.distributed.ps_mode}, {"distributed.staleness", &c.distributed.staleness},
       {"distributed.ps_host", &c.distributed.ps_host},
       {"distributed.debug_slow_rank", &c.distributed.debug_slow_rank},
@@ -314,16 +315,17 @@ void check_settings(const TrainConfig& c) {
   non_negative("train.max_steps", c.train.max_steps);
   TESSERA_CHECK(!c.train.output_dir.empty(), "[config] train.output_dir must not be empty");
   one_of("distributed.backend", c.distributed.backend, {"auto", "gloo", "tcp", "shm", "mpi"});
-  one_of("distributed.strategy", c.distributed.strategy, {"ddp", "zero", "ps", "mesh"});
+  one_of("distributed.strategy", c.distributed.strategy, {"ddp", "zero", "hsdp", "ps", "mesh"});
+  non_negative("distributed.hsdp_shard_size", c.distributed.hsdp_shard_size);
   TESSERA_CHECK(c.distributed.zero_stage >= 1 && c.distributed.zero_stage <= 3,
                 "[config] distributed.zero_stage must be 1, 2 or 3, got ", c.distributed.zero_stage);
   one_of("distributed.zero_wrap_policy", c.distributed.zero_wrap_policy, {"layer", "size"});
   positive("distributed.zero_min_unit_mb", c.distributed.zero_min_unit_mb);
-  if (c.distributed.strategy == "zero")
+  if (c.distributed.strategy == "zero" || c.distributed.strategy == "hsdp")
     TESSERA_CHECK(c.distributed.comm_hook == "none" && !c.distributed.sync_batchnorm &&
                       !c.distributed.find_unused_parameters,
                   "[config] distributed.comm_hook, sync_batchnorm and find_unused_parameters apply to ddp, not to "
-                  "strategy = \"zero\"");
+                  "strategy = \"", c.distributed.strategy, "\"");
   one_of("distributed.ps_mode", c.distributed.ps_mode, {"sync", "async", "ssp"});
   positive("distributed.servers", c.distributed.servers);
   non_negative("distributed.staleness", c.distributed.staleness);

@@ -109,8 +109,8 @@ struct RunConfig {
 // synchronous data parallelism (DDP), or parameter servers (strategy "ps"). train.batch_size is per
 // rank (per worker), as in PyTorch's DDP.
 struct DistributedConfig {
-  // ddp | zero | ps | mesh (train/strategy.h); pp · tp > 1 means mesh. A ddp or zero job of one
-  // process trains locally.
+  // ddp | zero | hsdp | ps | mesh (train/strategy.h); pp · tp > 1 means mesh. A ddp, zero or hsdp
+  // job of one process trains locally.
   std::string strategy = "ddp";
   // Sharded data parallelism (strategy = "zero"; tessera/parallel/zero): 1 shards the optimizer
   // state, 2 also the gradients, 3 also the parameters. Stage 3 gathers one unit at a time: each
@@ -118,6 +118,9 @@ struct DistributedConfig {
   int64_t zero_stage = 2;
   std::string zero_wrap_policy = "layer";
   double zero_min_unit_mb = 1;
+  // Hybrid sharding (strategy = "hsdp", parallel/zero/hybrid_groups.h): ZeRO at zero_stage inside
+  // replicas of this many consecutive ranks, all-reduced across them; 0: the ranks of a host.
+  int64_t hsdp_shard_size = 0;
   std::string backend = "auto";        // auto | gloo | shm | mpi
   double timeout_s = 300;              // rendezvous and every collective
   double bucket_cap_mb = 0;            // DDP gradient buckets; 0: auto (parallel/ddp/reducer.h)

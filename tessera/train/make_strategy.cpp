@@ -1,5 +1,6 @@
 #include "tessera/train/make_strategy.h"
 
+#include "tessera/dist/launcher/env.h"
 #include "tessera/train/ddp_strategy.h"
 #include "tessera/train/local_strategy.h"
 #include "tessera/train/mesh_strategy.h"
@@ -8,12 +9,28 @@
 
 namespace tessera::train {
 
+namespace {
+
+// distributed.hsdp_shard_size, or the ranks on this host where it is 0.
+int hsdp_shard_size(const TrainConfig& config) {
+  if (config.distributed.hsdp_shard_size > 0) return static_cast<int>(config.distributed.hsdp_shard_size);
+  const std::optional<int> local = dist::launcher::local_world_size_from_environment();
+  TESSERA_CHECK(local.has_value(), "[hsdp] distributed.hsdp_shard_size = 0 means the ranks of a host, but no launcher "
+                "variable (LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE, ...) says how many there are: set it");
+  return *local;
+}
+
+}  // namespace
+
 std::unique_ptr<Strategy> make_strategy(const TrainConfig& config, StrategyEnvironment env) {
   if (env.ps) return std::make_unique<PsStrategy>(*env.ps, env.ps_workers);
   if (config.distributed.strategy == "mesh" || uses_model_parallelism(config))
     return std::make_unique<MeshStrategy>(config, env.group, env.train_set);
   if (env.group && env.group->size() > 1) {
     if (config.distributed.strategy == "zero") return std::make_unique<ZeroStrategy>(config, env.group);
+    if (config.distributed.strategy == "hsdp")
+      return std::make_unique<ZeroStrategy>(config, env.group,
+                                            parallel::zero::make_hybrid_groups(env.group, hsdp_shard_size(config)));
     return std::make_unique<DdpStrategy>(config, env.group);
   }
   return std::make_unique<LocalStrategy>();

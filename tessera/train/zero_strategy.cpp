@@ -7,8 +7,8 @@
 
 namespace tessera::train {
 
-ZeroStrategy::ZeroStrategy(const TrainConfig& config, dist::ProcessGroupPtr group)
-    : config_(config), group_(std::move(group)) {
+ZeroStrategy::ZeroStrategy(const TrainConfig& config, dist::ProcessGroupPtr group, parallel::zero::HybridGroups hybrid)
+    : config_(config), group_(std::move(group)), hybrid_(std::move(hybrid)) {
   TESSERA_CHECK(group_, "[zero] needs the job's process group");
 }
 
@@ -20,7 +20,8 @@ std::vector<Tensor> ZeroStrategy::prepare(std::shared_ptr<nn::Module> model) {
   o.wrap_policy = d.zero_wrap_policy;
   o.min_unit_bytes = static_cast<size_t>(d.zero_min_unit_mb * (1 << 20));
   o.reduce_dtype = wire_dtype(config_);
-  zero_ = std::make_unique<parallel::zero::ZeroDataParallel>(model, group_, o);
+  o.replicas = hybrid_.replicas;
+  zero_ = std::make_unique<parallel::zero::ZeroDataParallel>(model, hybrid_.shard ? hybrid_.shard : group_, o);
   model_ = std::move(model);
   return zero_->parameters();
 }
@@ -64,6 +65,7 @@ void ZeroStrategy::load_optimizer_state(optim::Optimizer& optimizer, const nn::S
 }
 
 std::vector<io::SavePiece> ZeroStrategy::checkpoint_pieces(const optim::Optimizer& optimizer) {
+  if (hybrid_.replicas && hybrid_.replicas->rank() != 0) return {};  // the replicas are equal; the first writes
   return parallel::zero::sharded_pieces(*zero_, optimizer);
 }
 
@@ -90,8 +92,12 @@ void ZeroStrategy::add_step_metrics(nlohmann::json& record) const {
 std::string ZeroStrategy::describe() const {
   int64_t params = 0;
   for (const auto& unit : zero_->units()) params += unit.numel;
-  return detail::concat("zero stage ", zero_->stage(), ": ", params, " parameters in ", zero_->units().size(),
-                        " units, each cut into ", world_size(), " pieces");
+  const std::string layout =
+      hybrid_.replicas ? detail::concat("hsdp, ", hybrid_.replicas->size(), hybrid_.replicas->size() == 1 ? " replica" : " replicas",
+                                        " of ", zero_->group()->size(), " ranks, zero stage ", zero_->stage(), " inside each")
+                       : detail::concat("zero stage ", zero_->stage());
+  return detail::concat(layout, ": ", params, " parameters in ", zero_->units().size(), " units, each cut into ",
+                        zero_->group()->size(), " pieces");
 }
 
 }  // namespace tessera::train

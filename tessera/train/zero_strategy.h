@@ -1,8 +1,10 @@
 // ZeroStrategy: sharded data parallelism (parallel/zero). Replicas read their shares of the batch as
 // with DDP; the optimizer state (stage 1), the gradients (2) and the parameters (3) are cut into one
-// piece per rank. Checkpoints hold the whole model and optimizer state as one process's (gathered
+// piece per rank, or, hybrid-sharded ("hsdp"), into one piece per rank of a host, the hosts' copies
+// kept equal by an all-reduce of the gradient pieces between them. Checkpoints hold the whole model and optimizer state as one process's (gathered
 // at save, cut again at load), so a run resumes at any world size, stage or strategy.
 #pragma once
+#include "tessera/parallel/zero/hybrid_groups.h"
 #include "tessera/parallel/zero/zero_data_parallel.h"
 #include "tessera/train/local_strategy.h"
 
@@ -10,8 +12,10 @@ namespace tessera::train {
 
 class ZeroStrategy : public LocalStrategy {
  public:
-  ZeroStrategy(const TrainConfig& config, dist::ProcessGroupPtr group);
-  std::string name() const override { return "zero"; }
+  // `group` is the job; with `hybrid` (distributed.strategy = "hsdp") ZeRO shards inside
+  // hybrid.shard and keeps the replicas equal across hybrid.replicas.
+  ZeroStrategy(const TrainConfig& config, dist::ProcessGroupPtr group, parallel::zero::HybridGroups hybrid = {});
+  std::string name() const override { return hybrid_.replicas ? "hsdp" : "zero"; }
   int rank() const override { return group_->rank(); }
   int world_size() const override { return group_->size(); }
   DataShare data_share() const override { return {rank(), world_size()}; }
@@ -53,6 +57,7 @@ class ZeroStrategy : public LocalStrategy {
   void attach_once(optim::Optimizer& optimizer);
   TrainConfig config_;
   dist::ProcessGroupPtr group_;
+  parallel::zero::HybridGroups hybrid_;
   std::unique_ptr<parallel::zero::ZeroDataParallel> zero_;
   const optim::Optimizer* attached_ = nullptr;
 };

@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <string>
 
@@ -101,6 +103,45 @@ TEST(MultiHost, DdpAcrossHostsEqualsOneProcess) {
         EXPECT_LT(tessera::testing::worst_relative_error(across, single), 1e-4) << "cnn, 2 hosts x " << nproc;
     }
   }
+}
+
+// The bytes host `host` has sent on its link to the bridge (its eth0's counter).
+int64_t link_tx_bytes(const Cluster& cluster, int host) {
+  const std::string file = cluster.name() + "-tx.txt";
+  const std::string path = std::filesystem::temp_directory_path() / file;
+  EXPECT_EQ(std::system((cluster.in(host, "cat /sys/class/net/eth0/statistics/tx_bytes") + " > " + path).c_str()), 0);
+  const std::string text = tessera::testing::read_text(path);
+  std::filesystem::remove(path);
+  return text.empty() ? -1 : std::stoll(text);
+}
+
+// Hybrid sharding across 2 hosts × 2 ranks: equal to one process, and what crosses between the hosts
+// is the gradient pieces alone: under ZeRO-3 across the same hosts (its gathers cross too) by half,
+// and no more than DDP's all-reduce (the hosts' link counters over the whole run).
+TEST(MultiHost, HybridShardingKeepsTheGathersInsideEachHost) {
+  const std::string dir = tessera::testing::fresh_dir("multihost", "hsdp");
+  Cluster cluster(2, dir);
+  UP_OR_SKIP(cluster);
+  write_config(dir);
+  const std::string model = " --set model.hidden=[256,256]";  // 270,000 parameters: the gradients dominate the link
+  const nn::StateDict single = train_alone(dir, "single", "--set train.batch_size=32" + model);
+  std::map<std::string, int64_t> crossed;
+  for (const auto& [name, args] : std::vector<std::pair<std::string, std::string>>{
+           {"ddp", ""},
+           {"zero3", " --set distributed.strategy=zero --set distributed.zero_stage=3"},
+           {"hsdp", " --set distributed.strategy=hsdp --set distributed.zero_stage=3"}}) {
+    const int64_t before = link_tx_bytes(cluster, 1) + link_tx_bytes(cluster, 2);
+    const std::string out = dir + "/" + name;
+    NodeRun r = run_two_hosts(cluster, dir, name, 2, "", "--set train.batch_size=8 --set train.output_dir=" + out + model + args);
+    ASSERT_EQ(r.status, 0) << r.log;
+    crossed[name] = link_tx_bytes(cluster, 1) + link_tx_bytes(cluster, 2) - before;
+    EXPECT_LT(tessera::testing::max_state_difference(single, io::load_checkpoint(out + "/checkpoints").model.tensors), 1e-5) << name;
+  }
+  std::printf("bytes between the hosts over 20 steps: ddp %lld, zero-3 %lld, hsdp %lld\n",
+              static_cast<long long>(crossed["ddp"]), static_cast<long long>(crossed["zero3"]),
+              static_cast<long long>(crossed["hsdp"]));
+  EXPECT_LT(crossed["hsdp"], crossed["zero3"] / 2);
+  EXPECT_LT(crossed["hsdp"], crossed["ddp"] * 11 / 10);
 }
 
 // Parameter servers across 2 hosts × (a server and 2 workers): synchronous equals one process on the

@@ -60,6 +60,29 @@ TEST(ZeroTraining, EveryStageOnRealProcessesEqualsOneProcess) {
   }
 }
 
+// distributed.strategy = "hsdp": 2 replicas of 2 ranks (as 2 hosts of 2 would be), ZeRO-3 inside
+// each, equal to one process; its sharded checkpoint (written by the first replica) resumes as plain
+// ZeRO on 3 ranks, and hsdp_shard_size = 0 takes the ranks of this host (LOCAL_WORLD_SIZE: 4, one
+// replica).
+TEST(ZeroTraining, HybridShardingEqualsOneProcessAndResumesAsZero) {
+  std::string dir = tessera::testing::fresh_dir("zero", "hsdp");
+  std::string config = write_config(dir);
+  nn::StateDict single = train(config, dir + "/single", 1);
+  const std::string hsdp = " --set distributed.strategy=hsdp --set distributed.zero_stage=3";
+  nn::StateDict hybrid = train(config, dir + "/hsdp", 4, hsdp + " --set distributed.hsdp_shard_size=2");
+  EXPECT_LT(tessera::testing::max_state_difference(single, hybrid), 1e-5);
+  EXPECT_NE(tessera::testing::read_text(dir + "/hsdp.log").find("hsdp, 2 replicas of 2 ranks"), std::string::npos)
+      << tessera::testing::read_text(dir + "/hsdp.log");
+  train(config, dir + "/split", 4,
+        hsdp + " --set distributed.hsdp_shard_size=2 --set train.max_steps=10 --set train.checkpoint_format=sharded");
+  nn::StateDict resumed = train(config, dir + "/split", 3, zero(1) + " --resume");
+  EXPECT_LT(tessera::testing::max_state_difference(single, resumed), 1e-5);
+  nn::StateDict host = train(config, dir + "/host", 4, hsdp);
+  EXPECT_LT(tessera::testing::max_state_difference(single, host), 1e-5);
+  EXPECT_NE(tessera::testing::read_text(dir + "/host.log").find("hsdp, 1 replica of 4 ranks"), std::string::npos)
+      << tessera::testing::read_text(dir + "/host.log");
+}
+
 TEST(ZeroTraining, ACheckpointResumesAtAnotherWorldSizeAndStage) {
   std::string dir = tessera::testing::fresh_dir("zero", "resume");
   std::string config = write_config(dir);

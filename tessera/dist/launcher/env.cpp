@@ -130,6 +130,19 @@ std::optional<int> local_rank_from_environment() {
   return std::nullopt;
 }
 
+std::optional<int> local_world_size_from_environment() {
+  for (const char* name : {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') continue;
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    TESSERA_CHECK(end != text && *end == '\0' && value >= 1 && value <= 1 << 20, "[env] ", name, "='", text,
+                  "' is not a number of workers on a node (a positive integer)");
+    return static_cast<int>(value);
+  }
+  return std::nullopt;
+}
+
 std::map<std::string, std::string> to_variables(const ServerEnv& env) {
   std::map<std::string, std::string> v = common_variables(env);
   v["TESSERA_ROLE"] = "server";

@@ -107,6 +107,10 @@ std::optional<int> master_port_from_environment();          // MASTER_PORT; Valu
 // mpirun) or MPI_LOCALRANKID (MPICH's); none of them set: nothing. ValueError when one is not a
 // non-negative integer.
 std::optional<int> local_rank_from_environment();
+// The number of workers on this node from the same launchers' variables (LOCAL_WORLD_SIZE, Slurm's
+// SLURM_NTASKS_PER_NODE, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's MPI_LOCALNRANKS); nullopt where
+// none is set. ValueError for one that is not a positive integer.
+std::optional<int> local_world_size_from_environment();
 
 // A parameter server's contract, as the launcher sets it.
 struct ServerEnv {

@@ -76,6 +76,7 @@ void ZeroDataParallel::Impl::bind_parameters_to_units() {
     }
     // Every rank starts from rank 0's values (its model may have been built from another seed).
     z_.group->blocking_broadcast(full, 0);
+    if (options_.replicas) options_.replicas->blocking_broadcast(full, 0);  // and every replica from the first
     // The parameters become views of the flat buffer (their handles, held by the layers, stay valid).
     for (size_t k = 0; k < unit.params.size(); ++k)
       rebind_storage(z_.params[unit.params[k]].second, full.impl()->storage, full.impl()->offset + unit.offsets[k]);
@@ -156,11 +157,16 @@ void ZeroDataParallel::Impl::launch_ready_units() {
 }
 
 void ZeroDataParallel::Impl::drain_reductions(size_t in_flight) {
-  const float scale = 1.0f / static_cast<float>(z_.world);
+  const int replicas = options_.replicas ? options_.replicas->size() : 1;
+  const float scale = 1.0f / static_cast<float>(z_.world * replicas);
   while (next_to_launch_ - next_to_drain_ > in_flight) {
     const size_t u = launch_order_[next_to_drain_++];
     reducing_[u]->wait();
     reducing_[u].reset();
+    if (replicas > 1) {  // HSDP: the piece summed over the replicas too (the only bytes between hosts)
+      options_.replicas->blocking_allreduce(received_[u], dist::ReduceOp::Sum);
+      z_.bytes_communicated += 2 * bytes_of(received_[u]) * (replicas - 1) / replicas;
+    }
     add_(grad_shard_[u], received_[u].dtype() == DType::Float32 ? received_[u] : received_[u].to(DType::Float32), scale);
     grad_flat_[u] = Tensor(), received_[u] = Tensor();
   }

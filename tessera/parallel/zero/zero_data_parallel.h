@@ -16,6 +16,10 @@
 // gradients and state at its peak, stage 2 4Ψ + 4Ψ/N + 8Ψ/N (plus a unit's gradients in flight),
 // stage 3 16Ψ/N (plus the units gathered at once). The layout is flat_unit.h's.
 //
+// Hybrid sharding (ZeroOptions::replicas): the stages inside each replica's group, the replicas kept
+// equal by an all-reduce of each reduced gradient piece across them (HSDP; hybrid_groups.h makes the
+// groups).
+//
 // A stage is two policies, not branches: where the whole parameters are kept between uses
 // (parameter_layout.h: ReplicatedParameters for stages 1 and 2, ShardedParameters for stage 3; a
 // hybrid-sharded or offloaded layout is one more), and whether gradients are reduce-scattered as
@@ -60,6 +64,12 @@ struct ZeroOptions {
   // bytes). The backends sum bf16 in float32 (the shared-memory backend rounds once, at the end; a
   // ring rounds each hop's partial sum), and this rank's piece is added to its float32 gradient.
   DType reduce_dtype = DType::Float32;
+  // Hybrid sharding (HSDP, PyTorch's HYBRID_SHARD): the group is one replica's ranks (a host's), the
+  // state is cut into group-size pieces, and `replicas` are the ranks holding this rank's pieces in
+  // the other replicas (one per host): each gradient piece reduce-scattered inside the group is then
+  // all-reduced over them, so only a piece (1/group of the gradients) crosses between hosts, and the
+  // parameters' gathers stay inside a host. Null: the group is the whole job (plain ZeRO).
+  dist::ProcessGroupPtr replicas;
 };
 
 // The bytes of training state this rank holds now.

@@ -13,6 +13,7 @@
 #include "tessera/nn/char_transformer.h"
 #include "tessera/nn/models.h"
 #include "tessera/ops/ops.h"
+#include "tessera/parallel/zero/hybrid_groups.h"
 #include "tessera/parallel/zero/sharded_checkpoint.h"
 #include "tessera/parallel/zero/zero_data_parallel.h"
 #include "testing/temp_dir.h"
@@ -117,8 +118,9 @@ std::shared_ptr<nn::Module> train_single(const Recipe& s) {
   return model;
 }
 
-// Each rank's whole model after training with ZeRO on `world` threads (gathered for stage 3).
-std::vector<nn::StateDict> train_zero(const Recipe& s, int world, ZeroOptions options) {
+// Each rank's whole model after training with ZeRO on `world` threads (gathered for stage 3); with
+// `hybrid_shard` > 0, hybrid-sharded: replicas of that many ranks.
+std::vector<nn::StateDict> train_zero(const Recipe& s, int world, ZeroOptions options, int hybrid_shard = 0) {
   std::vector<std::shared_ptr<nn::Module>> models;
   for (int r = 0; r < world; ++r) {
     manual_seed(r == 0 ? 7 : 100 + r);  // the others differ: the initial broadcast must matter
@@ -128,7 +130,13 @@ std::vector<nn::StateDict> train_zero(const Recipe& s, int world, ZeroOptions op
   const int64_t global = s.data.x.shape()[1], micro = global / s.accumulate, per_rank = micro / world;
   testing::run_on_threads(world, threaded(world), [&](dist::ProcessGroup& group) {
     const int r = group.rank();
-    ZeroDataParallel zero(models[static_cast<size_t>(r)], testing::borrow(group), options);
+    dist::ProcessGroupPtr shard = testing::borrow(group);
+    ZeroOptions mine = options;
+    if (hybrid_shard > 0) {
+      const parallel::zero::HybridGroups hybrid = parallel::zero::make_hybrid_groups(shard, hybrid_shard);
+      shard = hybrid.shard, mine.replicas = hybrid.replicas;
+    }
+    ZeroDataParallel zero(models[static_cast<size_t>(r)], shard, mine);
     auto opt = train::build_optimizer(optimizer_config(s.optimizer), optimizer_config(s.optimizer).lr,
                                       zero.parameters());
     zero.attach(*opt);
@@ -257,6 +265,43 @@ TEST_P(ZeroOptimizers, EveryOptimizerAtStage3EqualsOneProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, ZeroOptimizers, ::testing::Values("sgd", "adam", "adamw", "lars", "lamb"));
+
+// Hybrid sharding (HSDP): ZeRO inside replicas of `shard` ranks, the gradient pieces all-reduced
+// across the replicas: every rank ends with one process's parameters, whatever the cut (one replica
+// is plain ZeRO, replicas of one rank are DDP), with clipping and LAMB's whole-tensor norms.
+TEST(ZeroHybrid, ReplicasOfShardedRanksEqualOneProcess) {
+  struct Cut {
+    const char* model;
+    int stage, world, shard;
+  };
+  for (const Cut& c : {Cut{"mlp", 2, 4, 2}, Cut{"mlp", 3, 4, 2}, Cut{"gpt", 3, 4, 2}, Cut{"mlp", 3, 6, 3},
+                       Cut{"mlp", 3, 6, 2}, Cut{"mlp", 1, 4, 1}, Cut{"gpt", 2, 4, 4}}) {
+    Recipe s = setup_for(c.model, 1);
+    s.data = make_data(s.steps, 24, c.model == std::string("gpt") ? Shape{8} : Shape{20}, c.model == std::string("gpt") ? 11 : 5,
+                       3, c.model == std::string("gpt"));  // 4 and 6 ranks divide 24
+    s.clip = 0.05;
+    auto single = train_single(s);
+    ZeroOptions options;
+    options.stage = c.stage;
+    options.bucket_cap_bytes = 1024;
+    auto states = train_zero(s, c.world, options, c.shard);
+    for (int r = 0; r < c.world; ++r)
+      EXPECT_LT(max_difference(*single, states[static_cast<size_t>(r)]), 1e-5)
+          << c.model << " stage " << c.stage << ", " << c.world / c.shard << " replicas of " << c.shard << ", rank " << r;
+  }
+  Recipe s = setup_for("mlp", 1);
+  s.data = make_data(s.steps, 24, {20}, 5, 3);
+  s.optimizer = "lamb";
+  auto single = train_single(s);
+  auto states = train_zero(s, 4, ZeroOptions{.stage = 3}, 2);
+  for (int r = 0; r < 4; ++r) EXPECT_LT(max_difference(*single, states[static_cast<size_t>(r)]), 1e-5) << "lamb, rank " << r;
+}
+
+TEST(ZeroHybrid, AShardSizeThatDoesNotDivideTheWorldIsRefused) {
+  testing::run_on_threads(4, threaded(4), [&](dist::ProcessGroup& group) {
+    EXPECT_THROW(parallel::zero::make_hybrid_groups(testing::borrow(group), 3), ValueError);
+  });
+}
 
 TEST(Zero, ClippingUsesTheGlobalNormOverPieces) {
   Recipe s = setup_for("mlp", 1);
