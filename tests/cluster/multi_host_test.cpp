@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <regex>
 #include <string>
 
@@ -105,14 +106,24 @@ TEST(MultiHost, DdpAcrossHostsEqualsOneProcess) {
   }
 }
 
-// The bytes host `host` has sent on its link to the bridge (its eth0's counter).
+// The bytes host `host` has sent on its link to the bridge: eth0's transmit counter in its own
+// network namespace's /proc/net/dev (sysfs shows the namespace it was mounted in).
 int64_t link_tx_bytes(const Cluster& cluster, int host) {
-  const std::string file = cluster.name() + "-tx.txt";
-  const std::string path = std::filesystem::temp_directory_path() / file;
-  EXPECT_EQ(std::system((cluster.in(host, "cat /sys/class/net/eth0/statistics/tx_bytes") + " > " + path).c_str()), 0);
-  const std::string text = tessera::testing::read_text(path);
+  const std::string path = std::filesystem::temp_directory_path() / (cluster.name() + "-net.txt");
+  EXPECT_EQ(std::system((cluster.in(host, "cat /proc/net/dev") + " > " + path).c_str()), 0);
+  std::istringstream lines(tessera::testing::read_text(path));
   std::filesystem::remove(path);
-  return text.empty() ? -1 : std::stoll(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos || line.substr(0, colon).find("eth0") == std::string::npos) continue;
+    std::istringstream fields(line.substr(colon + 1));
+    int64_t value = 0;
+    for (int k = 0; k < 9 && fields >> value; ++k) {
+    }  // receive: bytes, packets, errs, drop, fifo, frame, compressed, multicast; then transmit bytes
+    return value;
+  }
+  ADD_FAILURE() << "host " << host << " has no eth0 in /proc/net/dev";
+  return 0;
 }
 
 // Hybrid sharding across 2 hosts × 2 ranks: equal to one process, and what crosses between the hosts
