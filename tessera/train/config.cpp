@@ -64,6 +64,9 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.zero_wrap_policy", &c.distributed.zero_wrap_policy},
       {"distributed.zero_min_unit_mb", &c.distributed.zero_min_unit_mb},
       {"distributed.hsdp_shard_size", &c.distributed.hsdp_shard_size},
+      {"distributed.local_sgd", &c.distributed.local_sgd},
+      {"distributed.outer_lr", &c.distributed.outer_lr},
+      {"distributed.outer_momentum", &c.distributed.outer_momentum},
       {"distributed.ps_mode", &c.distributed.ps_mode}, {"distributed.staleness", &c.distributed.staleness},
       {"distributed.ps_host", &c.distributed.ps_host},
       {"distributed.debug_slow_rank", &c.distributed.debug_slow_rank},
@@ -317,6 +320,16 @@ void check_settings(const TrainConfig& c) {
   one_of("distributed.backend", c.distributed.backend, {"auto", "gloo", "tcp", "shm", "mpi"});
   one_of("distributed.strategy", c.distributed.strategy, {"ddp", "zero", "hsdp", "ps", "mesh"});
   non_negative("distributed.hsdp_shard_size", c.distributed.hsdp_shard_size);
+  non_negative("distributed.local_sgd", c.distributed.local_sgd);
+  if (c.distributed.local_sgd > 0) {
+    TESSERA_CHECK(c.distributed.strategy == "ddp" && c.distributed.comm_hook == "none" && !c.distributed.sync_batchnorm,
+                  "[config] distributed.local_sgd replaces DDP's gradient all-reduce: it takes strategy = \"ddp\" "
+                  "without a comm_hook or sync_batchnorm, not strategy = \"", c.distributed.strategy, "\"");
+    TESSERA_CHECK(c.train.precision != "fp16", "[config] distributed.local_sgd: fp16's loss scaling would skip steps "
+                  "on one replica and not another; use bf16 or fp32");
+    TESSERA_CHECK(c.distributed.outer_lr > 0 && c.distributed.outer_momentum >= 0 && c.distributed.outer_momentum < 1,
+                  "[config] distributed.outer_lr must be positive and outer_momentum in [0, 1)");
+  }
   TESSERA_CHECK(c.distributed.zero_stage >= 1 && c.distributed.zero_stage <= 3,
                 "[config] distributed.zero_stage must be 1, 2 or 3, got ", c.distributed.zero_stage);
   one_of("distributed.zero_wrap_policy", c.distributed.zero_wrap_policy, {"layer", "size"});

@@ -121,6 +121,12 @@ struct DistributedConfig {
   // Hybrid sharding (strategy = "hsdp", parallel/zero/hybrid_groups.h): ZeRO at zero_stage inside
   // replicas of this many consecutive ranks, all-reduced across them; 0: the ranks of a host.
   int64_t hsdp_shard_size = 0;
+  // Local SGD / DiLoCo (train/local_sgd_strategy.h): 0, off; H > 0: the replicas train alone for H
+  // steps, then meet in one outer step (SGD at outer_lr with Nesterov momentum outer_momentum; DiLoCo's
+  // 0.7 and 0.9) on the average of their moves.
+  int64_t local_sgd = 0;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
   std::string backend = "auto";        // auto | gloo | shm | mpi
   double timeout_s = 300;              // rendezvous and every collective
   double bucket_cap_mb = 0;            // DDP gradient buckets; 0: auto (parallel/ddp/reducer.h)

@@ -2,6 +2,7 @@
 
 #include "tessera/dist/launcher/env.h"
 #include "tessera/train/ddp_strategy.h"
+#include "tessera/train/local_sgd_strategy.h"
 #include "tessera/train/local_strategy.h"
 #include "tessera/train/mesh_strategy.h"
 #include "tessera/train/ps_strategy.h"
@@ -27,6 +28,7 @@ std::unique_ptr<Strategy> make_strategy(const TrainConfig& config, StrategyEnvir
   if (config.distributed.strategy == "mesh" || uses_model_parallelism(config))
     return std::make_unique<MeshStrategy>(config, env.group, env.train_set);
   if (env.group && env.group->size() > 1) {
+    if (config.distributed.local_sgd > 0) return std::make_unique<LocalSgdStrategy>(config, env.group);
     if (config.distributed.strategy == "zero") return std::make_unique<ZeroStrategy>(config, env.group);
     if (config.distributed.strategy == "hsdp")
       return std::make_unique<ZeroStrategy>(config, env.group,
