@@ -7,7 +7,7 @@ set -u
 cd "$(dirname "$0")/.."
 rate=${1:-200mbit}
 out=$(mktemp -d /tmp/tessera_local_sgd_hosts.XXXXXX)
-cluster="env TESSERA_CLUSTER=lsgd$$ bash scripts/cluster.sh"
+cluster="env TESSERA_CLUSTER=l$(($$ % 100000)) bash scripts/cluster.sh"
 bin=$PWD/build/tessera
 trap '$cluster down >/dev/null 2>&1' EXIT
 $cluster up 4 --link "$rate" > "$out/cluster.log" 2>&1 || { cat "$out/cluster.log"; exit 1; }
@@ -18,7 +18,7 @@ run() {  # tag, then the training's extra arguments
   local pids=()
   for node in 0 1 2 3; do
     timeout -k 5 900 $cluster exec host$((node + 1)) "$bin" run --nnodes 4 --node-rank $node --nproc-per-node 1 \
-      --master-addr 198.18.0.1 --master-port 29500 -- "$bin" train examples/mlp.toml --set train.epochs=2 \
+      --master-addr 198.18.0.1 --master-port 29500 -- "$bin" train "$PWD/examples/mlp.toml" --set train.epochs=2 \
       --set train.batch_size=64 --set train.threads=1 --set train.log_every=1000 --set train.output_dir="$out/$tag" "$@" \
       > "$out/$tag-$node.log" 2>&1 &
     pids+=($!)
