@@ -151,23 +151,28 @@ void verify_checkpoint(const std::string& step_dir, Verify depth) {
     if (!fs::exists(fs::path(step_dir) / required))
       throw IoError("[verify_checkpoint] " + (fs::path(step_dir) / required).string() + " is missing");
   std::sort(files.begin(), files.end());
+  // A sharded step's piece files are read through its manifest below (each piece checked against its
+  // checksum there), not a second time here.
+  const fs::path pieces = fs::path(step_dir) / kPiecesDir;
   for (const fs::path& file : files) {
     drop_cached_pages(file);
+    if (file.parent_path() == pieces) continue;
     try {
       load_safetensors(file.string());  // checks each tensor's checksum
     } catch (const std::exception& e) {
       throw IoError("[verify_checkpoint] " + file.string() + " does not read back: " + e.what());
     }
   }
-  // A sharded step: its manifest covers every tensor, and names only pieces its files hold.
-  const fs::path pieces = fs::path(step_dir) / kPiecesDir;
+  // A sharded step: its manifest covers every tensor, and every piece is where it says, whole. A
+  // reload at another layout (one process's) reads each tensor whole from its pieces instead, which
+  // reads and checks every piece too.
   if (fs::exists(pieces)) {
     try {
       PieceReader reader(pieces.string());
-      reader.verify_all();
-      // Reloaded at another layout (one process's): each tensor assembled whole, then let go.
       if (depth == Verify::kReload)
         for (const LogicalTensor& t : reader.manifest().tensors) reader.read_whole(t.name);
+      else
+        reader.verify_all();
     } catch (const std::exception& e) {
       throw IoError("[verify_checkpoint] " + pieces.string() + " does not read back: " + e.what());
     }

@@ -64,8 +64,7 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
   for (size_t i = 0; i < full_chain.size(); ++i)
     for (auto& [name, t] : full_chain[i].module->state_dict())
       full_layout_.push_back({full_chain[i].prefix + name, t.shape(), t.dtype()});
-  std::map<std::string, int64_t> full_numel;
-  for (const auto& f : full_layout_) full_numel[f.name] = shape_numel(f.shape);
+  for (size_t i = 0; i < full_layout_.size(); ++i) full_index_[full_layout_[i].name] = i;
 
   // Tensor parallelism replaces each layer by its shard; the chain keeps its length and prefixes.
   nn::LayerChain chain = full_chain;
@@ -110,10 +109,9 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
       [this](const Tensor& out, const Tensor& targets) { return loss_of(out, targets); });
   // A parameter is a shard when it holds fewer elements than the whole tensor of its name.
   for (const auto& [name, t] : stage_->state_dict()) {
-    auto it = full_numel.find(name);
-    TESSERA_ASSERT(it != full_numel.end(), "stage tensor ", name, " has a name of the whole model");
+    TESSERA_ASSERT(full_index_.count(name), "stage tensor ", name, " has a name of the whole model");
     if (!t.requires_grad()) continue;
-    sharded_.push_back(t.numel() < it->second);
+    sharded_.push_back(t.numel() < shape_numel(full_tensor(name).shape));
     local_names_.push_back(name);
   }
   {
@@ -365,9 +363,9 @@ void MeshStrategy::load_optimizer_state(optim::Optimizer& optimizer, const nn::S
 }
 
 const MeshStrategy::FullTensor& MeshStrategy::full_tensor(const std::string& whole_name) const {
-  for (const FullTensor& f : full_layout_)
-    if (f.name == whole_name) return f;
-  throw ValueError("[model parallel] the model has no tensor " + whole_name);
+  auto it = full_index_.find(whole_name);
+  if (it == full_index_.end()) throw ValueError("[model parallel] the model has no tensor " + whole_name);
+  return full_layout_[it->second];
 }
 
 std::vector<std::pair<io::Region, Tensor>> MeshStrategy::boxes_of(const std::string& whole_name, const Tensor& local) const {

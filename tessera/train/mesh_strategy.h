@@ -92,6 +92,7 @@ class MeshStrategy : public Strategy {
   std::shared_ptr<data::Dataset> train_set_;
   std::unique_ptr<parallel::DeviceMesh> mesh_;
   std::vector<FullTensor> full_layout_;
+  std::map<std::string, size_t> full_index_;  // name -> its entry in full_layout_
   std::vector<int64_t> bounds_;
   // Per parameter of this rank: whether it is a shard (tensor parallelism) or a whole tensor; a
   // whole tensor is replicated across the tensor-parallel ranks.

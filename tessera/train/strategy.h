@@ -13,7 +13,9 @@
 // The strategies (one file each, chosen once from the config by make_strategy, make_strategy.h):
 //   local  one process
 //   ddp    replicas, gradients all-reduced in buckets during backward (parallel/ddp)
-//   zero   replicas with the optimizer state, gradients and (stage 3) parameters cut into pieces
+//   zero   replicas with the optimizer state, gradients and (stage 3) parameters cut into pieces;
+//          hsdp: the same inside each host, the hosts' replicas kept equal (one class)
+//   local_sgd  replicas that train alone for H steps, then meet in one outer step (DiLoCo)
 //   ps     parameter-server worker: push gradients, pull values; the servers run the optimizer
 //   mesh   DP x PP x TP: pipeline stages, tensor-parallel shards, data-parallel replicas
 // A new strategy is one more file: a class implementing these hooks and a line in make_strategy.

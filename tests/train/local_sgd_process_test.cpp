@@ -12,6 +12,7 @@
 
 #include "tessera/io/checkpoint.h"
 #include "testing/state_compare.h"
+#include "testing/step_records.h"
 #include "testing/temp_dir.h"
 #include "testing/train_alone.h"
 
@@ -27,21 +28,12 @@ std::string write_config(const std::string& dir) {
   return path;
 }
 
-// The last step record of a run's metrics.
-nlohmann::json last_step(const std::string& out) {
-  std::ifstream metrics(out + "/metrics.jsonl");
-  nlohmann::json last;
-  for (std::string line; std::getline(metrics, line);)
-    if (auto record = nlohmann::json::parse(line); record.value("type", "") == "step") last = record;
-  return last;
-}
+using tessera::testing::last_step;
 
 // Every step record's loss, in order.
 std::vector<double> losses(const std::string& out) {
-  std::ifstream metrics(out + "/metrics.jsonl");
   std::vector<double> out_losses;
-  for (std::string line; std::getline(metrics, line);)
-    if (auto record = nlohmann::json::parse(line); record.value("type", "") == "step") out_losses.push_back(record["loss"]);
+  for (const nlohmann::json& record : tessera::testing::step_records(out)) out_losses.push_back(record["loss"]);
   return out_losses;
 }
 

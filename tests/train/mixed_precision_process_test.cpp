@@ -15,6 +15,7 @@
 #include "tessera/nn/module.h"
 #include "tessera/train/whole_checkpoint.h"
 #include "testing/state_compare.h"
+#include "testing/step_records.h"
 #include "testing/temp_dir.h"
 #include "testing/train_alone.h"
 
@@ -35,14 +36,7 @@ nn::StateDict train(const std::string& config, const std::string& out, int nproc
   return tessera::testing::train_with_processes(config, out, nproc, extra);
 }
 
-// The last step record of a run's metrics.
-nlohmann::json last_step(const std::string& out) {
-  std::ifstream metrics(out + "/metrics.jsonl");
-  nlohmann::json last;
-  for (std::string line; std::getline(metrics, line);)
-    if (auto record = nlohmann::json::parse(line); record.value("type", "") == "step") last = record;
-  return last;
-}
+using tessera::testing::last_step;
 
 // A first scale that overflows fp16 in the first backward passes (the output gradients reach about
 // scale / batch ≫ 65504); halving each time, the scale reaches one that fits after a few skipped

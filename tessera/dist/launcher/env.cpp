@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "tessera/core/error.h"
 
@@ -117,30 +118,33 @@ std::optional<int> master_port_from_environment() {
   return static_cast<int>(value);
 }
 
-std::optional<int> local_rank_from_environment() {
-  for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
+namespace {
+
+// The first of `names` that is set, as an integer of at least `min` (launchers name the same number
+// differently); nullopt where none is. ValueError naming the variable otherwise.
+std::optional<int> first_integer_variable(std::initializer_list<const char*> names, long min, const char* what) {
+  for (const char* name : names) {
     const char* text = std::getenv(name);
     if (text == nullptr || *text == '\0') continue;
     char* end = nullptr;
     const long value = std::strtol(text, &end, 10);
-    TESSERA_CHECK(end != text && *end == '\0' && value >= 0 && value <= 1 << 20, "[env] ", name, "='", text,
-                  "' is not a local rank (a non-negative integer)");
+    TESSERA_CHECK(end != text && *end == '\0' && value >= min && value <= 1 << 20, "[env] ", name, "='", text,
+                  "' is not ", what);
     return static_cast<int>(value);
   }
   return std::nullopt;
 }
 
+}  // namespace
+
+std::optional<int> local_rank_from_environment() {
+  return first_integer_variable({"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, 0,
+                                "a local rank (a non-negative integer)");
+}
+
 std::optional<int> local_world_size_from_environment() {
-  for (const char* name : {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-    const char* text = std::getenv(name);
-    if (text == nullptr || *text == '\0') continue;
-    char* end = nullptr;
-    const long value = std::strtol(text, &end, 10);
-    TESSERA_CHECK(end != text && *end == '\0' && value >= 1 && value <= 1 << 20, "[env] ", name, "='", text,
-                  "' is not a number of workers on a node (a positive integer)");
-    return static_cast<int>(value);
-  }
-  return std::nullopt;
+  return first_integer_variable({"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"},
+                                1, "a number of workers on a node (a positive integer)");
 }
 
 std::map<std::string, std::string> to_variables(const ServerEnv& env) {
