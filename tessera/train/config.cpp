@@ -360,7 +360,7 @@ void check_settings(const TrainConfig& c) {
   positive("parallel.pp", static_cast<double>(c.parallel.pp));
   positive("parallel.tp", static_cast<double>(c.parallel.tp));
   positive("parallel.microbatches", static_cast<double>(c.parallel.microbatches));
-  one_of("parallel.schedule", c.parallel.schedule, {"gpipe", "1f1b", "interleaved", "zb-h1"});
+  one_of("parallel.schedule", c.parallel.schedule, {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"});
   positive("parallel.virtual_stages", static_cast<double>(c.parallel.virtual_stages));
   if (c.parallel.schedule == "interleaved") {
     TESSERA_CHECK(c.parallel.pp >= 2 && c.parallel.virtual_stages >= 2, "[config] parallel.schedule = 'interleaved' "
@@ -369,6 +369,11 @@ void check_settings(const TrainConfig& c) {
     TESSERA_CHECK(c.parallel.microbatches % c.parallel.pp == 0, "[config] parallel.schedule = 'interleaved' runs "
                   "micro-batches in groups of parallel.pp, so parallel.microbatches ", c.parallel.microbatches,
                   " must be a multiple of parallel.pp ", c.parallel.pp);
+  } else if (c.parallel.schedule == "zb-v") {
+    TESSERA_CHECK(c.parallel.pp >= 2, "[config] parallel.schedule = 'zb-v' needs parallel.pp >= 2, got ", c.parallel.pp);
+    TESSERA_CHECK(c.parallel.virtual_stages == 1 || c.parallel.virtual_stages == 2, "[config] parallel.schedule = "
+                  "'zb-v' runs 2 model chunks per stage (a V); parallel.virtual_stages ", c.parallel.virtual_stages,
+                  " cannot change that (leave it at 1, or 2)");
   } else {
     TESSERA_CHECK(c.parallel.virtual_stages == 1, "[config] parallel.virtual_stages ", c.parallel.virtual_stages,
                   " needs parallel.schedule = 'interleaved' (the '", c.parallel.schedule,

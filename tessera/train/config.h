@@ -163,9 +163,9 @@ struct ParallelConfig {
   int64_t dp = 0;                    // data-parallel replicas; 0: the world size / (pp · tp)
   int64_t pp = 1;                    // pipeline stages
   int64_t tp = 1;                    // tensor-parallel ranks (the transformer only)
-  std::string schedule = "1f1b";     // gpipe | 1f1b | interleaved | zb-h1 (parallel/pipeline/schedule.h)
+  std::string schedule = "1f1b";     // gpipe | 1f1b | interleaved | zb-h1 | zb-v (parallel/pipeline/schedule.h)
   int64_t microbatches = 4;          // per step; train.batch_size must be a multiple
-  int64_t virtual_stages = 1;        // model chunks per stage: 2 or more with the interleaved schedule
+  int64_t virtual_stages = 1;        // model chunks per stage: 2 or more with the interleaved schedule (zb-v: always 2)
   std::string balance = "parameters";  // parameters | time: how layers are cut into stages
 };
 

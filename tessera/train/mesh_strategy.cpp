@@ -94,17 +94,20 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
     world_->blocking_allreduce(t, dist::ReduceOp::Sum);
     for (size_t i = 0; i < costs.size(); ++i) costs[i] = t.data<float>()[i] / world_->size();
   }
-  // Interleaved, the chain is cut into pp · v chunks and stage s holds chunks s, pp + s, 2pp + s, ...
-  const int v = static_cast<int>(p.virtual_stages);
+  // Interleaved, the chain is cut into pp · v chunks and stage s holds chunks s, pp + s, 2pp + s, ...;
+  // ZB-V cuts it into 2 pp and stage s holds chunks s and 2pp-1-s.
+  const parallel::pipeline::ScheduleKind schedule = parallel::pipeline::parse_schedule(p.schedule);
+  const int v = parallel::pipeline::chunks_per_stage(schedule, static_cast<int>(p.virtual_stages));
   bounds_ = parallel::pipeline::balance_stages(costs, static_cast<int>(p.pp) * v);
   parallel::pipeline::PipelineOptions stage_options;
-  stage_options.schedule = parallel::pipeline::parse_schedule(p.schedule);
+  stage_options.schedule = schedule;
   stage_options.microbatches = p.microbatches;
   stage_options.wire = wire_dtype(config_);
   // Tensor-parallel partners pair their layers' collectives pass by pass: one order for all of them.
   if (mesh_->shape().tp > 1) stage_options.same_order_as = mesh_->tp_group();
   stage_ = std::make_unique<parallel::pipeline::PipelineStage>(
-      parallel::pipeline::stage_chunks(chain, bounds_, mesh_->coordinates().pp, static_cast<int>(p.pp)),
+      parallel::pipeline::stage_chunks(chain, bounds_, mesh_->coordinates().pp, static_cast<int>(p.pp),
+                                       parallel::pipeline::chunk_order(schedule)),
       mesh_->pp_group(), stage_options,
       [this](const Tensor& out, const Tensor& targets) { return loss_of(out, targets); });
   // A parameter is a shard when it holds fewer elements than the whole tensor of its name.
@@ -210,11 +213,11 @@ bool MeshStrategy::unscale_gradients(double inv_scale) {
 int64_t MeshStrategy::max_over_job(int64_t value) { return train::max_over_job(*world_, value); }
 
 std::optional<EvalContribution> MeshStrategy::evaluate_batch(const data::Batch& batch) {
-  // Only the last stage sees outputs, and its tensor-parallel ranks all compute the loss (a
-  // collective with tensor parallelism): the one at tp 0 reports.
+  // Only the output stage (the last; the first under ZB-V) sees outputs, and its tensor-parallel
+  // ranks all compute the loss (a collective with tensor parallelism): the one at tp 0 reports.
   parallel::tensor::TensorParallelWire wire(wire_dtype(config_));
   Tensor out = stage_->forward(batch.inputs);
-  if (!stage_->is_last()) return std::nullopt;
+  if (!stage_->holds_output()) return std::nullopt;
   Tensor loss = loss_of(out, batch.targets);
   if (mesh_->coordinates().tp != 0) return std::nullopt;
   EvalContribution c{loss, {}};
@@ -454,8 +457,10 @@ std::string MeshStrategy::describe() const {
   return "[model parallel] dp " + std::to_string(mesh_->shape().dp) + " × pp " + std::to_string(mesh_->shape().pp) +
          " × tp " + std::to_string(mesh_->shape().tp) + ", " + config_.parallel.schedule + " schedule, " +
          std::to_string(config_.parallel.microbatches) + " micro-batches; " +
-         (config_.parallel.virtual_stages > 1
-              ? std::to_string(config_.parallel.virtual_stages) + " chunks per stage, chunk c on stage c mod pp: "
+         (stage_->chunks() > 1
+              ? std::to_string(stage_->chunks()) + " chunks per stage, " +
+                    (config_.parallel.schedule == "zb-v" ? "chunks s and 2pp-1-s on stage s (a V): "
+                                                         : "chunk c on stage c mod pp: ")
               : "stages: ") +
          parallel::pipeline::describe_stages(bounds_);
 }

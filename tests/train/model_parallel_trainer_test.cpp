@@ -127,7 +127,10 @@ INSTANTIATE_TEST_SUITE_P(
                                          // 8 micro-batches: the planned orders (PipelineStage) can move
                                          // forwards and backwards, which tensor-parallel partners must
                                          // do alike (PipelineOptions::same_order_as).
-                                         Layout{"PP2TP2ZeroBubbleH1M8", 1, 2, 2, "zb-h1", 8}),
+                                         Layout{"PP2TP2ZeroBubbleH1M8", 1, 2, 2, "zb-h1", 8},
+                                         // Two chunks per stage in a V: the loss and the output on stage 0.
+                                         Layout{"PP2ZeroBubbleV", 1, 2, 1, "zb-v", 4},
+                                         Layout{"PP2TP2ZeroBubbleVM8", 1, 2, 2, "zb-v", 8}),
                        ::testing::Values(std::string("sgd"), std::string("adamw"))),
     [](const auto& info) { return std::string(std::get<0>(info.param).name) + std::get<1>(info.param); });
 
@@ -227,6 +230,14 @@ TEST(ModelParallelTrainer, BadLayoutsAreRejectedClearly) {
   c.parallel.schedule = "interleaved";
   c.parallel.microbatches = 4;
   c.train.batch_size = 8;
+  c.parallel.schedule = "zb-v";
+  c.parallel.virtual_stages = 3;
+  testing::expect_error<ValueError>([&] { validate(c); }, {"'zb-v' runs 2 model chunks per stage", "virtual_stages 3"});
+  c.parallel.virtual_stages = 1;
+  c.parallel.pp = 1;
+  testing::expect_error<ValueError>([&] { validate(c); }, {"'zb-v' needs parallel.pp >= 2, got 1"});
+  c.parallel.pp = 2;
+  c.parallel.schedule = "interleaved";
   c.parallel.virtual_stages = 3;  // 2 stages x 3 chunks = 6 chunks of a 4-layer chain
   testing::run_on_threads(2, testing::threaded(2), [&](dist::ProcessGroup& group) {
     testing::expect_error<ValueError>([&] { Trainer t(c, testing::borrow(group)); }, {"cannot cut 4 layers into 6"});

@@ -37,13 +37,18 @@ std::vector<int64_t> balance_stages(const std::vector<double>& costs, int stages
 }
 
 std::vector<nn::LayerChain> stage_chunks(const nn::LayerChain& chain, const std::vector<int64_t>& bounds, int stage,
-                                         int stages) {
+                                         int stages, ChunkOrder order) {
   const int64_t runs = static_cast<int64_t>(bounds.size()) - 1;
   TESSERA_CHECK(stages >= 1 && stage >= 0 && stage < stages && runs >= stages && runs % stages == 0,
                 "[pipeline] ", runs, " runs of layers do not split evenly over ", stages, " stages (stage ", stage, ")");
+  const int per_stage = static_cast<int>(runs / stages);
+  TESSERA_CHECK(order == ChunkOrder::Looped || per_stage == 2, "[pipeline] a V lays out 2 runs of layers per stage, got ",
+                runs, " runs for ", stages, " stages");
   std::vector<nn::LayerChain> chunks;
-  for (int64_t run = stage; run < runs; run += stages)
-    chunks.emplace_back(chain.begin() + bounds[static_cast<size_t>(run)], chain.begin() + bounds[static_cast<size_t>(run + 1)]);
+  for (int c = 0; c < per_stage; ++c) {
+    const auto run = static_cast<size_t>(virtual_stage(order, stage, stages, c));
+    chunks.emplace_back(chain.begin() + bounds[run], chain.begin() + bounds[run + 1]);
+  }
   return chunks;
 }
 

@@ -11,17 +11,19 @@
 #include <vector>
 
 #include "tessera/nn/module.h"
+#include "tessera/parallel/pipeline/schedule.h"
 
 namespace tessera::parallel::pipeline {
 
 // Stage boundaries: stage s owns layers [bounds[s], bounds[s+1]); bounds.size() == stages + 1.
 std::vector<int64_t> balance_stages(const std::vector<double>& layer_costs, int stages);
 
-// The chunks stage `stage` of `stages` holds when `bounds` cut the chain into stages·v runs: runs
-// stage, stages + stage, 2·stages + stage, ... (one run when v = 1; the interleaved schedule's
-// virtual stages otherwise).
+// The chunks stage `stage` of `stages` holds when `bounds` cut the chain into stages·v runs, chunk c
+// being run virtual_stage(order, stage, stages, c) (schedule.h): looped, runs stage, stages + stage,
+// 2·stages + stage, ... (one run when v = 1; the interleaved schedule's virtual stages otherwise);
+// in a V (ZB-V, v = 2), runs stage and 2·stages-1-stage.
 std::vector<nn::LayerChain> stage_chunks(const nn::LayerChain& chain, const std::vector<int64_t>& bounds, int stage,
-                                         int stages);
+                                         int stages, ChunkOrder order = ChunkOrder::Looped);
 
 // Parameter count of each layer (at least 1, so that parameterless layers still cost something).
 std::vector<double> parameter_costs(const nn::LayerChain& chain);

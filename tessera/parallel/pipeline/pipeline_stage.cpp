@@ -42,8 +42,15 @@ void PipelineStage::run_forward(int chunk, int64_t m, const Tensor& inputs, cons
   // The timeline's compute spans; the waits inside (for the previous stage) are StageLink's "bubble" spans.
   observe::TraceSpan span(span_name("forward", chunk, m), "pipeline");
   const size_t at = slot(chunk, m);
-  Tensor x = is_first_virtual(chunk) ? slice(inputs, 0, m * rows, (m + 1) * rows)
-                                     : link_.recv_activation(previous_stage(), static_cast<int64_t>(at), true);
+  Tensor x;
+  if (is_first_virtual(chunk)) {
+    x = slice(inputs, 0, m * rows, (m + 1) * rows);
+  } else if (const ChunkPlace from = previous_place(chunk); from.stage == stage()) {
+    x = std::move(handed_over_[at]);  // ZB-V's turn: chunk 0's output, here already
+    handed_over_[at] = Tensor();
+  } else {
+    x = link_.recv_activation(from.stage, static_cast<int64_t>(at), true);
+  }
   received_[at] = x;
   Tensor y = run_chunk(chunk, x);
   if (is_last_virtual(chunk)) {
@@ -51,9 +58,17 @@ void PipelineStage::run_forward(int chunk, int64_t m, const Tensor& inputs, cons
     loss_sum_ += loss.item<float>();
     // Each micro-batch's mean loss weighs 1/M: the sum is the whole batch's mean loss.
     backward_roots_[at] = mul(loss, static_cast<float>(loss_scale_ / static_cast<double>(M)));
+  } else if (const ChunkPlace to = next_place(chunk); to.stage == stage()) {
+    // The next chunk takes a leaf of the output; its gradient comes back through handed_over_.
+    Tensor leaf = y.detach();
+    if (y.requires_grad()) {
+      leaf.set_requires_grad(true);
+      backward_roots_[at] = y;
+    }
+    handed_over_[slot(to.chunk, m)] = leaf;
   } else {
     sent_shapes_[at] = y.shape();
-    backward_roots_[at] = link_.send_activation(y, next_stage(), static_cast<int64_t>(slot(receiving_chunk(chunk), m)));
+    backward_roots_[at] = link_.send_activation(y, to.stage, static_cast<int64_t>(slot(to.chunk, m)));
   }
 }
 
@@ -62,13 +77,25 @@ void PipelineStage::run_backward(int chunk, int64_t m) {
   const size_t at = slot(chunk, m);
   Tensor root = std::move(backward_roots_[at]);
   backward_roots_[at] = Tensor();  // frees the micro-batch's activations once backward has run
-  if (root.defined()) {
-    std::optional<autograd::DeferWeightGrads> defer;  // ZB-H1's B: input gradients now, W later
-    if (options_.schedule == ScheduleKind::ZeroBubbleH1) defer.emplace(weight_grads_[at]);
-    root.backward();
-  } else if (!is_last_virtual(chunk)) {  // a first stage whose output needs no gradient: drain what comes back
-    link_.recv_gradient(next_stage(), static_cast<int64_t>(slot(receiving_chunk(chunk), m)), sent_shapes_[at]);
+  const ChunkPlace to = is_last_virtual(chunk) ? ChunkPlace{-1, -1} : next_place(chunk);
+  Tensor output_grad;  // where the next chunk is this stage's (ZB-V's turn), its input's gradient
+  if (to.stage == stage()) {
+    const size_t next = slot(to.chunk, m);
+    output_grad = std::move(handed_over_[next]);
+    handed_over_[next] = Tensor();
+    TESSERA_CHECK(!root.defined() || output_grad.defined(), "[pipeline] stage ", stage(), " chunk ", chunk,
+                  ": the backward of micro-batch ", m, " ran before chunk ", to.chunk, "'s (the schedule's order)");
   }
+  if (root.defined()) {
+    std::optional<autograd::DeferWeightGrads> defer;  // ZB-H1's and ZB-V's B: input gradients now, W later
+    if (splits_backward(options_.schedule)) defer.emplace(weight_grads_[at]);
+    root.backward(output_grad);
+  } else if (to.stage >= 0 && to.stage != stage()) {  // output that needs no gradient: drain what comes back
+    link_.recv_gradient(to.stage, static_cast<int64_t>(slot(to.chunk, m)), sent_shapes_[at]);
+  }
+  // ZB-V's turn: the input's gradient, which the previous chunk (this stage's) starts its backward from.
+  if (!is_first_virtual(chunk) && previous_place(chunk).stage == stage() && received_[at].requires_grad())
+    handed_over_[at] = received_[at].grad();
   received_[at] = Tensor();
 }
 
@@ -81,15 +108,16 @@ StepStats PipelineStage::train_step(const Tensor& inputs, const Tensor& targets)
   using Clock = std::chrono::steady_clock;
   const int64_t M = options_.microbatches;
   int64_t batch = 0;
-  if (is_first()) {
+  if (holds_input()) {
     TESSERA_CHECK(inputs.defined() && inputs.dim() >= 1, "[pipeline] the first stage needs the batch's inputs");
     batch = inputs.shape()[0];
   }
-  if (is_last()) {
-    TESSERA_CHECK(targets.defined() && targets.dim() >= 1, "[pipeline] the last stage needs the batch's targets");
+  if (holds_output()) {
+    TESSERA_CHECK(targets.defined() && targets.dim() >= 1, "[pipeline] stage ", stage(), " (the ",
+                  schedule_name(options_.schedule), " schedule's output stage) needs the batch's targets");
     batch = targets.shape()[0];
   }
-  TESSERA_CHECK(!is_first() || !is_last() || inputs.shape()[0] == targets.shape()[0], "[pipeline] inputs hold ",
+  TESSERA_CHECK(!holds_input() || !holds_output() || inputs.shape()[0] == targets.shape()[0], "[pipeline] inputs hold ",
                 inputs.shape()[0], " samples but targets ", targets.shape()[0]);
   TESSERA_CHECK(batch % M == 0, "[pipeline] the batch of ", batch, " samples does not split into ", M,
                 " equal micro-batches; make train.batch_size a multiple of parallel.microbatches");
@@ -101,6 +129,7 @@ StepStats PipelineStage::train_step(const Tensor& inputs, const Tensor& targets)
   backward_roots_.assign(slots, Tensor());
   sent_shapes_.assign(slots, Shape());
   received_.assign(slots, Tensor());
+  handed_over_.assign(slots, Tensor());
   weight_grads_.assign(slots, autograd::WeightGradQueue());
   loss_sum_ = 0.0;
   StepStats stats;
@@ -127,12 +156,12 @@ StepStats PipelineStage::train_step(const Tensor& inputs, const Tensor& targets)
   stats.compute_seconds = std::max(0.0, stats.wall_seconds - (link_.wait_seconds() - wait0));
   stats.bytes_sent = link_.bytes_sent() - sent0;
   stats.bytes_received = link_.bytes_received() - received0;
-  // Every stage reports the step's loss: the last stage has it.
+  // Every stage reports the step's loss: the output stage has it.
   Tensor loss = Tensor::empty({1});
   loss.data<float>()[0] = static_cast<float>(loss_sum_ / static_cast<double>(M));
-  if (stages() > 1) group_->blocking_broadcast(loss, stages() - 1);
+  if (stages() > 1) group_->blocking_broadcast(loss, output_stage(options_.schedule, stages()));
   stats.loss = loss.data<float>()[0];
-  if (options_.schedule == ScheduleKind::ZeroBubbleH1 && stages() > 1 && steps_run_ < kPlanningSteps) {
+  if (splits_backward(options_.schedule) && stages() > 1 && steps_run_ < kPlanningSteps) {
     ++steps_run_;
     plan_from_measured_passes(stats);
   }
@@ -165,8 +194,8 @@ void PipelineStage::plan_from_measured_passes(const StepStats& stats) {
 }
 
 void PipelineStage::plan_from(const std::vector<PassTimes>& times) {
-  TESSERA_CHECK(options_.schedule == ScheduleKind::ZeroBubbleH1, "[pipeline] only ZB-H1 plans from pass times; this "
-                "stage runs ", schedule_name(options_.schedule));
+  TESSERA_CHECK(splits_backward(options_.schedule), "[pipeline] only ZB-H1 and ZB-V plan from pass times; this stage "
+                "runs ", schedule_name(options_.schedule));
   actions_ = make_schedule(options_.schedule, stage(), stages(), options_.microbatches, chunks(), times);
   ++plans_;
 }
@@ -174,14 +203,17 @@ void PipelineStage::plan_from(const std::vector<PassTimes>& times) {
 Tensor PipelineStage::forward(const Tensor& inputs) {
   NoGradGuard no_grad;
   Tensor x = inputs;
-  for (int c = 0; c < chunks(); ++c) {  // with one micro-batch, a chunk's messages are keyed by the chunk
-    if (!is_first_virtual(c)) x = link_.recv_activation(previous_stage(), c, false);
+  // With one micro-batch, a chunk's messages are keyed by the chunk. A chunk whose input is this
+  // stage's (ZB-V's turn) takes the previous chunk's output, x as it is.
+  for (int c = 0; c < chunks(); ++c) {
+    if (!is_first_virtual(c) && previous_place(c).stage != stage()) x = link_.recv_activation(previous_place(c).stage, c, false);
     Tensor y = run_chunk(c, x);
     if (is_last_virtual(c)) {
       link_.wait_sends();
       return y;
     }
-    link_.send_activation(y, next_stage(), receiving_chunk(c));
+    if (const ChunkPlace to = next_place(c); to.stage != stage()) link_.send_activation(y, to.stage, to.chunk);
+    x = y;
   }
   link_.wait_sends();
   return Tensor();

@@ -1,6 +1,7 @@
 // A pipeline of P stages (ranks as threads) accumulates exactly the gradients of one process running
-// the whole model on the whole batch, for GPipe, 1F1B, interleaved 1F1B (v chunks per stage) and
-// ZB-H1 (weight gradients deferred to W passes), and any number of micro-batches.
+// the whole model on the whole batch, for GPipe, 1F1B, interleaved 1F1B (v chunks per stage), ZB-H1
+// (weight gradients deferred to W passes) and ZB-V (two chunks per stage in a V), and any number of
+// micro-batches; ZB-V's gradients are 1F1B's bit for bit.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -56,7 +57,7 @@ struct Case {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  const char* names[] = {"GPipe", "OneFOneB", "Interleaved", "ZeroBubbleH1"};
+  const char* names[] = {"GPipe", "OneFOneB", "Interleaved", "ZeroBubbleH1", "ZeroBubbleV"};
   // Appended piece by piece: GCC 12 reports its own std::string operator+ here (-Wstringop-overflow,
   // a false positive).
   std::string name = c.gpt ? "Gpt" : "Mlp";
@@ -72,40 +73,63 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return name;
 }
 
-class PipelineEquivalence : public ::testing::TestWithParam<Case> {};
-
-TEST_P(PipelineEquivalence, GradientsAndLossEqualOneProcess) {
-  const Case c = GetParam();
+// The batch every case trains on: 24 samples, which divide by every micro-batch count below.
+struct Batch {
+  Tensor inputs, targets;
+};
+Batch make_batch(bool gpt) {
   Generator gen(7);
-  const int64_t batch = 24;  // divides by every micro-batch count below
-  Tensor inputs = c.gpt ? randint(0, 11, {batch, 6}, gen) : randn({batch, 6}, gen);
-  Tensor targets = c.gpt ? randint(0, 11, {batch, 6}, gen) : randint(0, 3, {batch}, gen);
-  manual_seed(3);
-  std::shared_ptr<nn::Module> reference = c.gpt ? std::shared_ptr<nn::Module>(make_gpt()) : make_mlp();
-  Tensor ref_loss = mean_cross_entropy(reference->forward(inputs), targets);
-  ref_loss.backward();
-  std::map<std::string, Tensor> ref_grads;
-  for (auto& [name, p] : reference->named_parameters()) ref_grads[name] = p.grad();
+  const int64_t batch = 24;
+  Tensor inputs = gpt ? randint(0, 11, {batch, 6}, gen) : randn({batch, 6}, gen);
+  return {inputs, gpt ? randint(0, 11, {batch, 6}, gen) : randint(0, 3, {batch}, gen)};
+}
+
+struct PipelineRun {
+  std::map<std::string, Tensor> grads;
+  std::vector<StepStats> stats;
+};
+
+// One step of the case's pipeline (ranks as threads) on copies of `model`.
+PipelineRun run_pipeline(const Case& c, nn::Module& model, const Batch& batch) {
   // One copy of the model per rank, built here: the default generator is not for concurrent use.
   std::vector<std::shared_ptr<nn::Module>> copies;
   for (int r = 0; r < c.stages; ++r) {
     copies.push_back(c.gpt ? std::shared_ptr<nn::Module>(make_gpt()) : make_mlp());
-    copies.back()->load_state_dict(reference->state_dict());
+    copies.back()->load_state_dict(model.state_dict());
   }
   std::mutex mu;
-  std::map<std::string, Tensor> grads;
-  std::vector<StepStats> stats(c.stages);
+  PipelineRun run;
+  run.stats.resize(c.stages);
   testing::run_on_threads(c.stages, threaded(c.stages), [&](dist::ProcessGroup& group) {
     const int r = group.rank();
     nn::LayerChain chain = chain_of(*copies[r]);
     auto bounds = balance_stages(parameter_costs(chain), c.stages * c.chunks);
-    PipelineStage stage(stage_chunks(chain, bounds, r, c.stages), borrow(group), {c.schedule, c.microbatches},
-                        mean_cross_entropy);
-    stats[r] = stage.train_step(r == 0 ? inputs : Tensor(), r == c.stages - 1 ? targets : Tensor());
+    PipelineStage stage(stage_chunks(chain, bounds, r, c.stages, chunk_order(c.schedule)), borrow(group),
+                        {c.schedule, c.microbatches}, mean_cross_entropy);
+    EXPECT_EQ(stage.holds_output(), r == output_stage(c.schedule, c.stages));
+    run.stats[r] = stage.train_step(stage.holds_input() ? batch.inputs : Tensor(),
+                                    stage.holds_output() ? batch.targets : Tensor());
     std::lock_guard lock(mu);
     for (auto& [name, t] : stage.state_dict())
-      if (t.requires_grad()) grads[name] = t.grad();
+      if (t.requires_grad()) run.grads[name] = t.grad();
   });
+  return run;
+}
+
+class PipelineEquivalence : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PipelineEquivalence, GradientsAndLossEqualOneProcess) {
+  const Case c = GetParam();
+  const Batch batch = make_batch(c.gpt);
+  manual_seed(3);
+  std::shared_ptr<nn::Module> reference = c.gpt ? std::shared_ptr<nn::Module>(make_gpt()) : make_mlp();
+  Tensor ref_loss = mean_cross_entropy(reference->forward(batch.inputs), batch.targets);
+  ref_loss.backward();
+  std::map<std::string, Tensor> ref_grads;
+  for (auto& [name, p] : reference->named_parameters()) ref_grads[name] = p.grad();
+  PipelineRun run = run_pipeline(c, *reference, batch);
+  std::map<std::string, Tensor>& grads = run.grads;
+  std::vector<StepStats>& stats = run.stats;
   ASSERT_EQ(grads.size(), ref_grads.size());
   for (auto& [name, g] : ref_grads) {
     ASSERT_TRUE(grads[name].defined()) << name;
@@ -137,8 +161,32 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{false, 2, 8, ScheduleKind::Interleaved, 3}, Case{true, 2, 4, ScheduleKind::Interleaved, 2},
                       Case{false, 1, 4, ScheduleKind::ZeroBubbleH1}, Case{false, 2, 4, ScheduleKind::ZeroBubbleH1},
                       Case{false, 3, 8, ScheduleKind::ZeroBubbleH1}, Case{false, 4, 2, ScheduleKind::ZeroBubbleH1},
-                      Case{true, 2, 4, ScheduleKind::ZeroBubbleH1}, Case{true, 3, 4, ScheduleKind::ZeroBubbleH1}),
+                      Case{true, 2, 4, ScheduleKind::ZeroBubbleH1}, Case{true, 3, 4, ScheduleKind::ZeroBubbleH1},
+                      Case{false, 2, 1, ScheduleKind::ZeroBubbleV, 2}, Case{false, 2, 4, ScheduleKind::ZeroBubbleV, 2},
+                      Case{false, 3, 8, ScheduleKind::ZeroBubbleV, 2}, Case{false, 3, 2, ScheduleKind::ZeroBubbleV, 2},
+                      Case{true, 2, 4, ScheduleKind::ZeroBubbleV, 2}, Case{true, 2, 8, ScheduleKind::ZeroBubbleV, 2}),
     case_name);
+
+// ZB-V cuts the model into 2P chunks instead of P and runs B, W and the chunks in another order,
+// but each parameter's gradient sums its micro-batches in the same order, from the same products:
+// the gradients and the loss are 1F1B's bit for bit.
+TEST(PipelineStageZeroBubbleV, GradientsAndLossAreOneFOneBsBitForBit) {
+  for (bool gpt : {false, true})
+    for (int stages : {2, 3}) {
+      if (gpt && stages == 3) continue;  // the small GPT's chain has 5 layers, fewer than 2·3 chunks
+      const Batch batch = make_batch(gpt);
+      manual_seed(5);
+      std::shared_ptr<nn::Module> model = gpt ? std::shared_ptr<nn::Module>(make_gpt()) : make_mlp();
+      const PipelineRun one_f_one_b = run_pipeline({gpt, stages, 4, ScheduleKind::OneForwardOneBackward}, *model, batch);
+      const PipelineRun v = run_pipeline({gpt, stages, 4, ScheduleKind::ZeroBubbleV, 2}, *model, batch);
+      ASSERT_EQ(v.grads.size(), one_f_one_b.grads.size());
+      for (const auto& [name, g] : one_f_one_b.grads)
+        EXPECT_EQ(v.grads.at(name).to_vector<float>(), g.to_vector<float>()) << name << " P=" << stages;
+      EXPECT_EQ(v.stats[0].loss, one_f_one_b.stats[0].loss);
+      // Every stage holds at most 2P chunks' activations: P stages' worth, 1F1B's stage 0's.
+      for (int r = 0; r < stages; ++r) EXPECT_LE(v.stats[r].peak_activations, 2 * one_f_one_b.stats[0].peak_activations);
+    }
+}
 
 // ZB-H1 plans its order again after each of its first steps, from the passes every stage measured
 // (all-gathered). Whatever order the measured speeds give, B and W run in micro-batch order, so every
@@ -273,7 +321,7 @@ TEST(PipelineStageErrors, AnIndivisibleBatchIsRejected) {
 }
 
 // The no-grad pass through `stages` stages of `chunks` chunks each equals the whole model's forward,
-// and only the last stage returns it.
+// and only the output stage returns it.
 void expect_evaluation_equals_the_model(int stages, int chunks, ScheduleKind schedule, uint64_t seed) {
   manual_seed(seed);
   auto reference = make_mlp();
@@ -291,10 +339,11 @@ void expect_evaluation_equals_the_model(int stages, int chunks, ScheduleKind sch
     auto chain = copies[r]->layer_chain();
     auto bounds = balance_stages(parameter_costs(chain), stages * chunks);
     // M = P: the interleaved order needs a multiple of the stages (forward itself runs one micro-batch).
-    PipelineStage stage(stage_chunks(chain, bounds, r, stages), borrow(group), {schedule, stages}, mean_cross_entropy);
+    PipelineStage stage(stage_chunks(chain, bounds, r, stages, chunk_order(schedule)), borrow(group),
+                        {schedule, stages}, mean_cross_entropy);
     EXPECT_EQ(stage.chunks(), chunks);
     Tensor out = stage.forward(r == 0 ? x : Tensor());
-    if (r == stages - 1) got = out;
+    if (r == output_stage(schedule, stages)) got = out;
     else EXPECT_FALSE(out.defined());
   });
   testing::expect_near(got, want.to_vector<float>(), 1e-6f);
@@ -306,6 +355,10 @@ TEST(PipelineStageForward, EvaluationPassesThroughEveryStage) {
 
 TEST(PipelineStageForward, EvaluationGoesRoundTheRingThroughEveryChunk) {
   expect_evaluation_equals_the_model(2, 3, ScheduleKind::Interleaved, 6);
+}
+
+TEST(PipelineStageForward, EvaluationGoesDownAndBackUpTheV) {
+  expect_evaluation_equals_the_model(3, 2, ScheduleKind::ZeroBubbleV, 7);
 }
 
 }  // namespace

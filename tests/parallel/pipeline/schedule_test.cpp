@@ -1,5 +1,6 @@
 // The pipeline schedules: every micro-batch runs forward then backward once (and W once, under
-// ZB-H1), 1F1B and ZB-H1 hold at most P - s micro-batches' activations on stage s, and every
+// ZB-H1 and ZB-V), 1F1B and ZB-H1 hold at most P - s micro-batches' activations on stage s, ZB-V at
+// most 2P chunks' (P stages' worth, 1F1B's stage 0), and every
 // schedule, run by all stages with sends that never block and receives that wait, finishes (no
 // deadlock) with exactly its theoretical bubble when passes take equal time.
 #include <gtest/gtest.h>
@@ -58,10 +59,13 @@ TEST(PipelineSchedule, EveryScheduleFinishesWithItsTheoreticalBubble) {
       {ScheduleKind::ZeroBubbleH1, 2, 4, 1}, {ScheduleKind::ZeroBubbleH1, 4, 16, 1},
       {ScheduleKind::ZeroBubbleH1, 3, 16, 1}, {ScheduleKind::ZeroBubbleH1, 4, 4, 1},
       {ScheduleKind::ZeroBubbleH1, 2, 1, 1}, {ScheduleKind::ZeroBubbleH1, 4, 2, 1},
-      {ScheduleKind::ZeroBubbleH1, 8, 32, 1}};
+      {ScheduleKind::ZeroBubbleH1, 8, 32, 1}, {ScheduleKind::ZeroBubbleV, 2, 16, 2},
+      {ScheduleKind::ZeroBubbleV, 2, 2, 2},  {ScheduleKind::ZeroBubbleV, 4, 16, 2},
+      {ScheduleKind::ZeroBubbleV, 3, 5, 2},  {ScheduleKind::ZeroBubbleV, 8, 32, 2},
+      {ScheduleKind::ZeroBubbleV, 4, 2, 2},  {ScheduleKind::ZeroBubbleV, 2, 1, 2}};
   for (const Layout& l : layouts) {
-    // Equal passes: F, B and W one unit each under ZB-H1, else a backward (B and W together) two.
-    const bool split = l.kind == ScheduleKind::ZeroBubbleH1;
+    // Equal passes: F, B and W one unit each under ZB-H1 and ZB-V, else a backward (B and W together) two.
+    const bool split = splits_backward(l.kind);
     const std::vector<PassTimes> equal(static_cast<size_t>(l.stages), PassTimes{1.0, split ? 1.0 : 2.0, split ? 1.0 : 0.0});
     double simulated = -1;
     ASSERT_NO_THROW(simulated = simulated_bubble(l.kind, l.m, l.chunks, equal))
@@ -107,6 +111,90 @@ TEST(PipelineSchedule, InterleavedRunsEveryChunkOfEveryMicrobatchOnceAndFollowsM
   EXPECT_EQ(a[0], (Action{K::Forward, 0, 0}));
   EXPECT_EQ(a[1], (Action{K::Forward, 1, 0}));
   EXPECT_EQ(a[2], (Action{K::Forward, 0, 1}));
+}
+
+// ZB-V with equal passes meets its theory at every M but M = P+1 for P >= 5, where the last stage,
+// holding 2P chunks, makes the last micro-batch wait (1.47x at P = 8, M = 9). Every order runs each chunk's F, B and W
+// once per micro-batch, in micro-batch order, and holds at most 2P chunks' activations.
+TEST(PipelineSchedule, ZeroBubbleVMeetsItsTheoryAndHoldsOneFOneBsPeakOnEveryStage) {
+  for (int stages = 2; stages <= 8; ++stages)
+    for (int64_t m = 1; m <= 32; ++m) {
+      const std::vector<PassTimes> unit(static_cast<size_t>(stages), PassTimes{1, 1, 1});
+      const double simulated = simulated_bubble(ScheduleKind::ZeroBubbleV, m, 2, unit);
+      const double theory = theoretical_bubble(ScheduleKind::ZeroBubbleV, stages, m, 2);
+      if (m != stages + 1 || stages < 5) {
+        EXPECT_NEAR(simulated, theory, 1e-12) << "P=" << stages << " M=" << m;
+      }
+      EXPECT_LE(simulated, 1.5 * theory) << "P=" << stages << " M=" << m;
+      if (m >= stages) {
+        EXPECT_LT(theory, theoretical_bubble(ScheduleKind::ZeroBubbleH1, stages, m));
+      }
+      for (int s = 0; s < stages; ++s) {
+        const auto actions = make_schedule(ScheduleKind::ZeroBubbleV, s, stages, m, 2);
+        ASSERT_EQ(actions.size(), static_cast<size_t>(6 * m));
+        int64_t next[2][3] = {{0, 0, 0}, {0, 0, 0}};
+        for (const Action& a : actions) {
+          ASSERT_TRUE(a.chunk == 0 || a.chunk == 1);
+          EXPECT_EQ(a.microbatch, next[a.chunk][static_cast<int>(a.kind)]++) << "P=" << stages << " s=" << s;
+          if (a.kind != K::Forward) {  // B after its F, W after its B
+            EXPECT_LT(a.microbatch, next[a.chunk][static_cast<int>(a.kind) - 1]);
+          }
+        }
+        EXPECT_LE(peak_in_flight(actions), 2 * stages) << "P=" << stages << " s=" << s;
+      }
+    }
+  EXPECT_NEAR(theoretical_bubble(ScheduleKind::ZeroBubbleV, 2, 16, 2), 1.0 / 97.0, 1e-15);
+}
+
+// A V's chunks: stage s holds virtual stages s and 2P-1-s; the last stage the two middle ones.
+TEST(PipelineSchedule, ZeroBubbleVLaysTheChunksOutInAV) {
+  EXPECT_EQ(virtual_stage(ChunkOrder::V, 0, 4, 0), 0);
+  EXPECT_EQ(virtual_stage(ChunkOrder::V, 0, 4, 1), 7);
+  EXPECT_EQ(virtual_stage(ChunkOrder::V, 3, 4, 0), 3);
+  EXPECT_EQ(virtual_stage(ChunkOrder::V, 3, 4, 1), 4);
+  EXPECT_EQ(virtual_stage(ChunkOrder::Looped, 1, 4, 1), 5);
+  for (ChunkOrder order : {ChunkOrder::V, ChunkOrder::Looped})
+    for (int vs = 0; vs < 8; ++vs) {
+      const ChunkPlace at = place_of(order, vs, 4, 2);
+      EXPECT_EQ(virtual_stage(order, at.stage, 4, at.chunk), vs);
+    }
+  EXPECT_EQ(output_stage(ScheduleKind::ZeroBubbleV, 4), 0);
+  EXPECT_EQ(output_stage(ScheduleKind::OneForwardOneBackward, 4), 3);
+  EXPECT_EQ(chunks_per_stage(ScheduleKind::ZeroBubbleV, 1), 2);
+  EXPECT_EQ(chunks_per_stage(ScheduleKind::Interleaved, 3), 3);
+  EXPECT_EQ(chunks_per_stage(ScheduleKind::ZeroBubbleH1, 3), 1);
+}
+
+// Planned from measured or random passes (W of 0 among them), ZB-V's orders keep their bounds and
+// run at other speeds than planned without deadlock. With the GPT's measured passes (halved: a
+// chunk is half a stage) the planned order is 1.11x the theory at P = 2, M = 16 (the Python model's
+// figure), where ZB-H1's is 1.10x its own, twice as large, theory.
+TEST(PipelineSchedule, ZeroBubbleVPlannedFromMeasuredPassesKeepsTheBoundsAtAnySpeed) {
+  std::mt19937 gen(13);
+  std::uniform_real_distribution<double> length(0.2, 5.0);
+  auto random_stages = [&](int stages, bool no_weight) {
+    std::vector<PassTimes> times(static_cast<size_t>(stages));
+    for (auto& t : times) t = {length(gen), length(gen), no_weight ? 0.0 : length(gen)};
+    return times;
+  };
+  for (int stages : {2, 3, 4, 6})
+    for (int64_t m : {1, 2, 3, 4, 8, 16})
+      for (int trial = 0; trial < 4; ++trial) {
+        const auto planned = random_stages(stages, trial == 3);
+        std::vector<std::vector<Action>> orders;
+        for (int s = 0; s < stages; ++s) {
+          orders.push_back(make_schedule(ScheduleKind::ZeroBubbleV, s, stages, m, 2, planned));
+          ASSERT_EQ(orders.back().size(), static_cast<size_t>(6 * m));
+          EXPECT_LE(peak_in_flight(orders.back()), 2 * stages);
+        }
+        double bubble = -1;
+        ASSERT_NO_THROW(bubble = simulated_bubble(orders, m, 2, random_stages(stages, false), ChunkOrder::V))
+            << "P=" << stages << " M=" << m << " deadlocks at speeds other than planned";
+        EXPECT_GE(bubble, 0.0);
+      }
+  const std::vector<PassTimes> measured(2, PassTimes{2.08, 2.10, 1.50});
+  const double planned = simulated_bubble(ScheduleKind::ZeroBubbleV, 16, 2, measured);
+  EXPECT_NEAR(planned / theoretical_bubble(ScheduleKind::ZeroBubbleV, 2, 16, 2), 1.108, 0.005);
 }
 
 // Every micro-batch runs F, B and W once, in that order and in micro-batch order per kind; stage s
@@ -211,7 +299,9 @@ TEST(PipelineSchedule, ZeroBubblePlanningRefusesPassTimesItCannotUse) {
       {"W -1"});
   testing::expect_error<ValueError>(
       [] { make_schedule(ScheduleKind::OneForwardOneBackward, 0, 2, 4, 1, {PassTimes{}, PassTimes{}}); },
-      {"only ZB-H1 plans from pass times"});
+      {"only ZB-H1 and ZB-V plan from pass times"});
+  testing::expect_error<ValueError>([] { make_schedule(ScheduleKind::ZeroBubbleV, 0, 2, 4, 1); }, {"2 model chunks per stage"});
+  testing::expect_error<ValueError>([] { make_schedule(ScheduleKind::ZeroBubbleV, 0, 1, 4, 2); }, {"at least 2 stages"});
 }
 
 // Stage 0 starts with B0, which waits on stage 1's B0, which waits on stage 1's F0, which waits on
@@ -250,14 +340,14 @@ TEST(PipelineSchedule, TheoreticalBubble) {
 TEST(PipelineSchedule, BadArgumentsAreRejected) {
   testing::expect_error<ValueError>([] { make_schedule(ScheduleKind::GPipe, 2, 2, 4); }, {"stage 2 of 2"});
   testing::expect_error<ValueError>([] { make_schedule(ScheduleKind::GPipe, 0, 2, 0); }, {"micro-batch"});
-  testing::expect_error<ValueError>([] { parse_schedule("zigzag"); }, {"zigzag", "gpipe", "1f1b", "interleaved", "zb-h1"});
+  testing::expect_error<ValueError>([] { parse_schedule("zigzag"); }, {"zigzag", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"});
   testing::expect_error<ValueError>([] { make_schedule(ScheduleKind::Interleaved, 0, 2, 3, 2); },
                                     {"multiple of 2", "parallel.microbatches (3)"});
   testing::expect_error<ValueError>([] { make_schedule(ScheduleKind::Interleaved, 0, 2, 4, 1); }, {"at least 2 model chunks"});
   testing::expect_error<ValueError>([] { make_schedule(ScheduleKind::OneForwardOneBackward, 0, 2, 4, 2); },
                                     {"one model chunk", "interleaved"});
   for (auto kind : {ScheduleKind::GPipe, ScheduleKind::OneForwardOneBackward, ScheduleKind::Interleaved,
-                    ScheduleKind::ZeroBubbleH1})
+                    ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleV})
     EXPECT_EQ(parse_schedule(schedule_name(kind)), kind);
 }
 
