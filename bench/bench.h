@@ -124,7 +124,7 @@ struct ModelParallelBenchOptions {
   int warmup = 2;
   std::string bubble_microbatches = "1,4,8,16";
   int bubble_stages = 2;
-  std::string schedules = "gpipe,1f1b,interleaved,zb-h1";
+  std::string schedules = "gpipe,1f1b,interleaved,zb-h1,zb-v";
   int64_t virtual_stages = 2;  // of the interleaved schedule
   bool no_layouts = false;
   bool worker = false;  // internal: one rank of a measured job

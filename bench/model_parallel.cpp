@@ -8,7 +8,7 @@
 //   bubble: per stage, 1 - compute/wall of each step, where compute is the step's wall time minus
 //     the time blocked receiving from or sending to a neighbour (pipeline_stage.h); the mean over
 //     stages and timed steps, against the schedule's theory (schedule.h: (P-1)/(M+P-1) for GPipe
-//     and 1F1B, (P-1)/(vM+P-1) interleaved, (P-1)/(3M+P-1) for ZB-H1).
+//     and 1F1B, (P-1)/(vM+P-1) interleaved, (P-1)/(3M+P-1) for ZB-H1, (P-1)/(6M+P-1) for ZB-V).
 //   p2p message: after the timed steps, stages 0 and 1 bounce one micro-batch's activation
 //     (header and payload, as the pipeline sends it) 20 times; half the mean round trip is the
 //     one-way cost every forward and backward message pays.
@@ -227,7 +227,7 @@ int model_parallel(const ModelParallelBenchOptions& o) {
               P, static_cast<long long>(o.virtual_stages));
   std::printf("| M |");
   for (const auto& [name, kind] : schedules) std::printf(" %s |", name.c_str());
-  std::printf(" measured / theory (/ simulated) | stage 0's passes F / B / W ms | peak micro-batches held on stage 0 | "
+  std::printf(" measured / theory (/ simulated) | each stage's passes F / B / W ms | peak (chunk, micro-batch) activations held on stage 0 | "
               "p2p message: bytes, one-way µs |\n|---|");
   for (size_t i = 0; i < schedules.size(); ++i) std::printf("---|");
   std::printf("---|---|---|---|\n");
@@ -236,7 +236,7 @@ int model_parallel(const ModelParallelBenchOptions& o) {
     const int64_t m = std::stoll(item);
     std::string cells, ratios, peaks, p2p, passes;
     for (const auto& [name, kind] : schedules) {
-      const int v = kind == parallel::pipeline::ScheduleKind::Interleaved ? static_cast<int>(o.virtual_stages) : 1;
+      const int v = parallel::pipeline::chunks_per_stage(kind, static_cast<int>(o.virtual_stages));
       if (kind == parallel::pipeline::ScheduleKind::Interleaved && m % P != 0) {
         cells += " — |";  // Megatron's order needs M a multiple of P
         continue;
@@ -255,10 +255,13 @@ int model_parallel(const ModelParallelBenchOptions& o) {
       std::snprintf(cell, sizeof cell, "%s%s %.2f× (/ %.2f×)", ratios.empty() ? "" : ", ", name.c_str(),
                     theory > 0 ? got / theory : 0.0, simulated > 0 ? got / simulated : 0.0);
       ratios += cell;
-      const auto& t = j["ranks"][0]["pass_seconds"];
-      std::snprintf(cell, sizeof cell, "%s%s %.2f / %.2f / %.2f", passes.empty() ? "" : ", ", name.c_str(),
-                    1e3 * t[0].get<double>(), 1e3 * t[1].get<double>(), 1e3 * t[2].get<double>());
-      passes += cell;
+      passes += (passes.empty() ? "" : ", ") + name;
+      for (size_t r = 0; r < j["ranks"].size(); ++r) {  // stage by stage: their imbalance is bubble no order removes
+        const auto& t = j["ranks"][r]["pass_seconds"];
+        std::snprintf(cell, sizeof cell, "%s%.2f / %.2f / %.2f", r == 0 ? " " : " ; ", 1e3 * t[0].get<double>(),
+                      1e3 * t[1].get<double>(), 1e3 * t[2].get<double>());
+        passes += cell;
+      }
       std::snprintf(cell, sizeof cell, "%s%lld", peaks.empty() ? "" : " / ", j["ranks"][0]["peak_activations"].get<long long>());
       peaks += cell;
       if (p2p.empty()) {
@@ -284,7 +287,8 @@ int model_parallel(const ModelParallelBenchOptions& o) {
                             {"PP=2 GPipe", 1, 2, 1, "gpipe", 8},
                             {"PP=2 1F1B", 1, 2, 1, "1f1b", 8},
                             {"PP=2 interleaved (v=2)", 1, 2, 1, "interleaved", 8},
-                            {"PP=2 ZB-H1", 1, 2, 1, "zb-h1", 8}, {"TP=2", 1, 1, 2, "1f1b", 1},
+                            {"PP=2 ZB-H1", 1, 2, 1, "zb-h1", 8},
+                            {"PP=2 ZB-V", 1, 2, 1, "zb-v", 8},   {"TP=2", 1, 1, 2, "1f1b", 1},
                             {"DP=2", 2, 1, 1, "1f1b", 1},        {"DP=2 x PP=2", 2, 2, 1, "1f1b", 8},
                             {"DP=2 x TP=2", 2, 1, 2, "1f1b", 1}};
   std::printf("\nPer layout (M = micro-batches; peak tensor MiB and peak RSS MiB per rank)\n");

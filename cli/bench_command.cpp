@@ -147,7 +147,7 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   mpb->add_option("--bubble-stages", mo->bubble_stages, "Pipeline stages of the bubble sweep")
       ->capture_default_str()->check(CLI::Range(2, 64));
-  mpb->add_option("--schedules", mo->schedules, "Schedules of the bubble sweep (gpipe, 1f1b, interleaved, zb-h1)")
+  mpb->add_option("--schedules", mo->schedules, "Schedules of the bubble sweep (gpipe, 1f1b, interleaved, zb-h1, zb-v)")
       ->capture_default_str();
   mpb->add_option("--virtual-stages", mo->virtual_stages, "Model chunks per stage of the interleaved schedule")
       ->capture_default_str()->check(CLI::Range(2, 64));

@@ -62,6 +62,9 @@ TEST(ModelParallelProcesses, PipelineAndTensorParallelJobsEqualOneProcess) {
   EXPECT_LT(tessera::testing::worst_relative_error(interleaved, single), 1e-4);
   nn::StateDict zero_bubble = train(config, dir + "/pp2zb", 2, 8, "--set parallel.pp=2 --set parallel.schedule=zb-h1");
   EXPECT_LT(tessera::testing::worst_relative_error(zero_bubble, single), 1e-4);
+  // Two V-shaped pipelines side by side: the loss on each pipeline's stage 0.
+  nn::StateDict zero_bubble_v = train(config, dir + "/dp2pp2zbv", 4, 4, "--set parallel.pp=2 --set parallel.schedule=zb-v");
+  EXPECT_LT(tessera::testing::worst_relative_error(zero_bubble_v, single), 1e-4);
   std::string text = run(std::string(TESSERA_BINARY) + " generate " + dir + "/dp2pp2 --tokens 20 --prompt to",
                          dir + "/generate.log");
   EXPECT_EQ(text.rfind("to", 0), 0u) << text;
