@@ -13,7 +13,7 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 packages=(cmake ninja-build ccache g++ libopenblas-openmp-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev
           libcli11-dev nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libpng-dev libgloo-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes
-          etcd-server clang libclang-rt-14-dev iproute2 slurm-wlm munge
+          etcd-server clang libclang-rt-14-dev iproute2 slurm-wlm munge elfutils
           libcpp-httplib-dev wrk chromium
           pybind11-dev python3-dev python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel)
 [ "${1:-}" = "--bench" ] && packages+=(python3-torch python3-sklearn python3-venv)

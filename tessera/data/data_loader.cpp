@@ -55,6 +55,11 @@ void DataLoader::run_worker(std::vector<int64_t> order, int64_t first, int64_t e
       space_.wait(lock, [&] { return stop_ || static_cast<int64_t>(queue_.size()) < options_.prefetch; });
       if (stop_) return;
     }
+    if (options_.debug_wedge_at_batch == k) {  // TESSERA_DEBUG_WEDGE=loader:R:B (tests): blocked until a stop
+      std::unique_lock<std::mutex> lock(mu_);
+      space_.wait(lock, [&] { return stop_; });
+      return;
+    }
     Item item;
     try {
       const int64_t lo = k * b, hi = std::min(lo + b, n);

@@ -26,6 +26,9 @@ struct DataLoaderOptions {
   int prefetch = 2;        // batches assembled ahead of next(), >= 1
   std::chrono::milliseconds timeout{120000};  // how long next() waits for one batch
   std::string name = "data";  // names the loader in errors ("train", "eval", ...)
+  // Tests of the wedge watch (util/debug_wedge.h): the worker blocks before this batch of each
+  // epoch until the loader stops, as a deadlocked loader would.
+  std::optional<int64_t> debug_wedge_at_batch;
 };
 
 class DataLoader {

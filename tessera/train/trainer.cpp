@@ -25,6 +25,9 @@
 #include "tessera/train/lr_scaling.h"
 #include "tessera/train/model_registry.h"
 #include "tessera/util/clock.h"
+#include "tessera/util/debug_wedge.h"
+#include "tessera/dist/flight_recorder.h"
+#include "tessera/io/atomic_file.h"
 #include "tessera/util/thread_pool.h"
 #include "tessera/dist/launcher/env.h"
 #include "tessera/util/settings.h"
@@ -155,6 +158,7 @@ void Trainer::build_data() {
   opts.batch_size = per_replica_batch_size();
   opts.drop_last = true;  // equal batches keep the step count and the schedule simple
   opts.prefetch = static_cast<int>(config_.data.prefetch);
+  opts.debug_wedge_at_batch = debug_wedge_point("loader");
   // With one replica this is the RandomSampler order (sampler.h), so single-process runs are unchanged.
   const DataShare share = strategy_->data_share();
   std::shared_ptr<data::Sampler> sampler;
@@ -332,6 +336,14 @@ FitResult Trainer::fit_epochs() {
   strategy_->set_training(true);
   elastic_ = ElasticReport::from_environment(rank());
   if (elastic_) elastic_->started(step_, resumed_survivors_of_);
+  using Phase = dist::launcher::ProgressRecord::Phase;
+  progress_ = dist::launcher::ProgressWriter::from_environment();
+  if (progress_) {
+    progress_->set_flight_dir(dist::flight_recorder_dir());
+    // `tessera trace stacks <output_dir>` asks this launcher (the parent) for the job's stacks.
+    if (lead) io::write_file_atomic((fs::path(run.output_dir) / "launcher.pid").string(), std::to_string(::getppid()) + "\n");
+  }
+  const std::optional<int64_t> wedge_before_step = debug_wedge_point("step");
   if (strategy_->holds_whole_state() && world_size() > 1 && !survivor_) {
     {
       std::lock_guard lock(state_mu_);
@@ -343,6 +355,7 @@ FitResult Trainer::fit_epochs() {
     const int64_t batches = loader_->batches_per_epoch();
     loader_->start_epoch(epoch_, batch_in_epoch_);
     if (lead) progress.start_epoch(epoch_, run.epochs, batches, batch_in_epoch_);
+    record_progress(Phase::Step);  // from here the silence until the next step is a step's
     auto epoch_start = std::chrono::steady_clock::now();
     double loss_sum = 0.0, rate = 0.0;
     int64_t loss_count = 0;
@@ -353,6 +366,7 @@ FitResult Trainer::fit_epochs() {
         batch = loader_->next();
       }
       if (!batch) break;
+      if (wedge_before_step == step_ + 1) block_as_a_wedged_rank();
       auto t0 = std::chrono::steady_clock::now();
       const double loss = train_step(*batch);
       ++batch_in_epoch_;
@@ -383,8 +397,14 @@ FitResult Trainer::fit_epochs() {
         }
         record_metrics(record);
       }
-      if (stop || (run.checkpoint_every > 0 && step_ % run.checkpoint_every == 0)) result.last_checkpoint = save_checkpoint();
+      record_progress(Phase::Step);
+      if (stop || (run.checkpoint_every > 0 && step_ % run.checkpoint_every == 0)) {
+        record_progress(Phase::Other);  // a save takes as long as it takes: not a wedge
+        result.last_checkpoint = save_checkpoint();
+        record_progress(Phase::Step);
+      }
       if (stop) {
+        record_progress(Phase::Done);
         result.stopped_early = true;
         result.steps = step_;
         if (lead) progress.end_epoch("stopped at step " + std::to_string(step_) + "; checkpoint " + result.last_checkpoint);
@@ -394,6 +414,7 @@ FitResult Trainer::fit_epochs() {
     }
     const double epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     EvalResult eval;
+    record_progress(Phase::Other);  // evaluation and the epoch's save, until the next epoch's steps
     {
       observe::TraceSpan span("evaluate", "train");
       eval = evaluate();
@@ -410,8 +431,18 @@ FitResult Trainer::fit_epochs() {
     }
   }
   result.steps = step_;
+  record_progress(Phase::Done);
   strategy_->on_fit_end();
   return result;
+}
+
+void Trainer::block_as_a_wedged_rank() {
+  // TESSERA_DEBUG_WEDGE (tests): this rank stops here, before its step's collectives, until a stop
+  // request (SIGTERM) or SIGKILL; a signal between the check and pause() leaves it to SIGKILL.
+  std::fprintf(stderr, "[debug] rank %d blocks before step %lld (TESSERA_DEBUG_WEDGE)\n", rank(),
+               static_cast<long long>(step_ + 1));
+  while (!stop_requested_) ::pause();
+  throw Error("[debug] the wedged rank was asked to stop");
 }
 
 void Trainer::apply_fault_injection() {

@@ -39,6 +39,7 @@
 #include "tessera/train/builders.h"
 #include "tessera/train/background_save.h"
 #include "tessera/train/config.h"
+#include "tessera/dist/launcher/progress_file.h"
 #include "tessera/train/elastic_report.h"
 #include "tessera/train/progress.h"
 #include "tessera/train/make_strategy.h"
@@ -166,6 +167,12 @@ class Trainer {
   // destructor, so that one run's budget never binds the next work of the process (tune, Python).
   std::optional<size_t> budget_before_;
   std::unique_ptr<ElasticReport> elastic_;  // rank 0 under the elastic agent, else null
+  // Under a launcher: where this rank records its steps for the wedge watch (progress_file.h).
+  std::unique_ptr<dist::launcher::ProgressWriter> progress_;
+  void block_as_a_wedged_rank();  // TESSERA_DEBUG_WEDGE=step:R:S (util/debug_wedge.h)
+  void record_progress(dist::launcher::ProgressRecord::Phase phase) {
+    if (progress_) progress_->write(step_, phase);
+  }
   // Held while the optimizer step and the position counters change, so a survivor's save
   // (survivor_save.h) sees whole steps only; rng_at_step_ is the generator's state at step_.
   std::mutex state_mu_;

@@ -17,6 +17,7 @@ namespace {
 constexpr std::string_view kUser = "user";
 constexpr std::string_view kPsLauncher = "tessera run --servers/--workers (parameter-server job)";
 constexpr std::string_view kElasticAgent = "tessera run --nnodes MIN:MAX (elastic agent)";
+constexpr std::string_view kLauncher = "tessera run (every launcher)";
 constexpr SettingType kInteger = SettingType::kInteger;
 constexpr SettingType kFlag = SettingType::kFlag;
 constexpr int64_t kTerabyte = int64_t{1} << 40;
@@ -45,6 +46,17 @@ constexpr std::array kSettings{
             "fault injection: the process kills itself (SIGKILL) while writing this step's checkpoint, after its "
             "model file (what kill -9 in the middle of a save leaves)",
             kUser, kInteger, -1, int64_t{1} << 62},
+    Setting{"TESSERA_DEBUG_WEDGE", "unset (off)",
+            "fault injection for the wedge watch's tests: step:R:S blocks rank R before its step S, loader:R:B blocks "
+            "rank R's data loader before batch B of an epoch",
+            kUser},
+    Setting{"TESSERA_WEDGE_FACTOR", "3",
+            "a launcher reports a wedged job (every worker's stacks and flight records) when no rank finished a "
+            "training step for this many median steps (0: never)",
+            kUser, kInteger, 0, 1000000},
+    Setting{"TESSERA_WEDGE_MIN_MS", "2000",
+            "but never before this many milliseconds without a step (jobs of millisecond steps)", kUser, kInteger, 1,
+            int64_t{86400000}},
     Setting{"TESSERA_FLIGHT_DIR", "unset; tessera train uses <output_dir>/flight",
             "directory where each rank's process groups write their flight record (the last collectives) when one "
             "is stuck, fails, or on SIGUSR2; tessera trace analyze DIR reads them",
@@ -114,6 +126,9 @@ constexpr std::array kSettings{
             "the largest world size the elastic job may reach; the trainer refuses a global batch that a world "
             "size from 1 to it does not divide",
             kElasticAgent, kInteger, 1, 65536},
+    Setting{"TESSERA_PROGRESS_FILE", "unset (not under a launcher)",
+            "the file where the trainer records its steps for the launcher's wedge watch (dist/launcher/progress_file.h)",
+            kLauncher},
     Setting{"TESSERA_HEARTBEAT_MS", "0 (no heartbeat)",
             "the process group's watchdog publishes a heartbeat this often (dist/heartbeat.h)", kElasticAgent, kInteger, 0, 3600000},
 };

@@ -1,6 +1,8 @@
 // `tessera run`: starts the workers of one node of a job with the env contract (env.h), hosts the
 // rendezvous store on node 0 (rendezvous.h), prefixes their output with "[rank R] ", forwards
 // SIGINT/SIGTERM to them, and when one fails stops the others and says which rank failed and how.
+// It watches the workers' training steps and reports a wedged job (no step for 3x the median, every
+// worker's stacks and flight records; wedge_watch.h); SIGUSR2 asks it for that report at any time.
 //
 // Policy, as torchrun's: a job succeeds only if every worker exits 0. The first worker to exit
 // non-zero or by a signal fails the job: the others get SIGTERM, and SIGKILL after the grace period.
@@ -55,6 +57,9 @@ struct LaunchOptions {
   // Told at once when a worker's failure stops the job ("rank 2 (pid 7) was killed by signal 9
   // (SIGKILL)"), before the others have been stopped.
   std::function<void(int rank, int wait_status, const std::string& what)> on_failure;
+  // Watch the workers' progress and report a wedged job with every worker's stacks and flight
+  // records (wedge_watch.h; TESSERA_WEDGE_FACTOR=0 turns it off too).
+  bool watch_wedges = true;
   int stdout_fd = 1;                  // where the workers' prefixed stdout goes
   int stderr_fd = 2;                  // ... and their stderr, and the launcher's notices during the job
 };

@@ -1,9 +1,10 @@
-// The self-pipe trick (D. J. Bernstein): the launcher's handlers for SIGINT, SIGTERM and SIGCHLD
+// The self-pipe trick (D. J. Bernstein): the launcher's handlers for SIGINT, SIGTERM, SIGCHLD and SIGUSR2
 // only write the signal number into a pipe, which the poll() loop reads beside the workers'
 // output. All the work (forwarding, reaping) then happens in ordinary code, and a signal can
 // never be lost between checking for it and going to sleep in poll().
 #pragma once
 #include <csignal>
+#include <iterator>
 #include <vector>
 
 #include "tessera/dist/launcher/fd.h"
@@ -25,9 +26,10 @@ class SignalPipe {
   std::vector<int> take();
 
  private:
-  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGCHLD};
+  // SIGUSR2 asks the launcher for its workers' stacks and flight records (wedge_watch.h).
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGCHLD, SIGUSR2};
   detail::Fd read_, write_;
-  struct sigaction previous_[3];
+  struct sigaction previous_[std::size(kSignals)];
   sigset_t previous_mask_;
 };
 

@@ -5,9 +5,12 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +18,7 @@
 #include "tessera/dist/launcher/exit_status.h"
 #include "tessera/dist/launcher/line_prefixer.h"
 #include "tessera/dist/launcher/signal_pipe.h"
+#include "tessera/dist/launcher/wedge_watch.h"
 #include "tessera/dist/launcher/worker_process.h"
 
 extern char** environ;
@@ -124,25 +128,78 @@ void write_all(int fd, const std::string& text) {
   }
 }
 
+// The directory of this launcher's progress files and reports: ${TMPDIR:-/tmp}/tessera-job-<pid>,
+// a name `tessera trace stacks PID` can find. Empty (no wedge watch) when it cannot be made ours.
+std::string make_job_dir() {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/tessera-job-" +
+                          std::to_string(::getpid());
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return std::string();
+  struct stat st {};
+  // One left by a launcher of the same pid is reused; anyone else's, or a link, is not.
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0)
+    return std::string();
+  return dir;
+}
+
 class Supervisor {
  public:
   explicit Supervisor(const LaunchOptions& job)
       : job_(job), ps_job_(job.servers_per_node > 0), noun_(ps_job_ ? "process" : "worker"), buffer_(kReadChunk) {}
 
-  LaunchResult run(const std::vector<ProcessSpec>& specs) {
+  LaunchResult run(const std::vector<ProcessSpec>& given) {
     // Handlers go in before the first fork, so that no SIGINT or SIGCHLD falls between them.
     SignalPipe signals;
+    std::vector<ProcessSpec> specs = given;
+    start_wedge_watch(specs);
     spawn_all(specs);
+    if (wedge_)
+      for (const Process& w : processes_)
+        if (!w.server) wedge_->watch({w.rank, w.pid, progress_file(w.rank)});
     if (job_.timeout.count() > 0) job_deadline_ = Clock::now() + job_.timeout;
     while (running_count() > 0) {
       wait_for_events(signals);
-      for (int s : signals.take())
+      for (int s : signals.take()) {
         if (s == SIGINT || s == SIGTERM) forward(s);
+        if (s == SIGUSR2 && wedge_) wedge_->report(tessera::detail::concat("asked for (SIGUSR2 to the launcher, pid ", ::getpid(), ")"));
+      }
       reap();
       check_watch();
+      check_wedge();
       check_deadlines();
     }
+    end_wedge_watch();
     return result();
+  }
+
+  // Workers of a trainer write their progress where the watch reads it (progress_file.h).
+  void start_wedge_watch(std::vector<ProcessSpec>& specs) {
+    const WedgeOptions options = WedgeOptions::from_environment();
+    if (!job_.watch_wedges || options.factor <= 0) return;
+    job_dir_ = make_job_dir();
+    if (job_dir_.empty()) {
+      write_all(job_.stderr_fd, "tessera run: no private job directory in $TMPDIR; the wedge watch is off\n");
+      return;
+    }
+    wedge_ = std::make_unique<WedgeWatch>(options, job_dir_, job_.stderr_fd);
+    for (ProcessSpec& spec : specs)
+      if (!spec.server) spec.variables[kProgressFileVariable] = progress_file(spec.rank);
+  }
+  std::string progress_file(int rank) const { return job_dir_ + "/rank-" + std::to_string(rank) + ".progress"; }
+
+  void check_wedge() {
+    if (!wedge_ || stopping() || Clock::now() < next_wedge_poll_) return;
+    next_wedge_poll_ = Clock::now() + WedgeWatch::kInterval;
+    wedge_->poll();
+  }
+
+  // The progress files and the newest report go; the job directory with them, unless a report's
+  // stacks are in it (a job without flight records).
+  void end_wedge_watch() {
+    if (job_dir_.empty()) return;
+    for (const Process& w : processes_) ::unlink(progress_file(w.rank).c_str());
+    ::unlink((job_dir_ + "/report.txt").c_str());
+    ::rmdir(job_dir_.c_str());
   }
 
   // The elastic agent's hook runs every watch_interval even while stopping (its heartbeats must go
@@ -205,6 +262,7 @@ class Supervisor {
     if (stop_deadline_ && !escalated_) wake = std::min(wake, *stop_deadline_);
     if (job_deadline_ && !stopping()) wake = std::min(wake, *job_deadline_);
     if (job_.watch) wake = std::min(wake, next_watch_);
+    if (wedge_ && !stopping()) wake = std::min(wake, next_wedge_poll_);
     auto left = std::chrono::ceil<milliseconds>(wake - Clock::now());
     return std::max(left, milliseconds(0));
   }
@@ -353,6 +411,9 @@ class Supervisor {
   bool escalated_ = false, timed_out_ = false, interrupted_ = false;
   int stopped_on_interrupt_ = 0;
   Clock::time_point next_watch_{};
+  std::string job_dir_;                 // empty: no wedge watch
+  std::unique_ptr<WedgeWatch> wedge_;
+  Clock::time_point next_wedge_poll_{};
   int failed_ = -1, stopped_on_failure_ = 0, stopped_on_timeout_ = 0;
   int received_signal_ = 0, forwarded_to_ = 0, sigkilled_ = 0;
 };

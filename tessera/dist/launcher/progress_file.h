@@ -1,0 +1,61 @@
+// A worker's progress as its launcher's wedge watch reads it (wedge_watch.h): the one contract
+// between the two processes. The launcher names a file per worker in TESSERA_PROGRESS_FILE; the
+// trainer rewrites one record in place (pwrite at offset 0, no fsync: the launcher on the same
+// machine reads the page cache) after every training step and when it enters or leaves work that
+// is not a step. A program that never writes one is never watched.
+//
+// The record, kRecordSize bytes, a line padded with spaces:
+//   "<steps> <phase> <unix us> <flight dir>"
+//   steps      training steps completed so far
+//   phase      "step": between training steps, so a long silence is a wedge; "other": evaluating,
+//              saving a checkpoint or starting up, which may take as long as it takes; "done"
+//   unix us    when the record was written
+//   flight dir where this worker's flight records go (dist/flight_recorder.h), "-" when none
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tessera::dist::launcher {
+
+inline constexpr const char* kProgressFileVariable = "TESSERA_PROGRESS_FILE";
+
+struct ProgressRecord {
+  enum class Phase { Step, Other, Done };
+  int64_t steps = 0;
+  Phase phase = Phase::Other;
+  int64_t unix_us = 0;
+  std::string flight_dir;  // empty: none
+};
+
+inline constexpr size_t kProgressRecordSize = 512;
+
+// Exactly kProgressRecordSize bytes; a flight dir that would not fit is left out.
+std::string format_progress(const ProgressRecord& record);
+// nullopt for anything else (a file being created, another program's bytes).
+std::optional<ProgressRecord> parse_progress(std::string_view text);
+
+// The worker's side: opens $TESSERA_PROGRESS_FILE once; every write is one pwrite. Never throws
+// after construction: a record that cannot be written is skipped (progress is advisory).
+class ProgressWriter {
+ public:
+  // Null when the variable is unset or the file cannot be opened.
+  static std::unique_ptr<ProgressWriter> from_environment();
+  ~ProgressWriter();
+  ProgressWriter(const ProgressWriter&) = delete;
+  ProgressWriter& operator=(const ProgressWriter&) = delete;
+  void write(int64_t steps, ProgressRecord::Phase phase);
+  void set_flight_dir(std::string dir) { flight_dir_ = std::move(dir); }
+
+ private:
+  explicit ProgressWriter(int fd) : fd_(fd) {}
+  int fd_;
+  std::string flight_dir_;
+};
+
+// The launcher's side: the file's record, nullopt when it is missing or not (yet) a record.
+std::optional<ProgressRecord> read_progress_file(const std::string& path);
+
+}  // namespace tessera::dist::launcher
