@@ -14,6 +14,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "testing/temp_dir.h"
 
@@ -48,10 +49,25 @@ class WedgedJob {
     }
   }
   ~WedgedJob() {
-    ::kill(-pid_, SIGCONT);  // a stopped rank must see the end too
-    ::kill(-pid_, SIGKILL);
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
+    // SIGTERM, so the launcher stops its workers and removes its job directory; SIGKILL after 30 s.
+    for (pid_t p : worker_pids()) ::kill(p, SIGCONT);  // a stopped rank must see the end too
+    ::kill(pid_, SIGTERM);
+    const auto begin = Clock::now();
+    while (::waitpid(pid_, nullptr, WNOHANG) == 0) {
+      if (Clock::now() - begin > std::chrono::seconds(30)) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  // The launcher's children: the workers.
+  std::vector<pid_t> worker_pids() const {
+    std::vector<pid_t> out;
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/task/" + std::to_string(pid_) + "/children");
+    for (pid_t p; in >> p;) out.push_back(p);
+    return out;
   }
   std::string log() const { return read_text(dir_ + "/train.log"); }
   // Waits (looking every 20 ms, at most `limit`) for `text` in the log; the seconds it took.

@@ -1,5 +1,6 @@
 #include "tessera/dist/launcher/progress_file.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -43,7 +44,8 @@ std::optional<int64_t> to_int(std::string_view field) {
 
 std::string format_progress(const ProgressRecord& record) {
   std::string dir = record.flight_dir.empty() ? "-" : record.flight_dir;
-  std::string line = std::to_string(record.steps) + " " + phase_text(record.phase) + " " + std::to_string(record.unix_us);
+  std::string line = std::to_string(record.steps) + " " + phase_text(record.phase) + " " + std::to_string(record.unix_us) +
+                     " " + std::to_string(record.median_step_us);
   // A path with spaces or one too long to fit is not sent: the watch then reads no flight records.
   if (dir.find_first_of(" \n") != std::string::npos || line.size() + 1 + dir.size() + 1 > kProgressRecordSize) dir = "-";
   line += " " + dir;
@@ -58,14 +60,16 @@ std::optional<ProgressRecord> parse_progress(std::string_view text) {
   auto steps = to_int(next_field(text, at));
   const std::string_view phase = next_field(text, at);
   auto unix_us = to_int(next_field(text, at));
+  auto median = to_int(next_field(text, at));
   const std::string_view dir = next_field(text, at);
-  if (!steps || !unix_us || dir.empty()) return std::nullopt;
+  if (!steps || !unix_us || !median || dir.empty()) return std::nullopt;
   if (phase == "step") record.phase = ProgressRecord::Phase::Step;
   else if (phase == "other") record.phase = ProgressRecord::Phase::Other;
   else if (phase == "done") record.phase = ProgressRecord::Phase::Done;
   else return std::nullopt;
   record.steps = *steps;
   record.unix_us = *unix_us;
+  record.median_step_us = *median;
   if (dir != "-") record.flight_dir = std::string(dir);
   return record;
 }
@@ -84,8 +88,25 @@ std::unique_ptr<ProgressWriter> ProgressWriter::from_environment() {
 
 ProgressWriter::~ProgressWriter() { ::close(fd_); }
 
+int64_t ProgressWriter::median_step_us() {
+  if (steps_us_.empty()) return 0;
+  std::vector<int64_t> sorted = steps_us_;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(sorted.size() / 2), sorted.end());
+  return sorted[sorted.size() / 2];
+}
+
 void ProgressWriter::write(int64_t steps, ProgressRecord::Phase phase) {
-  const std::string record = format_progress({steps, phase, unix_micros(), flight_dir_});
+  const int64_t now = unix_micros();
+  using Phase = ProgressRecord::Phase;
+  // A step is the time from one record between steps to the next with more steps: evaluation and
+  // saves (another phase in between) are not in it.
+  if (last_ && last_->phase == Phase::Step && phase == Phase::Step && steps > last_->steps) {
+    const int64_t each = std::max<int64_t>(1, (now - last_->unix_us) / (steps - last_->steps));  // 0 means none
+    if (steps_us_.size() < kStepsKept) steps_us_.push_back(each);
+    else steps_us_[next_++ % kStepsKept] = each;
+  }
+  last_ = ProgressRecord{steps, phase, now, median_step_us(), flight_dir_};
+  const std::string record = format_progress(*last_);
   ssize_t n;
   do n = ::pwrite(fd_, record.data(), record.size(), 0);
   while (n < 0 && errno == EINTR);

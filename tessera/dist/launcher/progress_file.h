@@ -5,11 +5,13 @@
 // is not a step. A program that never writes one is never watched.
 //
 // The record, kRecordSize bytes, a line padded with spaces:
-//   "<steps> <phase> <unix us> <flight dir>"
+//   "<steps> <phase> <unix us> <median step us> <flight dir>"
 //   steps      training steps completed so far
 //   phase      "step": between training steps, so a long silence is a wedge; "other": evaluating,
 //              saving a checkpoint or starting up, which may take as long as it takes; "done"
 //   unix us    when the record was written
+//   median step us  the median of the worker's newest steps (up to 64), measured by the worker
+//              itself from one step's record to the next; 0 before its first
 //   flight dir where this worker's flight records go (dist/flight_recorder.h), "-" when none
 #pragma once
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tessera::dist::launcher {
 
@@ -27,7 +30,8 @@ struct ProgressRecord {
   int64_t steps = 0;
   Phase phase = Phase::Other;
   int64_t unix_us = 0;
-  std::string flight_dir;  // empty: none
+  int64_t median_step_us = 0;  // 0: none measured yet
+  std::string flight_dir;      // empty: none
 };
 
 inline constexpr size_t kProgressRecordSize = 512;
@@ -51,8 +55,13 @@ class ProgressWriter {
 
  private:
   explicit ProgressWriter(int fd) : fd_(fd) {}
+  int64_t median_step_us();
   int fd_;
   std::string flight_dir_;
+  std::optional<ProgressRecord> last_;
+  std::vector<int64_t> steps_us_;  // the newest step times, a ring of kStepsKept
+  size_t next_ = 0;
+  static constexpr size_t kStepsKept = 64;
 };
 
 // The launcher's side: the file's record, nullopt when it is missing or not (yet) a record.

@@ -19,7 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-constexpr size_t kStepsKept = 256;  // the median of the newest steps: a job's pace changes
 constexpr int kFramesShown = 12;
 
 void write_notice(int fd, const std::string& text) {
@@ -69,10 +68,11 @@ WedgeWatch::WedgeWatch(WedgeOptions options, std::string job_dir, int notices_fd
     : options_(options), job_dir_(std::move(job_dir)), notices_fd_(notices_fd) {}
 
 std::optional<double> WedgeWatch::median_step_seconds() const {
-  if (step_seconds_.empty()) return std::nullopt;
-  std::vector<double> sorted(step_seconds_.begin(), step_seconds_.end());
-  std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(sorted.size() / 2), sorted.end());
-  return sorted[sorted.size() / 2];
+  int64_t largest = 0;  // the slowest rank's pace is the job's
+  for (const Seen& s : seen_)
+    if (s.record) largest = std::max(largest, s.record->median_step_us);
+  if (largest == 0) return std::nullopt;
+  return static_cast<double>(largest) / 1e6;
 }
 
 void WedgeWatch::poll() {
@@ -85,16 +85,6 @@ void WedgeWatch::poll() {
       continue;
     }
     any_record = true;
-    const std::optional<ProgressRecord>& before = seen_[i].record;
-    // A step measured: two records between steps, more steps and nothing else in between (a
-    // record of another phase in between would have been seen: the watch reads faster than
-    // evaluation or a save ends).
-    if (before && before->phase == ProgressRecord::Phase::Step && now->phase == ProgressRecord::Phase::Step &&
-        now->steps > before->steps && now->unix_us > before->unix_us) {
-      step_seconds_.push_back(static_cast<double>(now->unix_us - before->unix_us) / 1e6 /
-                              static_cast<double>(now->steps - before->steps));
-      if (step_seconds_.size() > kStepsKept) step_seconds_.pop_front();
-    }
     last_progress_us_ = std::max(last_progress_us_, now->unix_us);
     if (now->phase == ProgressRecord::Phase::Other) all_between_steps = false;
     seen_[i].record = now;
@@ -147,7 +137,7 @@ std::string WedgeWatch::report(const std::string& why) {
 
   const std::string flights = flight_dir();
   const std::string dir = (fs::path(flights.empty() ? job_dir_ : flights) /
-                           ("wedge-" + std::to_string(asked_us / 1000000))).string();
+                           ("wedge-" + std::to_string(asked_us / 1000))).string();  // Unix ms
   std::error_code ec;
   fs::create_directories(dir, ec);
   std::string text = "[wedge] " + why + "\n";
@@ -162,7 +152,7 @@ std::string WedgeWatch::report(const std::string& why) {
     if (!s.text.empty()) {
       if (!ec) io::write_file_atomic((fs::path(dir) / ("rank-" + std::to_string(w.rank) + ".stacks.txt")).string(), s.text);
       const std::string frames = thread_frames(s.text, w.pid, kFramesShown);
-      text += "[wedge]   main thread:\n";
+      text += frames.empty() ? "[wedge]   main thread: no frames (see the file below)\n" : "[wedge]   main thread:\n";
       std::string line;
       for (size_t at = 0; at < frames.size();) {
         const size_t end = frames.find('\n', at);

@@ -13,8 +13,8 @@
 //  - the flight records: SIGUSR2 to each worker makes its process groups write them (a stopped one
 //    cannot), and `tessera trace analyze`'s reading of them (which rank is missing from which
 //    collective) is part of the report.
-// It goes to the launcher's stderr and, with the stacks, to a directory wedge-<unix s>/ beside the
-// flight records (the job directory when there are none); the job directory's report.txt is always
+// It goes to the launcher's stderr and, with the stacks, to a directory wedge-<unix ms>/ beside the
+// flight records (the job directory when there are none), named by the Unix milliseconds; the job directory's report.txt is always
 // the newest (what `tessera trace stacks` prints). The launcher's loop waits while a report is made
 // (a few hundred milliseconds; at most the stack tools' budget and the flight records' wait).
 #pragma once
@@ -55,7 +55,8 @@ class WedgeWatch {
   // The report now, whatever the progress (`why` heads it); returns its text.
   std::string report(const std::string& why);
 
-  // The median step of the job so far, seconds; nullopt before the first measured step.
+  // The job's median step: the largest of the workers' own medians (progress_file.h), seconds;
+  // nullopt before any worker has measured a step.
   std::optional<double> median_step_seconds() const;
   static constexpr std::chrono::milliseconds kInterval{100};
 
@@ -71,7 +72,6 @@ class WedgeWatch {
   int notices_fd_;
   std::vector<WatchedWorker> workers_;
   std::vector<Seen> seen_;
-  std::deque<double> step_seconds_;  // the newest measured steps
   int64_t last_progress_us_ = 0;     // the newest record of any worker
   int64_t reported_for_us_ = -1;     // the silence already reported
 };
