@@ -1,7 +1,7 @@
 // tessera run --nproc-per-node N [--nnodes K --node-rank I --master-addr A --master-port P]
 //             [--timeout SECONDS] [--grace-period SECONDS] -- PROGRAM ARGS...
 // tessera run --servers S --workers W [...] -- PROGRAM ARGS...   (a parameter-server job)
-// tessera run --nnodes MIN:MAX --nproc-per-node N --rdzv-backend store|etcd --rdzv-endpoint HOST:PORT
+// tessera run --nnodes MIN:MAX --nproc-per-node N --rdzv-backend store|etcd --rdzv-endpoint HOST:PORT[,HOST:PORT...]
 //             --rdzv-id JOB --max-restarts R -- PROGRAM ARGS...     (an elastic job: tessera/elastic)
 // The launcher lives in tessera/dist/launcher; this file only maps flags to LaunchOptions and the
 // result to a message and an exit code.
@@ -72,7 +72,8 @@ Command add_run_command(CLI::App& app) {
                                   "Elastic job: where the agents meet: store (the embedded store, hosted by the first "
                                   "agent at --rdzv-endpoint) or etcd (an etcd server's client URL)")
                       ->check(CLI::IsMember({"store", "etcd"}));
-  auto* endpoint = cmd->add_option("--rdzv-endpoint", elastic->endpoint, "Elastic job: HOST:PORT of the rendezvous");
+  auto* endpoint = cmd->add_option("--rdzv-endpoint", elastic->endpoint,
+                                   "Elastic job: HOST:PORT of the rendezvous; with etcd, every member's, comma-separated");
   auto* rdzv_id = cmd->add_option("--rdzv-id", elastic->run_id, "Elastic job: the job's id at the endpoint");
   auto* restarts = cmd->add_option("--max-restarts", elastic->max_restarts,
                                    "Elastic job: worker or agent failures the job survives (default 3)")
@@ -133,7 +134,8 @@ Command add_run_command(CLI::App& app) {
         // Under srun, one agent per node: an endpoint named by a node's hostname, which that node's
         // own resolver maps to loopback (Debian's 127.0.1.1), means there the address the other
         // nodes reach it at, or the agents would meet apart.
-        if (auto step = dist::launcher::slurm_step_from_environment(); step && step->nnodes > 1) {
+        if (auto step = dist::launcher::slurm_step_from_environment();
+            step && step->nnodes > 1 && e.endpoint.find(',') == std::string::npos) {
           auto [host, port] = elastic::parse_endpoint(e.endpoint);
           const bool a_name = host.find_first_not_of("0123456789.") != std::string::npos && host != "localhost";
           if (a_name && dist::detail::resolve_ipv4(host, "the --rdzv-endpoint host").rfind("127.", 0) == 0)

@@ -68,7 +68,11 @@ class Agent {
       threads_ = static_cast<int>(env_int("TESSERA_NUM_THREADS", 0));
       if (threads_ <= 0) threads_ = std::max(1, usable_cores() / o_.nproc_per_node);
     }
-    auto [host, port] = parse_endpoint(o_.endpoint);
+    // etcd takes its members, comma-separated; the embedded store has one address.
+    const std::vector<std::pair<std::string, int>> endpoints = parse_endpoints(o_.endpoint);
+    TESSERA_CHECK(o_.backend == "etcd" || endpoints.size() == 1, "[run] --rdzv-backend store takes one HOST:PORT "
+                  "(its host), got '", o_.endpoint, "'; several endpoints are an etcd cluster's members");
+    auto [host, port] = endpoints.front();
     // Where this agent's workers' store listens when it is node 0: loopback for a rendezvous on this
     // machine's loopback, else the interface that reaches the rendezvous (dist/net/interface.h).
     local_addr_ = o_.local_addr.empty() ? dist::detail::listen_address(host, "the --rdzv-endpoint host") : o_.local_addr;
@@ -96,7 +100,7 @@ class Agent {
         throw TimeoutError(concat(e.what(), "; this agent could not host it either: ", why_not_host));
       }
     } else {
-      store_ = make_etcd_rendezvous(host, port, o_.join_timeout);
+      store_ = make_etcd_rendezvous(endpoints, o_.join_timeout);
     }
     char hostname[256] = "host";
     ::gethostname(hostname, sizeof hostname - 1);
@@ -448,6 +452,17 @@ std::pair<std::string, int> parse_endpoint(const std::string& text) {
     }
   }
   throw ValueError("[run] --rdzv-endpoint takes HOST:PORT, got '" + text + "'");
+}
+
+std::vector<std::pair<std::string, int>> parse_endpoints(const std::string& text) {
+  std::vector<std::pair<std::string, int>> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    out.push_back(parse_endpoint(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
 }
 
 ElasticResult run_elastic(const ElasticOptions& options) { return Agent(options).run(); }

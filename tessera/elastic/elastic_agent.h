@@ -79,5 +79,7 @@ ElasticResult run_elastic(const ElasticOptions& options);
 std::pair<int, int> parse_nnodes(const std::string& text);
 // "host:port" -> {host, port}. ValueError otherwise.
 std::pair<std::string, int> parse_endpoint(const std::string& text);
+// "host:port[,host:port...]" (the members of an etcd cluster) -> each. ValueError otherwise.
+std::vector<std::pair<std::string, int>> parse_endpoints(const std::string& text);
 
 }  // namespace tessera::elastic

@@ -2,6 +2,14 @@
 // /v3/kv/txn; keys and values base64) over plain HTTP/1.1, one short connection per request, with
 // a client of our own: a few dozen lines instead of a gRPC stack. Meant for etcd on a trusted
 // network or loopback (no TLS, no auth), as the tests run it.
+//
+// A cluster's members are all given: a request goes to the member that answered last and, when it
+// cannot be reached or does not answer in time (its host lost, or cut off from the majority), to
+// the next, once round the members. Any member serves every request (etcd forwards writes to its
+// leader), so losing a minority of the members costs the job one member's time-out. One case is
+// not idempotent: a transaction that committed on a member which died before it replied is sent
+// again to the next; `add` then counts twice (the rendezvous' join counter, which only makes a
+// round wait for its last call), while `compare_set` reads its own value back and wins as it should.
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -22,10 +30,16 @@ namespace {
 using nlohmann::json;
 using tessera::detail::concat;
 
+struct Member {
+  std::string host;
+  int port;
+};
+
 class EtcdRendezvous : public RendezvousStore {
  public:
-  EtcdRendezvous(std::string host, int port, std::chrono::milliseconds timeout)
-      : host_(std::move(host)), port_(port), timeout_(timeout) {
+  EtcdRendezvous(std::vector<Member> members, std::chrono::milliseconds timeout)
+      : members_(std::move(members)), timeout_(timeout) {
+    TESSERA_CHECK(!members_.empty(), "[rendezvous] etcd needs at least one member's HOST:PORT");
     // Fail early, with a message, when nothing answers there.
     const auto deadline = dist::detail::Clock::now() + timeout_;
     std::string error;
@@ -35,8 +49,8 @@ class EtcdRendezvous : public RendezvousStore {
         return;
       } catch (const IoError& e) {
         if (dist::detail::Clock::now() >= deadline)
-          throw IoError(concat("[rendezvous] no etcd answered at http://", host_, ":", port_, " within ",
-                               timeout_.count() / 1000.0, " s: ", e.what(), "; is etcd running there?"));
+          throw IoError(concat("[rendezvous] no etcd answered at ", describe(), " within ", timeout_.count() / 1000.0,
+                               " s: ", e.what(), "; is etcd running there?"));
       }
       ::usleep(100000);
     }
@@ -88,7 +102,12 @@ class EtcdRendezvous : public RendezvousStore {
     }
   }
 
-  std::string describe() const override { return concat("etcd at http://", host_, ":", port_); }
+  std::string describe() const override {
+    std::string text = "etcd at ";
+    for (size_t i = 0; i < members_.size(); ++i)
+      text += concat(i ? ", " : "", "http://", members_[i].host, ":", members_[i].port);
+    return text;
+  }
 
  private:
   static constexpr const char* kPrefix = "/tessera/";
@@ -99,15 +118,38 @@ class EtcdRendezvous : public RendezvousStore {
     return it != r.end() && it->is_boolean() && it->get<bool>();
   }
 
+  // The request to the member that answered last, then to each of the others; IoError naming every
+  // member's failure when none answered.
   json post(const std::string& path, const json& body) {
+    std::string failures;
+    for (size_t tried = 0; tried < members_.size(); ++tried) {
+      const Member& m = members_[current_];
+      try {
+        return post_to(m, path, body);
+      } catch (const IoError& e) {
+        failures += concat(failures.empty() ? "" : "; ", e.what());
+        current_ = (current_ + 1) % members_.size();
+      }
+    }
+    throw IoError(failures);
+  }
+
+  json post_to(const Member& m, const std::string& path, const json& body) {
+    const std::string& host = m.host;
+    const int port = m.port;
     const std::string payload = body.dump();
-    const std::string request = concat("POST ", path, " HTTP/1.1\r\nHost: ", host_, ":", port_,
+    const std::string request = concat("POST ", path, " HTTP/1.1\r\nHost: ", host, ":", port,
                                        "\r\nContent-Type: application/json\r\nContent-Length: ", payload.size(),
                                        "\r\nConnection: close\r\n\r\n", payload);
-    const auto deadline = dist::detail::Clock::now() + std::chrono::milliseconds(10000);
+    // With other members to try, a member that does not accept within 2 s is taken as lost; etcd
+    // itself answers a request it cannot serve (no leader) within its own request time-out.
+    const auto now = dist::detail::Clock::now();
+    const auto deadline = now + std::chrono::milliseconds(10000);
+    const auto connect_deadline = members_.size() > 1 ? now + std::chrono::milliseconds(2000) : deadline;
     std::string error;
-    dist::detail::Socket sock = dist::detail::try_connect_tcp(host_, static_cast<uint16_t>(port_), deadline, &error);
-    if (!sock.valid()) throw IoError(concat("[etcd] cannot connect to ", host_, ":", port_, ": ", error));
+    dist::detail::Socket sock =
+        dist::detail::try_connect_tcp(host, static_cast<uint16_t>(port), connect_deadline, &error);
+    if (!sock.valid()) throw IoError(concat("[etcd] cannot connect to ", host, ":", port, ": ", error));
     auto sent = dist::detail::send_all(sock.fd(), reinterpret_cast<const uint8_t*>(request.data()), request.size(),
                                        deadline);
     if (sent.status != dist::detail::IoStatus::kOk) throw IoError(concat("[etcd] ", path, ": sending failed"));
@@ -116,7 +158,7 @@ class EtcdRendezvous : public RendezvousStore {
     while (true) {
       pollfd p{sock.fd(), POLLIN, 0};
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - dist::detail::Clock::now());
-      if (left.count() <= 0) throw IoError(concat("[etcd] ", path, ": no reply within 10 s"));
+      if (left.count() <= 0) throw IoError(concat("[etcd] ", host, ":", port, " ", path, ": no reply within 10 s"));
       int ready = ::poll(&p, 1, static_cast<int>(left.count()));
       if (ready < 0 && errno == EINTR) continue;
       if (ready <= 0) continue;
@@ -126,22 +168,24 @@ class EtcdRendezvous : public RendezvousStore {
       response.append(buffer, static_cast<size_t>(n));
       // Rendezvous keys are small; a reply this large is not etcd's answer to us.
       if (response.size() > kMaxReplyBytes)
-        throw IoError(concat("[etcd] ", path, ": the reply exceeds ", kMaxReplyBytes >> 20, " MiB; is ", host_, ":", port_,
+        throw IoError(concat("[etcd] ", path, ": the reply exceeds ", kMaxReplyBytes >> 20, " MiB; is ", host, ":", port,
                              " an etcd server?"));
     }
     return parse_etcd_reply(response, path);
   }
 
-  std::string host_;
-  int port_;
+  std::vector<Member> members_;
+  size_t current_ = 0;  // the member that answered last
   std::chrono::milliseconds timeout_;
 };
 
 }  // namespace
 
-std::unique_ptr<RendezvousStore> make_etcd_rendezvous(const std::string& host, int port,
+std::unique_ptr<RendezvousStore> make_etcd_rendezvous(const std::vector<std::pair<std::string, int>>& members,
                                                       std::chrono::milliseconds timeout) {
-  return std::make_unique<EtcdRendezvous>(host, port, timeout);
+  std::vector<Member> list;
+  for (const auto& [host, port] : members) list.push_back({host, port});
+  return std::make_unique<EtcdRendezvous>(std::move(list), timeout);
 }
 
 }  // namespace tessera::elastic

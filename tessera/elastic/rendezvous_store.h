@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tessera/dist/store/store.h"
 
@@ -29,9 +31,11 @@ class RendezvousStore {
 
 // Over a dist::Store (a TcpStore client of the embedded server).
 std::unique_ptr<RendezvousStore> make_store_rendezvous(std::shared_ptr<dist::Store> store, std::string address);
-// Over etcd's v3 JSON gateway at http://host:port (etcd_rendezvous.cpp); keys are put under
-// "/tessera/". IoError when etcd cannot be reached within `timeout`.
-std::unique_ptr<RendezvousStore> make_etcd_rendezvous(const std::string& host, int port,
+// Over etcd's v3 JSON gateway at http://host:port of each member of an etcd cluster
+// (etcd_rendezvous.cpp); keys are put under "/tessera/". A request goes to one member and, when that
+// one does not answer, to the next, so the loss of a minority of the members is not the job's.
+// IoError when no member can be reached within `timeout`.
+std::unique_ptr<RendezvousStore> make_etcd_rendezvous(const std::vector<std::pair<std::string, int>>& members,
                                                       std::chrono::milliseconds timeout);
 
 }  // namespace tessera::elastic

@@ -409,6 +409,94 @@ TEST(MultiHost, AnElasticJobSurvivesALinkDown) {
   EXPECT_EQ(io::latest_checkpoint_step(dir + "/run/checkpoints"), 320) << log;
 }
 
+// No single point of failure in the rendezvous: etcd as a cluster of three members, one in each of
+// the job's 3 hosts, and every agent given all three. An etcd member killed (on a host that is not
+// node 0's) changes nothing: the job trains on in the same generation, its agents' requests going to
+// the other members. With that member back, the host of node 0 is lost whole (its agent, its worker,
+// the generation's worker store and its etcd member): the other two agents, on the two members left
+// (a majority), start a generation of 2 from the survivors' save, losing no step, and finish.
+TEST(MultiHost, AnEtcdClusterInTheJobsHostsLosesAMemberAndNodeZerosHostAndTheJobGoesOn) {
+  if (::access("/usr/bin/etcd", X_OK) != 0) GTEST_SKIP() << "etcd is not installed (scripts/setup.sh: etcd-server)";
+  const std::string dir = tessera::testing::fresh_dir("multihost", "etcd3");
+  Cluster cluster(3, dir);
+  UP_OR_SKIP(cluster);
+  std::ofstream(dir + "/config.toml") << "[model]\nname = \"mlp\"\nhidden = [32]\n"
+                                      << "[data]\ndataset = \"synthetic\"\nsamples = 3840\ntest_samples = 64\nclasses = 4\n"
+                                      << "[optimizer]\nname = \"sgd\"\nmomentum = 0.9\nlr = 0.02\n"
+                                      << "[train]\nepochs = 2\nglobal_batch_size = 12\ncheckpoint_every = 5\nthreads = 1\n"
+                                      << "log_every = 1000\noutput_dir = \"" << dir << "/run\"\n[distributed]\ntimeout_s = 10\n";
+  const std::string bin = TESSERA_BINARY;
+  const std::string members = "198.18.0.1:2379,198.18.0.2:2379,198.18.0.3:2379";
+  auto etcd = [&](int h) {
+    const std::string ip = "http://198.18.0." + std::to_string(h);
+    return "timeout -k 5 300 " +
+           cluster.in(h, "/usr/bin/etcd --name e" + std::to_string(h) + " --data-dir " + dir + "/etcd" + std::to_string(h) +
+                             " --listen-client-urls " + ip + ":2379 --advertise-client-urls " + ip + ":2379" +
+                             " --listen-peer-urls " + ip + ":2380 --initial-advertise-peer-urls " + ip + ":2380" +
+                             " --initial-cluster e1=http://198.18.0.1:2380,e2=http://198.18.0.2:2380,e3=http://198.18.0.3:2380" +
+                             " --initial-cluster-state new") +
+           " >> " + dir + "/etcd" + std::to_string(h) + ".log 2>&1 & ";
+  };
+  auto kill_in = [&](const std::string& what) { return "env TESSERA_CLUSTER=" + cluster.name() + " bash " + kCluster + " " + what + "; "; };
+  // Bounded waits (at most 60 s each) for a file or for a line in the agents' logs.
+  auto wait_file = [&](const std::string& path) {
+    return "for i in $(seq 1200); do [ -e " + path + " ] && break; sleep 0.05; done; ";
+  };
+  std::string script = "export TESSERA_JOB_TOKEN=0123456789abcdef0123456789abcdef; ";
+  for (int h = 1; h <= 3; ++h) script += etcd(h);
+  for (int h = 1; h <= 3; ++h)
+    script += "timeout -k 5 300 " +
+              cluster.in(h, bin + " run --nnodes 2:3 --nproc-per-node 1 --rdzv-backend etcd --rdzv-endpoint " + members +
+                                " --rdzv-id mhetcd --heartbeat-timeout 3 --last-call 1 --grace-period 2 --join-timeout 30 -- " +
+                                bin + " train " + dir + "/config.toml --resume auto --set distributed.debug_slow_rank=0 " +
+                                "--set distributed.debug_slow_ms=20") +
+              " > " + dir + "/agent" + std::to_string(h) + ".log 2>&1 & a" + std::to_string(h) + "=$!; ";
+  // Node 0's host, then an etcd member on another host killed once the job of 3 has written step 10.
+  script += wait_for_log(dir, "generation 0: 3 agent(s)") + wait_file(dir + "/run/checkpoints/step-00000010") +
+            "node0=$(grep -l 'generation 0: 3 agent(s), 3 worker(s); node 0 runs' " + dir +
+            "/agent1.log " + dir + "/agent2.log " + dir + "/agent3.log | head -1 | sed 's/.*agent\\([0-9]\\).log/\\1/'); " +
+            "member=$((node0 % 3 + 1)); echo \"node0 $node0 member $member\"; " +
+            kill_in("signal host$member KILL --name") +
+            // The job goes on: 30 more steps in the same generation.
+            "s=$(ls " + dir + "/run/checkpoints | grep -c step-); " +
+            wait_file(dir + "/run/checkpoints/step-00000040") +
+            "echo \"after the member: $(" + elastic_logs(dir) + " | grep -c 'generation 1:') new generation(s)\"; " +
+            // The member back (same data directory: it rejoins), then node 0's host lost, whole.
+            "case $member in 1) " + etcd(1) + ";; 2) " + etcd(2) + ";; 3) " + etcd(3) + ";; esac; " +
+            "for i in $(seq 1200); do [ $(grep -c 'ready to serve client requests' " + dir +
+            "/etcd$member.log) -ge 2 ] && break; sleep 0.05; done; " +
+            "date +%s.%N > " + dir + "/host_lost_at; " + kill_in("kill host$node0") +
+            wait_for_log(dir, "recovery: generation 1 ") +
+            "r=0; for h in 1 2 3; do [ $h = $node0 ] && continue; eval wait \\$a$h || r=$?; done; echo \"survivors exit $r\"";
+  std::ofstream(dir + "/etcd3.sh") << script << "\n";
+  std::system(("bash " + dir + "/etcd3.sh > " + dir + "/etcd3.log 2>&1").c_str());
+  const std::string summary = tessera::testing::read_text(dir + "/etcd3.log");
+  const std::string log = tessera::testing::read_text(dir + "/agent1.log") + tessera::testing::read_text(dir + "/agent2.log") +
+                          tessera::testing::read_text(dir + "/agent3.log");
+  std::printf("%s", summary.c_str());
+  EXPECT_NE(summary.find("after the member: 0 new generation(s)"), std::string::npos)
+      << "an etcd member's loss must not restart the job\n" << summary << log;
+  EXPECT_NE(summary.find("survivors exit 0"), std::string::npos) << summary << log;
+  EXPECT_NE(log.find("generation 1: 2 agent(s), 2 worker(s)"), std::string::npos) << log;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("recovery: generation 1 [^\\n]*"))) << log;
+  const std::string recovery = m.str();
+  std::printf("%s\n", recovery.c_str());
+  EXPECT_NE(recovery.find("steps lost: 0"), std::string::npos) << recovery;
+  EXPECT_EQ(io::latest_checkpoint_step(dir + "/run/checkpoints"), 640) << log;
+  // From the host's loss to the survivors training again: the newest start in the metrics.
+  const double lost_at = std::stod(tessera::testing::read_text(dir + "/host_lost_at"));
+  double resumed_at = 0;
+  std::istringstream metrics(tessera::testing::read_text(dir + "/run/metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.value("type", "") == "start") resumed_at = std::max(resumed_at, record.value("unix_time", 0.0));
+  }
+  std::printf("node 0's host lost -> survivors training again: %.2f s\n", resumed_at - lost_at);
+  EXPECT_GT(resumed_at, lost_at) << "no start after the host was lost";
+  EXPECT_LT(resumed_at - lost_at, 30.0) << "the survivors took longer than the heartbeat and join timeouts allow";
+}
+
 // Preflight: with host 3's link shaped to 100 Mbit/s and the others unshaped, `tessera doctor`
 // measures the 3 links and names the two through host 3 as slow, not the other; `tessera run
 // --preflight` runs it before the job and then starts the job.
