@@ -447,7 +447,9 @@ std::pair<std::string, int> parse_endpoint(const std::string& text) {
     try {
       size_t used = 0;
       int port = std::stoi(text.substr(colon + 1), &used);
-      if (used == text.size() - colon - 1 && port > 0 && port <= 65535) return {text.substr(0, colon), port};
+      const std::string host = text.substr(0, colon);
+      if (used == text.size() - colon - 1 && port > 0 && port <= 65535 && host.find_first_of(" \t,") == std::string::npos)
+        return {host, port};
     } catch (const std::exception&) {
     }
   }

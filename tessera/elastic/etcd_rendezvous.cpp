@@ -30,14 +30,14 @@ namespace {
 using nlohmann::json;
 using tessera::detail::concat;
 
-struct Member {
+struct EtcdMember {
   std::string host;
   int port;
 };
 
 class EtcdRendezvous : public RendezvousStore {
  public:
-  EtcdRendezvous(std::vector<Member> members, std::chrono::milliseconds timeout)
+  EtcdRendezvous(std::vector<EtcdMember> members, std::chrono::milliseconds timeout)
       : members_(std::move(members)), timeout_(timeout) {
     TESSERA_CHECK(!members_.empty(), "[rendezvous] etcd needs at least one member's HOST:PORT");
     // Fail early, with a message, when nothing answers there.
@@ -123,7 +123,7 @@ class EtcdRendezvous : public RendezvousStore {
   json post(const std::string& path, const json& body) {
     std::string failures;
     for (size_t tried = 0; tried < members_.size(); ++tried) {
-      const Member& m = members_[current_];
+      const EtcdMember& m = members_[current_];
       try {
         return post_to(m, path, body);
       } catch (const IoError& e) {
@@ -134,7 +134,7 @@ class EtcdRendezvous : public RendezvousStore {
     throw IoError(failures);
   }
 
-  json post_to(const Member& m, const std::string& path, const json& body) {
+  json post_to(const EtcdMember& m, const std::string& path, const json& body) {
     const std::string& host = m.host;
     const int port = m.port;
     const std::string payload = body.dump();
@@ -174,7 +174,7 @@ class EtcdRendezvous : public RendezvousStore {
     return parse_etcd_reply(response, path);
   }
 
-  std::vector<Member> members_;
+  std::vector<EtcdMember> members_;
   size_t current_ = 0;  // the member that answered last
   std::chrono::milliseconds timeout_;
 };
@@ -183,7 +183,7 @@ class EtcdRendezvous : public RendezvousStore {
 
 std::unique_ptr<RendezvousStore> make_etcd_rendezvous(const std::vector<std::pair<std::string, int>>& members,
                                                       std::chrono::milliseconds timeout) {
-  std::vector<Member> list;
+  std::vector<EtcdMember> list;
   for (const auto& [host, port] : members) list.push_back({host, port});
   return std::make_unique<EtcdRendezvous>(std::move(list), timeout);
 }

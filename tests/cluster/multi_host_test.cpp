@@ -468,9 +468,9 @@ TEST(MultiHost, AnEtcdClusterInTheJobsHostsLosesAMemberAndNodeZerosHostAndTheJob
             "date +%s.%N > " + dir + "/host_lost_at; " + kill_in("kill host$node0") +
             wait_for_log(dir, "recovery: generation 1 ") +
             "r=0; for h in 1 2 3; do [ $h = $node0 ] && continue; eval wait \\$a$h || r=$?; done; echo \"survivors exit $r\"";
-  std::ofstream(dir + "/etcd3.sh") << script << "\n";
-  std::system(("bash " + dir + "/etcd3.sh > " + dir + "/etcd3.log 2>&1").c_str());
-  const std::string summary = tessera::testing::read_text(dir + "/etcd3.log");
+  std::ofstream(dir + "/job.sh") << script << "\n";
+  std::system(("bash " + dir + "/job.sh > " + dir + "/job.log 2>&1").c_str());
+  const std::string summary = tessera::testing::read_text(dir + "/job.log");
   const std::string log = tessera::testing::read_text(dir + "/agent1.log") + tessera::testing::read_text(dir + "/agent2.log") +
                           tessera::testing::read_text(dir + "/agent3.log");
   std::printf("%s", summary.c_str());

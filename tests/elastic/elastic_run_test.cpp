@@ -415,7 +415,9 @@ TEST(ElasticRunLongTier, KilledWorkerOnFashionMnistKeepsTheAccuracy) {
     EXPECT_LE(std::fabs(calm_accuracy[i] - hit_accuracy[i]), tolerance) << "seed " << i + 1;
 }
 
-// The kill test with the rendezvous in a real etcd (Debian's etcd-server) on loopback.
+// The kill test with the rendezvous in a real etcd (Debian's etcd-server) on loopback. The agent is
+// given a member that is not there first (nothing listens on its port): every request it makes
+// there is refused and goes on to the live member.
 TEST(ElasticRun, EtcdRendezvousSurvivesAKilledWorker) {
   if (::access("/usr/bin/etcd", X_OK) != 0)
     GTEST_SKIP() << "etcd is not installed (/usr/bin/etcd); scripts/setup.sh installs Debian's etcd-server";
@@ -424,6 +426,8 @@ TEST(ElasticRun, EtcdRendezvousSurvivesAKilledWorker) {
   const int client = tessera::testing::free_listen_port();
   int peer = tessera::testing::free_listen_port();
   for (int i = 0; i < 100 && peer == client; ++i) peer = tessera::testing::free_listen_port();
+  int absent = tessera::testing::free_listen_port();
+  for (int i = 0; i < 100 && (absent == client || absent == peer); ++i) absent = tessera::testing::free_listen_port();
   const std::string client_url = "http://127.0.0.1:" + std::to_string(client);
   const std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
   std::string etcd = "/usr/bin/etcd --name tessera-test --data-dir " + dir + "/etcd --listen-client-urls " + client_url +
@@ -431,7 +435,8 @@ TEST(ElasticRun, EtcdRendezvousSurvivesAKilledWorker) {
                      " --initial-advertise-peer-urls " + peer_url + " --initial-cluster tessera-test=" + peer_url;
   std::string script = etcd + " > " + dir + "/etcd.log 2>&1 & e=$!; " +
                        // One node of 3 workers: a global batch of 12 fits every world size it may run at.
-                       agent(dir, "1:1", 3, "etcd", "127.0.0.1:" + std::to_string(client), "--max-restarts 1",
+                       agent(dir, "1:1", 3, "etcd", "127.0.0.1:" + std::to_string(absent) + ",127.0.0.1:" + std::to_string(client),
+                             "--max-restarts 1",
                              "--set distributed.debug_kill_rank=0 --set distributed.debug_kill_step=17") +
                        "; rc=$?; kill $e; wait $e; exit $rc";
   Outcome o = run_shell(script, dir + "/agent.log");

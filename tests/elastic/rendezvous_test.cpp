@@ -11,6 +11,7 @@
 
 #include "tessera/dist/store/hash_store.h"
 #include "tessera/elastic/rendezvous.h"
+#include "tessera/elastic/elastic_agent.h"
 #include "tessera/elastic/rendezvous_store.h"
 
 namespace tessera::elastic {
@@ -125,6 +126,23 @@ TEST(RendezvousWaits, ALateAgentWaitsWhileTheMembersBeatAndSaysWhatItWaitsFor) {
   EXPECT_NE(logged.find("too late for generation 0 (2 agent(s)), waiting for it to end for"), std::string::npos) << logged;
   EXPECT_EQ(logged.find("too late for generation 0"), logged.rfind("too late for generation 0")) << logged;
   EXPECT_NE(logged.find("none of generation 0's 2 agent(s) sent a heartbeat"), std::string::npos) << logged;
+}
+
+}  // namespace
+}  // namespace tessera::elastic
+
+namespace tessera::elastic {
+namespace {
+
+// --rdzv-endpoint: one HOST:PORT, or an etcd cluster's members separated by commas.
+TEST(RendezvousEndpoints, EveryMemberOfAnEtcdClusterIsReadAndAnythingElseRefused) {
+  const auto members = parse_endpoints("198.18.0.1:2379,198.18.0.2:2379,etcd-c:12379");
+  ASSERT_EQ(members.size(), 3u);
+  EXPECT_EQ(members[0], (std::pair<std::string, int>{"198.18.0.1", 2379}));
+  EXPECT_EQ(members[2], (std::pair<std::string, int>{"etcd-c", 12379}));
+  EXPECT_EQ(parse_endpoints("127.0.0.1:29400").size(), 1u);
+  for (const char* bad : {"", ",", "a:1,", ",a:1", "a:1,,b:2", "a:1,b", "a:1,b:0", "a:1 b:2"})
+    EXPECT_THROW(parse_endpoints(bad), ValueError) << "'" << bad << "'";
 }
 
 }  // namespace
