@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "tessera/core/error.h"
 #include "tessera/dist/flight_report.h"
+#include "tessera/dist/launcher/process_stacks.h"
 #include "tessera/io/atomic_file.h"
 #include "tessera/observe/trace.h"
 
@@ -43,7 +44,7 @@ int print_live_stacks(const std::string& job, std::chrono::seconds wait) {
   }
   char* end = nullptr;
   const long pid = std::strtol(pid_text.c_str(), &end, 10);
-  TESSERA_CHECK(end != pid_text.c_str() && *end == '\0' && pid > 1, "[trace] '", job,
+  TESSERA_CHECK(end != pid_text.c_str() && *end == '\0' && pid >= 1, "[trace] '", job,
                 "' is neither a launcher's pid nor a run's output directory");
   const char* tmp = std::getenv("TMPDIR");
   const std::string dir = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/tessera-job-" + std::to_string(pid);
@@ -51,6 +52,11 @@ int print_live_stacks(const std::string& job, std::chrono::seconds wait) {
   TESSERA_CHECK(::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::getuid(), "[trace] no live "
                 "job of launcher pid ", pid, " (no ", dir, "; the job has ended, or its launcher runs with another "
                 "TMPDIR or user)");
+  // A job directory outlives a launcher killed with SIGKILL, and its pid may be another process's
+  // now: SIGUSR2 goes only to a process that catches it (to any other it is the end).
+  TESSERA_CHECK(dist::launcher::catches_signal(static_cast<pid_t>(pid), SIGUSR2), "[trace] pid ", pid,
+                " does not answer SIGUSR2: it is not a launcher running workers now (the job has ended, is between "
+                "elastic generations, or runs with TESSERA_WEDGE_FACTOR=0)");
   const std::string report = dir + "/report.txt";
   const ino_t before = inode_of(report);
   TESSERA_CHECK(::kill(static_cast<pid_t>(pid), SIGUSR2) == 0, "[trace] cannot signal launcher pid ", pid, ": ",

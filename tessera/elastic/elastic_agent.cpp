@@ -72,7 +72,15 @@ class Agent {
     const std::vector<std::pair<std::string, int>> endpoints = parse_endpoints(o_.endpoint);
     TESSERA_CHECK(o_.backend == "etcd" || endpoints.size() == 1, "[run] --rdzv-backend store takes one HOST:PORT "
                   "(its host), got '", o_.endpoint, "'; several endpoints are an etcd cluster's members");
+    // The listen address routes to the rendezvous: to the first member not on loopback, when the
+    // members are spread over machines (a loopback one would make node 0 publish 127.0.0.1).
     auto [host, port] = endpoints.front();
+    for (const auto& [member_host, member_port] : endpoints)
+      if (dist::detail::resolve_ipv4(member_host, "an --rdzv-endpoint host").rfind("127.", 0) != 0) {
+        host = member_host;
+        port = member_port;
+        break;
+      }
     // Where this agent's workers' store listens when it is node 0: loopback for a rendezvous on this
     // machine's loopback, else the interface that reaches the rendezvous (dist/net/interface.h).
     local_addr_ = o_.local_addr.empty() ? dist::detail::listen_address(host, "the --rdzv-endpoint host") : o_.local_addr;
@@ -461,7 +469,11 @@ std::vector<std::pair<std::string, int>> parse_endpoints(const std::string& text
   size_t start = 0;
   while (true) {
     const size_t comma = text.find(',', start);
-    out.push_back(parse_endpoint(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+    try {
+      out.push_back(parse_endpoint(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+    } catch (const ValueError& e) {
+      throw ValueError(std::string(e.what()) + " in '" + text + "' (HOST:PORT, or etcd members as HOST:PORT,HOST:PORT,...)");
+    }
     if (comma == std::string::npos) return out;
     start = comma + 1;
   }

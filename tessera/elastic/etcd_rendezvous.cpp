@@ -6,13 +6,17 @@
 // A cluster's members are all given: a request goes to the member that answered last and, when it
 // cannot be reached or does not answer in time (its host lost, or cut off from the majority), to
 // the next, once round the members. Any member serves every request (etcd forwards writes to its
-// leader), so losing a minority of the members costs the job one member's time-out. One case is
-// not idempotent: a transaction that committed on a member which died before it replied is sent
-// again to the next; `add` then counts twice (the rendezvous' join counter, which only makes a
-// round wait for its last call), while `compare_set` reads its own value back and wins as it should.
+// leader), so losing a minority of the members costs the job one member's time-out. A transaction
+// that committed on a member which died before it replied is sent again to the next, and fails
+// there (what it compared has changed). `compare_set` then reads its own value back and wins, as it
+// should; `add` (the join counter, whose value is the agent's node rank: counting twice would
+// leave a rank unclaimed) writes a marker of its own with the new value in the same transaction,
+// and finds it before trying again.
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <random>
 #include <poll.h>
 #include <unistd.h>
 
@@ -66,6 +70,7 @@ class EtcdRendezvous : public RendezvousStore {
 
   int64_t add(const std::string& key, int64_t delta) override {
     const std::string k = base64_encode(kPrefix + key);
+    const std::string marker = base64_encode(concat(kPrefix, "ops/", key, "/", random_hex()));
     while (true) {  // optimistic: read, then write only if nobody wrote in between
       json r = post("/v3/kv/range", json{{"key", k}});
       int64_t value = 0;
@@ -80,8 +85,12 @@ class EtcdRendezvous : public RendezvousStore {
       }
       const std::string next = std::to_string(value + delta);
       json txn = {{"compare", json::array({compare})},
-                  {"success", json::array({json{{"request_put", {{"key", k}, {"value", base64_encode(next)}}}}})}};
+                  {"success", json::array({json{{"request_put", {{"key", k}, {"value", base64_encode(next)}}}},
+                                           json{{"request_put", {{"key", marker}, {"value", base64_encode(next)}}}}})}};
       if (succeeded(post("/v3/kv/txn", txn))) return value + delta;
+      // Another agent wrote first, or this one did and the reply was lost with its member.
+      if (std::optional<std::string> done = first_value(post("/v3/kv/range", json{{"key", marker}}), "/v3/kv/range"))
+        return parse_counter(*done, key);
     }
   }
 
@@ -113,6 +122,15 @@ class EtcdRendezvous : public RendezvousStore {
   static constexpr const char* kPrefix = "/tessera/";
   static constexpr size_t kMaxReplyBytes = size_t{16} << 20;
 
+  // 64 random bits in hex: this add's marker among every agent's.
+  static std::string random_hex() {
+    std::random_device device;
+    const uint64_t bits = (static_cast<uint64_t>(device()) << 32) ^ device();
+    char text[17];
+    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(bits));
+    return text;
+  }
+
   static bool succeeded(const json& r) {
     auto it = r.is_object() ? r.find("succeeded") : r.end();
     return it != r.end() && it->is_boolean() && it->get<bool>();
@@ -141,11 +159,13 @@ class EtcdRendezvous : public RendezvousStore {
     const std::string request = concat("POST ", path, " HTTP/1.1\r\nHost: ", host, ":", port,
                                        "\r\nContent-Type: application/json\r\nContent-Length: ", payload.size(),
                                        "\r\nConnection: close\r\n\r\n", payload);
-    // With other members to try, a member that does not accept within 2 s is taken as lost; etcd
-    // itself answers a request it cannot serve (no leader) within its own request time-out.
+    // With other members to try, a member that does not accept within 2 s, or answer within 5, is
+    // taken as lost (a lost host drops packets; nothing refuses them); etcd itself answers a request
+    // it cannot serve (no leader) within its own request time-out.
     const auto now = dist::detail::Clock::now();
-    const auto deadline = now + std::chrono::milliseconds(10000);
-    const auto connect_deadline = members_.size() > 1 ? now + std::chrono::milliseconds(2000) : deadline;
+    const bool others = members_.size() > 1;
+    const auto deadline = now + std::chrono::milliseconds(others ? 5000 : 10000);
+    const auto connect_deadline = others ? now + std::chrono::milliseconds(2000) : deadline;
     std::string error;
     dist::detail::Socket sock =
         dist::detail::try_connect_tcp(host, static_cast<uint16_t>(port), connect_deadline, &error);
@@ -158,7 +178,8 @@ class EtcdRendezvous : public RendezvousStore {
     while (true) {
       pollfd p{sock.fd(), POLLIN, 0};
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - dist::detail::Clock::now());
-      if (left.count() <= 0) throw IoError(concat("[etcd] ", host, ":", port, " ", path, ": no reply within 10 s"));
+      if (left.count() <= 0)
+        throw IoError(concat("[etcd] ", host, ":", port, " ", path, ": no reply within ", others ? 5 : 10, " s"));
       int ready = ::poll(&p, 1, static_cast<int>(left.count()));
       if (ready < 0 && errno == EINTR) continue;
       if (ready <= 0) continue;

@@ -341,7 +341,9 @@ FitResult Trainer::fit_epochs() {
   if (progress_) {
     progress_->set_flight_dir(dist::flight_recorder_dir());
     // `tessera trace stacks <output_dir>` asks this launcher (the parent) for the job's stacks.
-    if (lead) io::write_file_atomic((fs::path(run.output_dir) / "launcher.pid").string(), std::to_string(::getppid()) + "\n");
+    if (lead && progress_->launcher_pid() > 0)
+      io::write_file_atomic((fs::path(run.output_dir) / "launcher.pid").string(),
+                            std::to_string(progress_->launcher_pid()) + "\n");
   }
   const std::optional<int64_t> wedge_before_step = debug_wedge_point("step");
   if (strategy_->holds_whole_state() && world_size() > 1 && !survivor_) {

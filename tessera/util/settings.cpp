@@ -126,6 +126,9 @@ constexpr std::array kSettings{
             "the largest world size the elastic job may reach; the trainer refuses a global batch that a world "
             "size from 1 to it does not divide",
             kElasticAgent, kInteger, 1, 65536},
+    Setting{"TESSERA_LAUNCHER_PID", "unset (not under a launcher)",
+            "the launcher's pid, which the trainer writes to <output_dir>/launcher.pid for tessera trace stacks",
+            kLauncher, kInteger, 1, int64_t{1} << 31},
     Setting{"TESSERA_PROGRESS_FILE", "unset (not under a launcher)",
             "the file where the trainer records its steps for the launcher's wedge watch (dist/launcher/progress_file.h)",
             kLauncher},

@@ -416,8 +416,8 @@ TEST(ElasticRunLongTier, KilledWorkerOnFashionMnistKeepsTheAccuracy) {
 }
 
 // The kill test with the rendezvous in a real etcd (Debian's etcd-server) on loopback. The agent is
-// given a member that is not there first (nothing listens on its port): every request it makes
-// there is refused and goes on to the live member.
+// given a member that is not there first (nothing listens on its port): its first request is
+// refused there and goes on to the live member, which it keeps asking from then on.
 TEST(ElasticRun, EtcdRendezvousSurvivesAKilledWorker) {
   if (::access("/usr/bin/etcd", X_OK) != 0)
     GTEST_SKIP() << "etcd is not installed (/usr/bin/etcd); scripts/setup.sh installs Debian's etcd-server";

@@ -16,7 +16,7 @@
 //                      OMP_NUM_THREADS gets the same value unless the launcher's environment sets it
 //                      (supervisor.cpp)
 //   TESSERA_PROGRESS_FILE where a trainer records its steps for the launcher's wedge watch
-//                      (progress_file.h); workers only, and only while the watch is on
+//   TESSERA_LAUNCHER_PID (progress_file.h); workers only, and only while the watch is on
 //
 // The names follow torchrun's (plus NODE_RANK), so scripts written for it read the same values.
 //

@@ -59,6 +59,8 @@ bool read_into(detail::Fd& fd, std::string& into) {
   return false;
 }
 
+bool state_is_stopped(const std::string& state) { return !state.empty() && (state[0] == 'T' || state[0] == 't'); }
+
 }  // namespace
 
 std::string process_state(pid_t pid) {
@@ -85,7 +87,9 @@ std::vector<ProcessStacks> take_stacks(const std::vector<pid_t>& pids, std::chro
   std::vector<ProcessStacks> out(pids.size());
   std::vector<std::optional<Running>> tools(pids.size());
   std::vector<std::string> environment;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) environment.emplace_back(*e);
+  // Not DEBUGINFOD_URLS: a tool fetching debug information over the network would outlast the budget.
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e)
+    if (std::string(*e).rfind("DEBUGINFOD_URLS=", 0) != 0) environment.emplace_back(*e);
   for (size_t i = 0; i < pids.size(); ++i) {
     out[i].pid = pids[i];
     out[i].state = process_state(pids[i]);
@@ -128,9 +132,23 @@ std::vector<ProcessStacks> take_stacks(const std::vector<pid_t>& pids, std::chro
   for (size_t i = 0; i < tools.size(); ++i) {
     if (!tools[i]) continue;
     Running& tool = *tools[i];
-    const bool timed_out = tool.process.stdout_read.valid() || tool.process.stderr_read.valid();
-    if (timed_out) signal_worker(tool.process.pid, SIGKILL);
-    while (::waitpid(tool.process.pid, nullptr, 0) < 0 && errno == EINTR) {
+    bool timed_out = tool.process.stdout_read.valid() || tool.process.stderr_read.valid();
+    // A tool that closed its output exits at once; one that has not by the deadline is killed
+    // (SIGKILL cannot be ignored, so the blocking wait after it is bounded).
+    while (!timed_out && ::waitpid(tool.process.pid, nullptr, WNOHANG) == 0) {
+      if (Clock::now() >= deadline + std::chrono::milliseconds(500)) {
+        timed_out = true;
+        break;
+      }
+      ::usleep(5000);
+    }
+    if (timed_out) {
+      signal_worker(tool.process.pid, SIGKILL);
+      while (::waitpid(tool.process.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      // A tracer that dies while the worker sits in its attach stop leaves that SIGSTOP pending
+      // (ptrace(2)): a worker that was not stopped before must not be left stopped by us.
+      if (!state_is_stopped(out[i].state) && state_is_stopped(process_state(pids[i]))) ::kill(pids[i], SIGCONT);
     }
     out[i].text = std::move(tool.output);
     if (timed_out) {

@@ -2,7 +2,8 @@
 // stopped (SIGSTOP) or blocked where no signal handler of its own would run, so the launcher, its
 // parent, attaches to it with eu-stack (elfutils; scripts/setup.sh installs it) or, where that is
 // missing, gdb. Attaching stops the process for the few milliseconds the unwind takes and leaves it
-// as it was (a stopped process stays stopped).
+// as it was (a stopped process stays stopped). A tool still running at the budget is killed, and a
+// worker its attach left stopped is continued (SIGCONT) unless it was stopped before.
 #pragma once
 #include <chrono>
 #include <string>
@@ -27,8 +28,9 @@ std::string process_state(pid_t pid);
 // does not catch would end it.
 bool catches_signal(pid_t pid, int signal);
 
-// The first `frames` frames of the thread `tid` in `stacks` (a take_stacks text), one per line,
-// without addresses: "#0 __futex_abstimed_wait_common\n#1 ...". Empty when that thread is not there.
+// The first `frames` frames of the thread `tid` in `stacks` (eu-stack's text), one per line,
+// without addresses: "#0 __futex_abstimed_wait_common\n#1 ...". Empty when that thread is not there
+// (and for gdb's text, whose frames are in the file only).
 std::string thread_frames(const std::string& stacks, pid_t tid, int frames);
 
 }  // namespace tessera::dist::launcher

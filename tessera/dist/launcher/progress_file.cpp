@@ -45,7 +45,7 @@ std::optional<int64_t> to_int(std::string_view field) {
 std::string format_progress(const ProgressRecord& record) {
   std::string dir = record.flight_dir.empty() ? "-" : record.flight_dir;
   std::string line = std::to_string(record.steps) + " " + phase_text(record.phase) + " " + std::to_string(record.unix_us) +
-                     " " + std::to_string(record.median_step_us);
+                     " " + std::to_string(record.median_step_us) + " " + std::to_string(record.pid);
   // A path with spaces or one too long to fit is not sent: the watch then reads no flight records.
   if (dir.find_first_of(" \n") != std::string::npos || line.size() + 1 + dir.size() + 1 > kProgressRecordSize) dir = "-";
   line += " " + dir;
@@ -61,8 +61,9 @@ std::optional<ProgressRecord> parse_progress(std::string_view text) {
   const std::string_view phase = next_field(text, at);
   auto unix_us = to_int(next_field(text, at));
   auto median = to_int(next_field(text, at));
+  auto pid = to_int(next_field(text, at));
   const std::string_view dir = next_field(text, at);
-  if (!steps || !unix_us || !median || dir.empty()) return std::nullopt;
+  if (!steps || !unix_us || !median || !pid || dir.empty()) return std::nullopt;
   if (phase == "step") record.phase = ProgressRecord::Phase::Step;
   else if (phase == "other") record.phase = ProgressRecord::Phase::Other;
   else if (phase == "done") record.phase = ProgressRecord::Phase::Done;
@@ -70,6 +71,7 @@ std::optional<ProgressRecord> parse_progress(std::string_view text) {
   record.steps = *steps;
   record.unix_us = *unix_us;
   record.median_step_us = *median;
+  record.pid = *pid;
   if (dir != "-") record.flight_dir = std::string(dir);
   return record;
 }
@@ -79,11 +81,12 @@ std::unique_ptr<ProgressWriter> ProgressWriter::from_environment() {
   if (path == nullptr || *path == '\0') return nullptr;
   const int fd = ::open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return nullptr;
-  // The launcher (the parent) takes a wedged worker's stacks with a tool it starts: where Yama
-  // allows only ancestors to attach (ptrace_scope 1), let the launcher's descendants do so too.
-  // Without Yama this fails harmlessly.
-  ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(::getppid()), 0, 0, 0);
-  return std::unique_ptr<ProgressWriter>(new ProgressWriter(fd));
+  const int64_t launcher_pid = env_int(kLauncherPidVariable, 0);
+  // The launcher takes a wedged worker's stacks with a tool it starts: where Yama allows only
+  // ancestors to attach (ptrace_scope 1), let the launcher and its descendants do so, also when a
+  // wrapper stands between them. Without Yama this fails harmlessly.
+  if (launcher_pid > 0) ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(launcher_pid), 0, 0, 0);
+  return std::unique_ptr<ProgressWriter>(new ProgressWriter(fd, launcher_pid));
 }
 
 ProgressWriter::~ProgressWriter() { ::close(fd_); }
@@ -105,7 +108,7 @@ void ProgressWriter::write(int64_t steps, ProgressRecord::Phase phase) {
     if (steps_us_.size() < kStepsKept) steps_us_.push_back(each);
     else steps_us_[next_++ % kStepsKept] = each;
   }
-  last_ = ProgressRecord{steps, phase, now, median_step_us(), flight_dir_};
+  last_ = ProgressRecord{steps, phase, now, median_step_us(), static_cast<int64_t>(::getpid()), flight_dir_};
   const std::string record = format_progress(*last_);
   ssize_t n;
   do n = ::pwrite(fd_, record.data(), record.size(), 0);

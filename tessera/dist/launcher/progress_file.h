@@ -5,13 +5,16 @@
 // is not a step. A program that never writes one is never watched.
 //
 // The record, kRecordSize bytes, a line padded with spaces:
-//   "<steps> <phase> <unix us> <median step us> <flight dir>"
+//   "<steps> <phase> <unix us> <median step us> <pid> <flight dir>"
 //   steps      training steps completed so far
-//   phase      "step": between training steps, so a long silence is a wedge; "other": evaluating,
-//              saving a checkpoint or starting up, which may take as long as it takes; "done"
+//   phase      "step": between training steps, so a long silence is a wedge; "other": evaluating
+//              or saving a checkpoint, which may take as long as it takes; "done": training ended
+//              (the process is finishing: not watched)
 //   unix us    when the record was written
 //   median step us  the median of the worker's newest steps (up to 64), measured by the worker
 //              itself from one step's record to the next; 0 before its first
+//   pid        the trainer's process (the launcher's child may be a wrapper, a shell script): the
+//              one whose stacks are taken and that is sent SIGUSR2
 //   flight dir where this worker's flight records go (dist/flight_recorder.h), "-" when none
 #pragma once
 #include <cstdint>
@@ -24,6 +27,9 @@
 namespace tessera::dist::launcher {
 
 inline constexpr const char* kProgressFileVariable = "TESSERA_PROGRESS_FILE";
+// The launcher's pid, which the trainer writes to <output_dir>/launcher.pid for `tessera trace
+// stacks` and lets attach to it (ptrace) where Yama allows only ancestors.
+inline constexpr const char* kLauncherPidVariable = "TESSERA_LAUNCHER_PID";
 
 struct ProgressRecord {
   enum class Phase { Step, Other, Done };
@@ -31,6 +37,7 @@ struct ProgressRecord {
   Phase phase = Phase::Other;
   int64_t unix_us = 0;
   int64_t median_step_us = 0;  // 0: none measured yet
+  int64_t pid = 0;
   std::string flight_dir;      // empty: none
 };
 
@@ -52,11 +59,14 @@ class ProgressWriter {
   ProgressWriter& operator=(const ProgressWriter&) = delete;
   void write(int64_t steps, ProgressRecord::Phase phase);
   void set_flight_dir(std::string dir) { flight_dir_ = std::move(dir); }
+  // The launcher's pid ($TESSERA_LAUNCHER_PID), 0 when unknown.
+  int64_t launcher_pid() const { return launcher_pid_; }
 
  private:
-  explicit ProgressWriter(int fd) : fd_(fd) {}
+  ProgressWriter(int fd, int64_t launcher_pid) : fd_(fd), launcher_pid_(launcher_pid) {}
   int64_t median_step_us();
   int fd_;
+  int64_t launcher_pid_;
   std::string flight_dir_;
   std::optional<ProgressRecord> last_;
   std::vector<int64_t> steps_us_;  // the newest step times, a ring of kStepsKept

@@ -152,6 +152,11 @@ class Supervisor {
     SignalPipe signals;
     std::vector<ProcessSpec> specs = given;
     start_wedge_watch(specs);
+    // However this ends (a spawn that failed throws), the progress files and the directory go.
+    struct EndWatch {
+      Supervisor* s;
+      ~EndWatch() { s->end_wedge_watch(); }
+    } end_watch{this};
     spawn_all(specs);
     if (wedge_)
       for (const Process& w : processes_)
@@ -161,14 +166,13 @@ class Supervisor {
       wait_for_events(signals);
       for (int s : signals.take()) {
         if (s == SIGINT || s == SIGTERM) forward(s);
-        if (s == SIGUSR2 && wedge_) wedge_->report(tessera::detail::concat("asked for (SIGUSR2 to the launcher, pid ", ::getpid(), ")"));
+        if (s == SIGUSR2 && wedge_) wedge_->ask(tessera::detail::concat("asked for (SIGUSR2 to the launcher, pid ", ::getpid(), ")"));
       }
       reap();
       check_watch();
       check_wedge();
       check_deadlines();
     }
-    end_wedge_watch();
     return result();
   }
 
@@ -182,8 +186,12 @@ class Supervisor {
       return;
     }
     wedge_ = std::make_unique<WedgeWatch>(options, job_dir_, job_.stderr_fd);
-    for (ProcessSpec& spec : specs)
-      if (!spec.server) spec.variables[kProgressFileVariable] = progress_file(spec.rank);
+    for (ProcessSpec& spec : specs) {
+      if (spec.server) continue;
+      ::unlink(progress_file(spec.rank).c_str());  // a former launcher's of this pid
+      spec.variables[kProgressFileVariable] = progress_file(spec.rank);
+      spec.variables[kLauncherPidVariable] = std::to_string(::getpid());
+    }
   }
   std::string progress_file(int rank) const { return job_dir_ + "/rank-" + std::to_string(rank) + ".progress"; }
 
@@ -196,6 +204,7 @@ class Supervisor {
   // The progress files and the newest report go; the job directory with them, unless a report's
   // stacks are in it (a job without flight records).
   void end_wedge_watch() {
+    wedge_.reset();  // waits for a report in the making
     if (job_dir_.empty()) return;
     for (const Process& w : processes_) ::unlink(progress_file(w.rank).c_str());
     ::unlink((job_dir_ + "/report.txt").c_str());
@@ -276,6 +285,7 @@ class Supervisor {
       if (r == 0 || (r < 0 && errno == EINTR)) continue;
       // ECHILD: someone else reaped it (a SIGCHLD set to SIG_IGN elsewhere); its status is lost.
       w.status = r > 0 ? status : W_EXITCODE(255, 0);
+      if (wedge_) wedge_->forget(w.pid);  // its pid may be another process's from now on
       w.out.drain(buffer_.data());
       w.err.drain(buffer_.data());
       if (succeeded(*w.status) || stopping() || received_signal_ != 0) continue;

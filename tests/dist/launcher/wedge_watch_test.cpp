@@ -6,6 +6,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,7 +23,7 @@ namespace {
 using Phase = ProgressRecord::Phase;
 
 TEST(ProgressFile, ARecordReadsBackAndAnythingElseIsNone) {
-  const std::string text = format_progress({42, Phase::Step, 1700000000123456, 2500, "/runs/a/flight"});
+  const std::string text = format_progress({42, Phase::Step, 1700000000123456, 2500, 4321, "/runs/a/flight"});
   ASSERT_EQ(text.size(), kProgressRecordSize);
   const auto back = parse_progress(text);
   ASSERT_TRUE(back.has_value());
@@ -30,18 +31,19 @@ TEST(ProgressFile, ARecordReadsBackAndAnythingElseIsNone) {
   EXPECT_EQ(back->phase, Phase::Step);
   EXPECT_EQ(back->unix_us, 1700000000123456);
   EXPECT_EQ(back->median_step_us, 2500);
+  EXPECT_EQ(back->pid, 4321);
   EXPECT_EQ(back->flight_dir, "/runs/a/flight");
   // A flight directory with a space, or too long to fit, is left out rather than cut.
-  EXPECT_EQ(parse_progress(format_progress({1, Phase::Other, 5, 0, "/a b"}))->flight_dir, "");
-  EXPECT_EQ(parse_progress(format_progress({1, Phase::Done, 5, 0, std::string(600, 'x')}))->flight_dir, "");
-  EXPECT_EQ(parse_progress(format_progress({1, Phase::Done, 5, 0, ""}))->phase, Phase::Done);
+  EXPECT_EQ(parse_progress(format_progress({1, Phase::Other, 5, 0, 1, "/a b"}))->flight_dir, "");
+  EXPECT_EQ(parse_progress(format_progress({1, Phase::Done, 5, 0, 1, std::string(600, 'x')}))->flight_dir, "");
+  EXPECT_EQ(parse_progress(format_progress({1, Phase::Done, 5, 0, 1, ""}))->phase, Phase::Done);
   for (std::string bad : {std::string(), text.substr(1), std::string(kProgressRecordSize, ' ')}) {
     EXPECT_FALSE(parse_progress(bad).has_value()) << "'" << bad << "'";
   }
   std::string wrong_phase = text;
   wrong_phase.replace(wrong_phase.find("step"), 4, "stop");
   EXPECT_FALSE(parse_progress(wrong_phase).has_value());
-  std::string negative = format_progress({1, Phase::Step, 5, 0, ""});
+  std::string negative = format_progress({1, Phase::Step, 5, 0, 1, ""});
   negative[0] = '-';
   EXPECT_FALSE(parse_progress(negative).has_value());
 }
@@ -84,6 +86,7 @@ TEST(ProcessStacks, TheFramesOfOneThreadWithoutTheirAddresses) {
 struct PausedChild {
   pid_t pid = ::fork();
   PausedChild() {
+    if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
       std::signal(SIGUSR2, [](int) {});  // catches SIGUSR2, as a trainer does
       for (;;) ::pause();
@@ -96,7 +99,7 @@ struct PausedChild {
 };
 
 void write_record(const std::string& path, int64_t steps, Phase phase, int64_t unix_us, int64_t median_us) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << format_progress({steps, phase, unix_us, median_us, ""});
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << format_progress({steps, phase, unix_us, median_us, 0, ""});
 }
 
 ino_t inode_of(const std::string& path) {
@@ -109,6 +112,7 @@ TEST(WedgeWatch, ReportsOnceASilenceLongerThanTheFactorTimesTheMedianStepAndNeve
   PausedChild child;
   WedgeOptions options;
   options.min_seconds = 0.5;
+  options.in_background = false;  // the report is there when poll() returns
   WedgeWatch watch(options, dir, /*notices_fd=*/2);
   const std::string progress = dir + "/rank-0.progress";
   watch.watch({0, child.pid, progress});
@@ -140,7 +144,17 @@ TEST(WedgeWatch, ReportsOnceASilenceLongerThanTheFactorTimesTheMedianStepAndNeve
   // Back between steps and silent again: a new report.
   write_record(progress, 3, Phase::Step, now - 3000000, 100000);
   watch.poll();
-  EXPECT_NE(inode_of(report), first);
+  const ino_t second = inode_of(report);
+  EXPECT_NE(second, first);
+  // Training ended ("done"): the process is finishing, not wedged.
+  write_record(progress, 3, Phase::Done, now - 2000000, 100000);
+  watch.poll();
+  EXPECT_EQ(inode_of(report), second);
+  // A reaped worker is forgotten: nothing is watched, nothing reported.
+  write_record(progress, 4, Phase::Step, now - 1000000, 100000);
+  watch.forget(child.pid);
+  watch.poll();
+  EXPECT_EQ(inode_of(report), second);
 }
 
 TEST(WedgeWatch, ASilenceShorterThanTheFloorIsNotAWedge) {
@@ -148,6 +162,7 @@ TEST(WedgeWatch, ASilenceShorterThanTheFloorIsNotAWedge) {
   PausedChild child;
   WedgeOptions options;
   options.min_seconds = 60;  // 0.1 s steps, 5 s silent: 50 medians, but under the floor
+  options.in_background = false;
   WedgeWatch watch(options, dir, 2);
   const std::string progress = dir + "/rank-0.progress";
   watch.watch({0, child.pid, progress});
