@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstdlib>
 #include <fcntl.h>
 #include <memory>
@@ -11,6 +10,7 @@
 
 #include "tessera/util/clock.h"
 #include "tessera/util/settings.h"
+#include "tessera/util/whole_number.h"
 
 namespace tessera::dist::launcher {
 
@@ -33,13 +33,6 @@ std::string_view next_field(std::string_view text, size_t& at) {
   return text.substr(start, at - start);
 }
 
-std::optional<int64_t> to_int(std::string_view field) {
-  int64_t value = 0;
-  auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
-  if (error != std::errc() || end != field.data() + field.size() || value < 0) return std::nullopt;
-  return value;
-}
-
 }  // namespace
 
 std::string format_progress(const ProgressRecord& record) {
@@ -57,11 +50,11 @@ std::optional<ProgressRecord> parse_progress(std::string_view text) {
   if (text.size() != kProgressRecordSize || text.back() != '\n') return std::nullopt;
   size_t at = 0;
   ProgressRecord record;
-  auto steps = to_int(next_field(text, at));
+  auto steps = parse_whole_number(next_field(text, at));
   const std::string_view phase = next_field(text, at);
-  auto unix_us = to_int(next_field(text, at));
-  auto median = to_int(next_field(text, at));
-  auto pid = to_int(next_field(text, at));
+  auto unix_us = parse_whole_number(next_field(text, at));
+  auto median = parse_whole_number(next_field(text, at));
+  auto pid = parse_whole_number(next_field(text, at));
   const std::string_view dir = next_field(text, at);
   if (!steps || !unix_us || !median || !pid || dir.empty()) return std::nullopt;
   if (phase == "step") record.phase = ProgressRecord::Phase::Step;

@@ -8,6 +8,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/dist/flight_report.h"
+#include "tessera/dist/launcher/fd.h"
 #include "tessera/dist/launcher/process_stacks.h"
 #include "tessera/io/atomic_file.h"
 #include "tessera/util/clock.h"
@@ -23,15 +24,8 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 constexpr int kFramesShown = 12;
 
-void write_notice(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // a notice is not worth failing the job over
-    done += static_cast<size_t>(n);
-  }
-}
+// A notice is not worth failing the job over: what cannot be written is dropped.
+void write_notice(int fd, const std::string& text) { detail::write_all(fd, text.data(), text.size()); }
 
 std::string seconds(double s) {
   char text[32];

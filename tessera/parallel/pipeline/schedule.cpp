@@ -73,6 +73,33 @@ std::vector<Action> interleaved(int stage, int stages, int64_t microbatches, int
 // passes (F/B/W 4.16/4.19/3.03 ms, P = 2, M = 16) put the unit order at 1.39x the theoretical bubble,
 // the timed order with P-1 slots at 1.39x too, and with P slots at 1.10x. The extra micro-batch holds
 // only its linear layers' inputs and output gradients, not its activations.
+// The clock of ZB-H1's and ZB-V's list scheduling. At each event time every free stage starts what
+// it may (`start_pass(s, took_no_time)`, which also says whether it started a pass that took no
+// time: a W of 0, or one too short to move t; then every stage looks again at the same time). The
+// next event is a stage becoming free: every pass's end is some stage's free time, so no message
+// arrives between two of them. Each round is time 0 or the end of one of the passes, so `passes`
+// (plus a margin) bounds the rounds. Returns the step's length.
+template <typename StartPass, typename Unfinished>
+double run_list_schedule(const char* schedule, int P, int64_t M, int64_t passes, std::vector<double>& free_at, double& t,
+                         StartPass start_pass, Unfinished unfinished) {
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  for (int64_t round = 0; unfinished(); ++round) {
+    TESSERA_ASSERT(round < passes + 16, schedule, " list scheduling made no progress (P=", P, ", M=", M, ")");
+    for (bool took_no_time = true; took_no_time;) {
+      took_no_time = false;
+      for (int s = 0; s < P; ++s)
+        if (free_at[static_cast<size_t>(s)] <= t) start_pass(s, took_no_time);
+    }
+    double next = kNever;
+    for (double f : free_at)
+      if (f > t) next = std::min(next, f);
+    if (next == kNever) break;  // nothing running: finished, or stuck (asserted below)
+    t = next;
+  }
+  TESSERA_ASSERT(!unfinished(), schedule, " list scheduling is stuck (P=", P, ", M=", M, ")");
+  return *std::max_element(free_at.begin(), free_at.end());
+}
+
 struct ZeroBubblePlan {
   std::vector<Action> actions;  // of the stage asked for
   double step_length = 0;       // the step's length (in passes when the passes take one unit)
@@ -114,26 +141,7 @@ ZeroBubblePlan zero_bubble_h1(int stage, int64_t microbatches, const std::vector
     if (s == stage) plan.actions.push_back(action);
   };
   auto unfinished = [&] { return std::any_of(weights.begin(), weights.end(), [&](int64_t w) { return w < M; }); };
-  // Each round is time 0 or the end of some pass, and there are 3·M·P passes.
-  const int64_t limit = 3 * M * P + 16;
-  for (int64_t round = 0; unfinished(); ++round) {
-    TESSERA_ASSERT(round < limit, "ZB-H1 list scheduling made no progress (P=", P, ", M=", M, ")");
-    // Again at the same time while some stage started a pass that took no time (a measured W of 0).
-    for (bool took_no_time = true; took_no_time;) {
-      took_no_time = false;
-      for (int s = 0; s < P; ++s)
-        if (free_at[s] <= t) start_pass(s, took_no_time);
-    }
-    // The next event is a stage becoming free: every pass's end is some stage's free time, so no
-    // message arrives between two of them.
-    double next = kNever;
-    for (double f : free_at)
-      if (f > t) next = std::min(next, f);
-    if (next == kNever) break;  // nothing running: finished, or stuck (asserted below)
-    t = next;
-  }
-  TESSERA_ASSERT(!unfinished(), "ZB-H1 list scheduling is stuck (P=", P, ", M=", M, ")");
-  plan.step_length = *std::max_element(free_at.begin(), free_at.end());
+  plan.step_length = run_list_schedule("ZB-H1", P, M, 3 * M * P, free_at, t, start_pass, unfinished);
   return plan;
 }
 
@@ -207,22 +215,7 @@ ZeroBubblePlan zero_bubble_v(int stage, int64_t microbatches, const std::vector<
   auto unfinished = [&] {
     return std::any_of(weights.begin(), weights.end(), [&](const PerChunk& w) { return w[0] < M || w[1] < M; });
   };
-  const int64_t limit = 6 * M * P + 16;  // each round is time 0 or the end of one of the 6·M·P passes
-  for (int64_t round = 0; unfinished(); ++round) {
-    TESSERA_ASSERT(round < limit, "ZB-V list scheduling made no progress (P=", P, ", M=", M, ")");
-    for (bool took_no_time = true; took_no_time;) {
-      took_no_time = false;
-      for (int s = 0; s < P; ++s)
-        if (free_at[s] <= t) start_pass(s, took_no_time);
-    }
-    double next = kNever;
-    for (double f : free_at)
-      if (f > t) next = std::min(next, f);
-    if (next == kNever) break;
-    t = next;
-  }
-  TESSERA_ASSERT(!unfinished(), "ZB-V list scheduling is stuck (P=", P, ", M=", M, ")");
-  plan.step_length = *std::max_element(free_at.begin(), free_at.end());
+  plan.step_length = run_list_schedule("ZB-V", P, M, 6 * M * P, free_at, t, start_pass, unfinished);
   return plan;
 }
 

@@ -18,6 +18,14 @@ namespace {
 
 using K = Action::Kind;
 
+// Each stage's F, B and W drawn from [0.2, 5) (W 0 when `no_weight`): speeds to plan from or to run at.
+std::vector<PassTimes> random_pass_times(std::mt19937& gen, int stages, bool no_weight) {
+  std::uniform_real_distribution<double> length(0.2, 5.0);
+  std::vector<PassTimes> times(static_cast<size_t>(stages));
+  for (auto& t : times) t = {length(gen), length(gen), no_weight ? 0.0 : length(gen)};
+  return times;
+}
+
 class PipelineSchedules : public ::testing::TestWithParam<std::tuple<int, int64_t, ScheduleKind>> {};
 
 TEST_P(PipelineSchedules, EveryMicrobatchRunsForwardThenBackwardOnce) {
@@ -171,12 +179,7 @@ TEST(PipelineSchedule, ZeroBubbleVLaysTheChunksOutInAV) {
 // figure), where ZB-H1's is 1.10x its own, twice as large, theory.
 TEST(PipelineSchedule, ZeroBubbleVPlannedFromMeasuredPassesKeepsTheBoundsAtAnySpeed) {
   std::mt19937 gen(13);
-  std::uniform_real_distribution<double> length(0.2, 5.0);
-  auto random_stages = [&](int stages, bool no_weight) {
-    std::vector<PassTimes> times(static_cast<size_t>(stages));
-    for (auto& t : times) t = {length(gen), length(gen), no_weight ? 0.0 : length(gen)};
-    return times;
-  };
+  auto random_stages = [&](int stages, bool no_weight) { return random_pass_times(gen, stages, no_weight); };
   for (int stages : {2, 3, 4, 6})
     for (int64_t m : {1, 2, 3, 4, 8, 16})
       for (int trial = 0; trial < 4; ++trial) {
@@ -238,12 +241,7 @@ TEST(PipelineSchedule, ZeroBubbleRunsBThenWOnceAndHoldsOneFOneBsActivationsPlusB
 // plan is a global order of the passes, so any speeds can run it.
 TEST(PipelineSchedule, ZeroBubblePlannedFromMeasuredPassesKeepsTheBoundsAtAnySpeed) {
   std::mt19937 gen(11);
-  std::uniform_real_distribution<double> length(0.2, 5.0);
-  auto random_stages = [&](int stages, bool no_weight) {
-    std::vector<PassTimes> times(static_cast<size_t>(stages));
-    for (auto& t : times) t = {length(gen), length(gen), no_weight ? 0.0 : length(gen)};
-    return times;
-  };
+  auto random_stages = [&](int stages, bool no_weight) { return random_pass_times(gen, stages, no_weight); };
   for (int stages : {2, 3, 4, 6})
     for (int64_t m : {1, 2, 3, 4, 8, 16})
       for (int trial = 0; trial < 4; ++trial) {
