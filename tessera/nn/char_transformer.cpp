@@ -47,7 +47,7 @@ CharTransformer::CharTransformer(const CharTransformerConfig& c) : config(c) {
   auto drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
   auto h = std::make_shared<Sequential>();
   for (int64_t i = 0; i < c.layers; ++i) {
-    blocks_.push_back(std::make_shared<TransformerBlock>(c.embed_dim, c.heads, c.dropout));
+    blocks_.push_back(std::make_shared<TransformerBlock>(c.embed_dim, c.heads, c.dropout, c.moe));
     blocks_.back()->checkpoint_activations = c.checkpoint_activations;
     h->push_back(blocks_.back());
   }

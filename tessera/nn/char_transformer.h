@@ -15,6 +15,7 @@ struct CharTransformerConfig {
   int64_t layers = 4;
   float dropout = 0.0f;
   bool checkpoint_activations = false;  // each block recomputes its activations in backward
+  MoeConfig moe;                        // experts > 0: every block's MLP is a mixture of experts
 };
 
 // 0, 1, ..., T-1 (int64) on `device`: the positions wpe embeds. On a device they are made once (per

@@ -22,10 +22,14 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   return drop->forward(proj->forward(y));
 }
 
-TransformerBlock::TransformerBlock(int64_t c, int64_t h, float p) {
+TransformerBlock::TransformerBlock(int64_t c, int64_t h, float p, const MoeConfig& experts) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(Shape{c}));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(c, h, p));
   ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(Shape{c}));
+  if (experts.experts > 0) {
+    moe = register_module("moe", std::make_shared<MixtureOfExperts>(c, 4 * c, experts, p));
+    return;
+  }
   mlp = register_module("mlp", std::make_shared<Sequential>(std::initializer_list<ModulePtr>{
                                    std::make_shared<Linear>(c, 4 * c), std::make_shared<GELU>(),
                                    std::make_shared<Linear>(4 * c, c), std::make_shared<Dropout>(p)}));
@@ -39,7 +43,8 @@ Tensor TransformerBlock::forward(const Tensor& x) {
 
 Tensor TransformerBlock::forward_block(const Tensor& x) {
   Tensor h = add(x, attn->forward(ln_1->forward(x)));
-  return add(h, mlp->forward(ln_2->forward(h)));
+  Tensor normed = ln_2->forward(h);
+  return add(h, moe ? moe->forward(normed) : mlp->forward(normed));
 }
 
 }  // namespace tessera::nn

@@ -1,7 +1,9 @@
 // Causal multi-head self-attention and the pre-norm Transformer block (GPT-2 layout):
-//   x = x + attn(ln_1(x));  x = x + mlp(ln_2(x)),  mlp = Linear(C, 4C) - GELU - Linear(4C, C).
+//   x = x + attn(ln_1(x));  x = x + mlp(ln_2(x)),  mlp = Linear(C, 4C) - GELU - Linear(4C, C),
+// or, with moe.experts > 0, a mixture of such MLPs in its place (nn/mixture_of_experts.h, "moe").
 #pragma once
 #include "tessera/nn/layers.h"
+#include "tessera/nn/mixture_of_experts.h"
 
 namespace tessera::nn {
 
@@ -18,7 +20,7 @@ class CausalSelfAttention : public Module {
 
 class TransformerBlock : public Module {
  public:
-  TransformerBlock(int64_t embed_dim, int64_t num_heads, float dropout = 0.0f);
+  TransformerBlock(int64_t embed_dim, int64_t num_heads, float dropout = 0.0f, const MoeConfig& moe = {});
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "TransformerBlock"; }
   // Activation checkpointing (nn/checkpoint.h): keep only the block's input in training, recompute
@@ -26,7 +28,8 @@ class TransformerBlock : public Module {
   bool checkpoint_activations = false;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
-  std::shared_ptr<Sequential> mlp;
+  std::shared_ptr<Sequential> mlp;            // null where the block has experts
+  std::shared_ptr<MixtureOfExperts> moe;     // null where it has one MLP
 
  private:
   Tensor forward_block(const Tensor& x);

@@ -34,6 +34,28 @@ Tensor all_reduce_sum(const Tensor& x, dist::ProcessGroup& group) {
 
 namespace {
 
+Tensor exchanged_blocks(const Tensor& x, dist::ProcessGroup& group) {
+  NoGradGuard no_grad;
+  Tensor y = Tensor::empty(x.shape());
+  group.alltoall(contiguous(x), y)->wait();
+  return y;
+}
+
+}  // namespace
+
+Tensor all_to_all(const Tensor& x, dist::ProcessGroup& group) {
+  TESSERA_CHECK(x.defined() && x.dtype() == DType::Float32 && x.dim() >= 1 && x.shape()[0] % group.size() == 0,
+                "[all_to_all] expects a float32 tensor whose rows divide into ", group.size(), " equal blocks, got ",
+                x.defined() ? std::string(dtype_name(x.dtype())) + " of shape " + shape_str(x.shape()) : "an undefined tensor",
+                " on rank ", group.rank());
+  dist::ProcessGroup* g = &group;
+  return autograd::record(exchanged_blocks(x, group), "AllToAllBackward", {x}, [g](const Tensor& grad) {
+    return std::vector<Tensor>{exchanged_blocks(grad, *g)};
+  }, autograd::Saves::Nothing);
+}
+
+namespace {
+
 // Every rank's (rows, elements per row), from one small all-gather.
 std::vector<int64_t> rows_and_widths(const Tensor& x, dist::ProcessGroup& group) {
   const int64_t rows = x.shape()[0], width = shape_numel(Shape(x.shape().begin() + 1, x.shape().end()));

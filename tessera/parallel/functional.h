@@ -24,6 +24,13 @@ Tensor all_reduce_sum(const Tensor& x, dist::ProcessGroup& group);
 // runs its backward in the same order; `group` must outlive the backward.
 Tensor all_gather_with_grad(const Tensor& x, dist::ProcessGroup& group);
 
+// (n, ...) on every rank, n a multiple of the group's size, cut into size() equal blocks of rows:
+// block j goes to rank j, and block r of the result comes from rank r (the dispatch and combine of
+// expert parallelism, nn/mixture_of_experts.h). Backward: the same all-to-all of the gradient (an
+// all-to-all of equal blocks is its own adjoint). Every rank calls it with the same shape, and runs
+// its backward, in the same order; `group` must outlive the backward.
+Tensor all_to_all(const Tensor& x, dist::ProcessGroup& group);
+
 // Refuses a type for values on the wire other than float32 or bfloat16 (mixed precision's), naming
 // `what` travels (e.g. "[pipeline] activations").
 void check_wire_dtype(DType wire, const char* what);

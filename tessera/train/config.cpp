@@ -27,6 +27,8 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"model.name", &c.model.name}, {"model.hidden", &c.model.hidden}, {"model.dropout", &c.model.dropout},
       {"model.layers", &c.model.layers}, {"model.heads", &c.model.heads}, {"model.embed_dim", &c.model.embed_dim},
       {"model.context", &c.model.context}, {"model.input_dim", &c.model.input_dim}, {"model.activation_checkpointing", &c.model.activation_checkpointing},
+      {"model.experts", &c.model.experts}, {"model.expert_top_k", &c.model.expert_top_k},
+      {"model.capacity_factor", &c.model.capacity_factor}, {"model.aux_loss_weight", &c.model.aux_loss_weight},
       {"model.text_encoder", &c.model.text_encoder}, {"model.temperature", &c.model.temperature},
       {"data.dataset", &c.data.dataset}, {"data.dir", &c.data.dir}, {"data.path", &c.data.path},
       {"data.test_path", &c.data.test_path}, {"data.label", &c.data.label},
@@ -84,6 +86,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.powersgd_start_iter", &c.distributed.powersgd_start_iter},
       {"distributed.topk_ratio", &c.distributed.topk_ratio},
       {"parallel.dp", &c.parallel.dp}, {"parallel.pp", &c.parallel.pp}, {"parallel.tp", &c.parallel.tp},
+      {"parallel.ep", &c.parallel.ep},
       {"parallel.schedule", &c.parallel.schedule}, {"parallel.microbatches", &c.parallel.microbatches},
       {"parallel.virtual_stages", &c.parallel.virtual_stages},
       {"parallel.balance", &c.parallel.balance},
@@ -236,6 +239,35 @@ void apply_override(TrainConfig& config, const std::string& assignment) {
   }
 }
 
+namespace {
+
+// model.experts and parallel.ep: a mixture of experts, and the ranks its experts are spread over.
+void check_experts(const TrainConfig& c) {
+  const auto& m = c.model;
+  TESSERA_CHECK(m.experts >= 0, "[config] model.experts must be 0 (no mixture) or positive, got ", m.experts);
+  TESSERA_CHECK(c.parallel.ep >= 1, "[config] parallel.ep must be at least 1, got ", c.parallel.ep);
+  if (m.experts > 0) {
+    TESSERA_CHECK(m.expert_top_k >= 1 && m.expert_top_k <= m.experts, "[config] model.expert_top_k must be in [1, "
+                  "model.experts = ", m.experts, "], got ", m.expert_top_k);
+    TESSERA_CHECK(m.capacity_factor > 0 && m.aux_loss_weight >= 0, "[config] model.capacity_factor must be positive "
+                  "and model.aux_loss_weight not negative, got ", m.capacity_factor, " and ", m.aux_loss_weight);
+    TESSERA_CHECK(!uses_model_parallelism(c) && c.distributed.strategy != "mesh", "[config] model.experts: a "
+                  "mixture of experts trains under ddp, zero, local SGD or parameter servers, not parallel.pp / "
+                  "parallel.tp (yet); spread the experts with parallel.ep");
+  }
+  if (c.parallel.ep == 1) return;
+  TESSERA_CHECK(m.experts > 0 && m.experts % c.parallel.ep == 0, "[config] parallel.ep = ", c.parallel.ep,
+                " spreads a mixture's experts over that many ranks: model.experts (", m.experts,
+                ") must be a positive multiple of it");
+  TESSERA_CHECK(c.distributed.strategy == "ddp" && c.distributed.local_sgd == 0, "[config] parallel.ep needs "
+                "distributed.strategy = 'ddp' (expert parallelism over the data-parallel ranks), got '",
+                c.distributed.strategy, "'", c.distributed.local_sgd > 0 ? " with local SGD" : "");
+  TESSERA_CHECK(c.distributed.comm_hook == "none" && !c.distributed.find_unused_parameters, "[config] parallel.ep: "
+                "distributed.comm_hook and find_unused_parameters are not supported with expert parallelism");
+}
+
+}  // namespace
+
 void check_settings(const TrainConfig& c) {
   auto one_of = [](const std::string& key, const std::string& v, std::initializer_list<const char*> options) {
     std::string list;
@@ -380,6 +412,7 @@ void check_settings(const TrainConfig& c) {
                   "' schedule runs one model chunk per stage)");
   }
   one_of("parallel.balance", c.parallel.balance, {"parameters", "time"});
+  check_experts(c);
   if (uses_model_parallelism(c) || c.distributed.strategy == "mesh") {
     TESSERA_CHECK(c.distributed.strategy != "ps", "[config] parallel.pp / parallel.tp need distributed.strategy = "
                   "'mesh' or 'ddp' (data parallelism across pipelines), not 'ps'");

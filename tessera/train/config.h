@@ -18,6 +18,12 @@ struct ModelConfig {
   int64_t input_dim = 784;  // mlp, logistic and linear: features per sample (a CSV table's feature columns)
   // transformer: each block keeps only its input and recomputes the rest in backward (nn/checkpoint.h)
   bool activation_checkpointing = false;
+  // transformer: experts > 0 makes every block's MLP a mixture of that many experts
+  // (nn/mixture_of_experts.h): each token goes to its expert_top_k, each expert takes at most
+  // capacity_factor × its even share of a rank's tokens, and aux_loss_weight scales the
+  // load-balancing loss added to the training loss.
+  int64_t experts = 0, expert_top_k = 2;
+  double capacity_factor = 1.25, aux_loss_weight = 0.01;
   // milnce (data.dataset = "clip-text"): the text branch ("bag", or "transformer" of model.layers
   // blocks of model.heads heads), the embedding width model.embed_dim, the video MLP's width
   // model.hidden[0], and the loss's temperature.
@@ -163,6 +169,7 @@ struct ParallelConfig {
   int64_t dp = 0;                    // data-parallel replicas; 0: the world size / (pp · tp)
   int64_t pp = 1;                    // pipeline stages
   int64_t tp = 1;                    // tensor-parallel ranks (the transformer only)
+  int64_t ep = 1;                    // expert-parallel ranks: the data-parallel ranks spread each mixture's experts
   std::string schedule = "1f1b";     // gpipe | 1f1b | interleaved | zb-h1 | zb-v (parallel/pipeline/schedule.h)
   int64_t microbatches = 4;          // per step; train.batch_size must be a multiple
   int64_t virtual_stages = 1;        // model chunks per stage: 2 or more with the interleaved schedule (zb-v: always 2)

@@ -29,6 +29,8 @@ void check_model(const TrainConfig& c) {
   TESSERA_CHECK(!c.model.activation_checkpointing || (model.activation_checkpointing && !uses_model_parallelism(c)),
                 "[config] model.activation_checkpointing applies to model.name = 'transformer' without parallel.pp / "
                 "parallel.tp (got model.name = '", c.model.name, "')");
+  TESSERA_CHECK(c.model.experts == 0 || c.model.name == "transformer", "[config] model.experts (a mixture of "
+                "experts) applies to model.name = 'transformer', not '", c.model.name, "'");
   TESSERA_CHECK(c.parallel.tp == 1 || model.tensor_parallel, "[config] parallel.tp = ", c.parallel.tp,
                 " needs model.name = 'transformer' (tensor-parallel layers exist for the Transformer only)");
 }

@@ -1,5 +1,10 @@
 #include "tessera/train/ddp_strategy.h"
 
+#include <cmath>
+#include <set>
+
+#include "tessera/nn/mixture_of_experts.h"
+#include "tessera/ops/ops.h"
 #include "tessera/parallel/sync_batch_norm.h"
 
 namespace tessera::train {
@@ -21,9 +26,68 @@ std::vector<Tensor> DdpStrategy::prepare(std::shared_ptr<nn::Module> model) {
   o.comm_hook_options.powersgd_start_iter = d.powersgd_start_iter;
   o.comm_hook_options.topk_ratio = d.topk_ratio;
   o.find_unused_parameters = d.find_unused_parameters;
+  if (config_.parallel.ep > 1) {
+    experts_ = std::make_unique<ExpertParallelism>(group_, static_cast<int>(config_.parallel.ep));
+    o.ignored_parameters = experts_->place(*model);
+  } else if (!nn::mixtures_of_experts(*model).empty()) {
+    // Replicated experts: the routing statistics still pooled over the replicas, as one process's.
+    auto everyone = group_->new_group([&] {
+      std::vector<int> ranks(group_->size());
+      for (int r = 0; r < group_->size(); ++r) ranks[r] = r;
+      return ranks;
+    }());
+    for (auto& [prefix, moe] : nn::mixtures_of_experts(*model)) moe->pool_routing_over(everyone);
+  }
   ddp_ = std::make_unique<parallel::ddp::DistributedDataParallel>(model, group_, o);
   return LocalStrategy::prepare(std::move(model));
 }
+
+double DdpStrategy::forward_backward(const data::Batch& batch) {
+  const double loss = LocalStrategy::forward_backward(batch);
+  if (experts_) experts_->reduce_gradients();
+  return loss;
+}
+
+void DdpStrategy::clip_gradients(double max_norm) {
+  if (!experts_) return LocalStrategy::clip_gradients(max_norm);
+  // The replicated parameters' norm is the same on every rank; the experts' adds up over the group.
+  double total = experts_->expert_gradient_squares();
+  std::vector<Tensor> all = model_->parameters();
+  std::set<const void*> expert_storage;
+  for (const Tensor& p : experts_->expert_parameters()) expert_storage.insert(p.raw_data());
+  for (const Tensor& p : all)
+    if (p.grad().defined() && !expert_storage.contains(p.raw_data())) total += squared_norm(p.grad());
+  const double norm = std::sqrt(total);
+  if (norm <= max_norm || norm == 0.0) return;
+  const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // optim::clip_grad_norm's
+  NoGradGuard no_grad;
+  for (const Tensor& p : all)
+    if (Tensor g = p.grad(); g.defined()) mul_(g, scale);
+}
+
+nn::StateDict DdpStrategy::model_state() {
+  if (!experts_) return LocalStrategy::model_state();
+  nn::StateDict whole = experts_->gather(model_->state_dict());
+  return rank() == 0 ? whole : nn::StateDict{};
+}
+
+void DdpStrategy::load_model_state(const nn::StateDict& state) {
+  if (!experts_) return LocalStrategy::load_model_state(state);
+  model_->load_state_dict(experts_->cut(state), true);
+}
+
+nn::StateDict DdpStrategy::optimizer_state(const optim::Optimizer& optimizer) {
+  if (!experts_) return LocalStrategy::optimizer_state(optimizer);
+  nn::StateDict whole = experts_->gather_optimizer(optimizer.state_dict());
+  return rank() == 0 ? whole : nn::StateDict{};
+}
+
+void DdpStrategy::load_optimizer_state(optim::Optimizer& optimizer, const nn::StateDict& state) {
+  if (!experts_) return LocalStrategy::load_optimizer_state(optimizer, state);
+  optimizer.load_state_dict(experts_->cut_optimizer(state));
+}
+
+std::string DdpStrategy::describe() const { return experts_ ? "[ddp] " + experts_->describe() : ""; }
 
 int64_t DdpStrategy::max_over_job(int64_t value) { return train::max_over_job(*group_, value); }
 
@@ -33,6 +97,7 @@ void DdpStrategy::add_step_metrics(nlohmann::json& record) const {
   record["comm_ms"] = 1e3 * trace.comm_seconds;
   record["exposed_comm_ms"] = 1e3 * trace.exposed_seconds;
   record["comm_bytes_total"] = ddp_->reducer().hook().bytes_communicated();
+  LocalStrategy::add_step_metrics(record);
 }
 
 }  // namespace tessera::train

@@ -104,6 +104,7 @@ void LocalSgdStrategy::load_optimizer_state(optim::Optimizer& optimizer, const n
 }
 
 void LocalSgdStrategy::add_step_metrics(nlohmann::json& record) const {
+  LocalStrategy::add_step_metrics(record);
   record["comm_bytes_total"] = bytes_;
   record["local_sgd_meetings"] = meetings_;
 }

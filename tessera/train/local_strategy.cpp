@@ -1,5 +1,8 @@
 #include "tessera/train/local_strategy.h"
 
+#include <algorithm>
+
+#include "tessera/nn/mixture_of_experts.h"
 #include "tessera/observe/trace.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/grad_scaler.h"
@@ -21,16 +24,19 @@ std::vector<Tensor> LocalStrategy::prepare(std::shared_ptr<nn::Module> model) {
 }
 
 double LocalStrategy::forward_backward(const data::Batch& batch) {
-  Tensor loss;
+  Tensor loss, objective;
   {
     observe::TraceSpan span("forward", "train");
     loss = training_loss(training_forward(batch.inputs), batch.targets);
+    // The mixtures' load-balancing losses join the gradient, not the loss reported.
+    Tensor balancing = nn::take_auxiliary_losses(*model_);
+    objective = balancing.defined() ? add(loss, balancing) : loss;
   }
   observe::TraceSpan span("backward", "train");  // DDP's wait for the last buckets included
   if (loss_scale_ != 1.0)
-    mul(loss, static_cast<float>(loss_scale_)).backward();
+    mul(objective, static_cast<float>(loss_scale_)).backward();
   else
-    loss.backward();
+    objective.backward();
   return loss.item<float>();
 }
 
@@ -52,6 +58,35 @@ std::optional<EvalContribution> LocalStrategy::evaluate_batch(const data::Batch&
   EvalContribution c{default_loss(output, batch.targets), {}};
   if (output.dim() == 2) c.output = output;
   return c;
+}
+
+void LocalStrategy::add_step_metrics(nlohmann::json& record) const {
+  const auto mixtures = nn::mixtures_of_experts(*model_);
+  if (mixtures.empty() || mixtures.front().second->last_routing().choices == 0) return;
+  // Over the mixtures (layers): the balancing loss summed, dropped choices as a share of all, the
+  // worst layer's busiest expert against the mean, and each expert's share averaged over layers.
+  const size_t experts = mixtures.front().second->last_routing().chosen.size();
+  double aux = 0, worst = 0;
+  int64_t dropped = 0, choices = 0;
+  std::vector<double> load(experts, 0.0);
+  for (const auto& [prefix, moe] : mixtures) {
+    const nn::RoutingStats& r = moe->last_routing();
+    if (r.choices == 0 || r.chosen.size() != experts) continue;
+    aux += r.aux_loss;
+    dropped += r.dropped;
+    choices += r.choices;
+    int64_t busiest = 0;
+    for (size_t e = 0; e < experts; ++e) {
+      busiest = std::max(busiest, r.chosen[e]);
+      load[e] += static_cast<double>(r.chosen[e]) / static_cast<double>(r.choices) / static_cast<double>(mixtures.size());
+    }
+    worst = std::max(worst, static_cast<double>(busiest) * static_cast<double>(experts) / static_cast<double>(r.choices));
+  }
+  record["moe_aux_loss"] = aux;
+  record["moe_dropped_fraction"] = choices ? static_cast<double>(dropped) / static_cast<double>(choices) : 0.0;
+  record["moe_dropped_choices"] = dropped;
+  record["moe_load_max_over_mean"] = worst;
+  record["moe_expert_load"] = load;
 }
 
 int64_t max_over_job(dist::ProcessGroup& group, int64_t value) {

@@ -78,6 +78,7 @@ nn::StateDict PsStrategy::model_state() {
 }
 
 void PsStrategy::add_step_metrics(nlohmann::json& record) const {
+  LocalStrategy::add_step_metrics(record);
   const auto& c = worker_->counters();
   record["ps_bytes_total"] = c.total_bytes();
   record["ps_wait_s_total"] = c.wait_seconds;

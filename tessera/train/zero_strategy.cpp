@@ -77,6 +77,7 @@ void ZeroStrategy::load_pieces(io::PieceReader& reader, optim::Optimizer& optimi
 }
 
 void ZeroStrategy::add_step_metrics(nlohmann::json& record) const {
+  LocalStrategy::add_step_metrics(record);
   const parallel::zero::ZeroMemory m = zero_->memory(attached_);
   record["comm_bytes_total"] = zero_->bytes_communicated();
   record["zero_parameter_bytes"] = m.parameters;

@@ -60,7 +60,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   reducer.gradient_as_bucket_view = options_.gradient_as_bucket_view && backend_takes_parameters;
   nn::StateDict trainable;
   for (auto& [name, p] : module_->named_parameters())
-    if (p.requires_grad()) trainable.emplace_back(name, p);
+    if (p.requires_grad() && !options_.ignored_parameters.contains(name)) trainable.emplace_back(name, p);
   reducer_ = Reducer::create(std::move(trainable), group_, reducer, make_comm_hook(options_.comm_hook, options_.comm_hook_options));
 }
 
@@ -108,7 +108,8 @@ void DistributedDataParallel::broadcast_state(int source, bool with_parameters) 
     staged.emplace_back(t, host);
   };
   if (with_parameters)
-    for (auto& [name, p] : module_->named_parameters()) send(p);
+    for (auto& [name, p] : module_->named_parameters())
+      if (!options_.ignored_parameters.contains(name)) send(p);
   for (auto& [name, b] : module_->named_buffers()) send(b);
   for (auto& w : works) w->wait();
   autograd::NoGradGuard no_grad;

@@ -15,6 +15,7 @@
 // broadcast_buffers. no_sync() accumulates gradients locally (gradient accumulation).
 #pragma once
 #include <memory>
+#include <set>
 #include <string>
 
 #include "tessera/dist/process_group.h"
@@ -41,6 +42,9 @@ struct DdpOptions {
   // all-reduces how many ranks are still active, gradients are averaged over those, and a rank
   // that has run out of data calls join(). Costs one small all-reduce per iteration.
   bool uneven_inputs = false;
+  // Parameters each rank keeps its own (PyTorch's _ddp_params_and_buffers_to_ignore): neither
+  // broadcast from rank 0 nor all-reduced. Expert parallelism's experts, which differ by rank.
+  std::set<std::string> ignored_parameters;
 };
 
 class DistributedDataParallel {

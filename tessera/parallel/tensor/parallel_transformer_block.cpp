@@ -5,6 +5,8 @@
 namespace tessera::parallel::tensor {
 
 ParallelTransformerBlock::ParallelTransformerBlock(const nn::TransformerBlock& full, dist::ProcessGroupPtr group) {
+  TESSERA_CHECK(full.mlp != nullptr, "[tensor parallel] a block whose MLP is a mixture of experts cannot be split "
+                "by tensor parallelism yet: spread its experts with parallel.ep instead");
   ln_1 = register_module("ln_1", replicate(*full.ln_1));
   attn = register_module("attn", std::make_shared<ParallelCausalSelfAttention>(*full.attn, group));
   ln_2 = register_module("ln_2", replicate(*full.ln_2));

@@ -18,6 +18,7 @@ ModelEntry transformer_model() {
     t.layers = c.model.layers;
     t.dropout = static_cast<float>(c.model.dropout);
     t.checkpoint_activations = c.model.activation_checkpointing;
+    t.moe = {c.model.experts, c.model.expert_top_k, c.model.capacity_factor, c.model.aux_loss_weight};
     return std::make_shared<nn::CharTransformer>(t);
   };
   e.validate = [](const TrainConfig& c) {

@@ -1,0 +1,105 @@
+// A mixture-of-experts GPT trained by `tessera train --nproc N`: experts replicated (DDP) and spread
+// over the ranks (parallel.ep), each equal to one process holding every expert on the global batch
+// (no token dropped: capacity_factor 4); a checkpoint of spread experts resumes in one process and
+// one process's resumes spread; the routing shows in the metrics.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "tessera/io/checkpoint.h"
+#include "testing/state_compare.h"
+#include "testing/step_records.h"
+#include "testing/temp_dir.h"
+#include "testing/train_alone.h"
+
+namespace tessera {
+namespace {
+
+std::string write_moe_config(const std::string& dir) {
+  const std::string corpus = tessera::testing::write_corpus(dir, 60);
+  std::string path = dir + "/config.toml";
+  std::ofstream(path) << "[model]\nname = \"transformer\"\nlayers = 2\nheads = 2\nembed_dim = 16\ncontext = 16\n"
+                      << "dropout = 0.0\nexperts = 4\nexpert_top_k = 2\ncapacity_factor = 4.0\naux_loss_weight = 0.01\n"
+                      << "[data]\ndataset = \"text\"\npath = \"" << corpus << "\"\nval_fraction = 0.1\n"
+                      << "[optimizer]\nname = \"sgd\"\nmomentum = 0.9\nlr = 0.05\n"
+                      << "[train]\nepochs = 5\nmax_steps = 20\nthreads = 1\nlog_every = 100\nglobal_batch_size = 8\n"
+                      << "eval_batch_size = 16\n";
+  return path;
+}
+
+nn::StateDict train(const std::string& config, const std::string& out, int nproc, const std::string& extra = "") {
+  return tessera::testing::train_with_processes(config, out, nproc, extra);
+}
+
+TEST(ExpertParallelTraining, SpreadAndReplicatedExpertsEqualOneProcess) {
+  const std::string dir = tessera::testing::fresh_dir("expert_parallel", "equal");
+  const std::string config = write_moe_config(dir);
+  nn::StateDict single = train(config, dir + "/single", 1);
+  ASSERT_FALSE(single.empty());
+  ASSERT_TRUE(single.size() > 0 && std::any_of(single.begin(), single.end(), [](const auto& kv) {
+    return kv.first == "h.1.moe.fc_weight" && kv.second.shape()[0] == 4;
+  }));
+  struct Layout {
+    int nproc;
+    std::string set, log_line;
+  };
+  for (const Layout& layout : {Layout{2, "", ""},
+                               Layout{2, "--set parallel.ep=2", "expert group 0 of 1 (ranks 0-1), experts 0-1 of 4"},
+                               Layout{4, "--set parallel.ep=2", "expert group 0 of 2 (ranks 0-1), experts 0-1 of 4"},
+                               Layout{4, "--set parallel.ep=4", "experts 0-0 of 4"}}) {
+    const std::string out = dir + "/n" + std::to_string(layout.nproc) + "-ep" +
+                            (layout.set.empty() ? "1" : layout.set.substr(layout.set.size() - 1));
+    nn::StateDict spread = train(config, out, layout.nproc, layout.set);
+    EXPECT_LT(tessera::testing::max_state_difference(single, spread), 1e-5) << layout.nproc << " " << layout.set;
+    EXPECT_NE(tessera::testing::read_text(out + ".log").find(layout.log_line), std::string::npos)
+        << tessera::testing::read_text(out + ".log");
+    const nlohmann::json last = tessera::testing::last_step(out);
+    ASSERT_TRUE(last.contains("moe_expert_load")) << last.dump();
+    double total = 0;
+    for (double share : last["moe_expert_load"]) total += share;
+    EXPECT_NEAR(total, 1.0, 1e-6) << last.dump();
+    EXPECT_EQ(last["moe_dropped_choices"].get<int64_t>(), 0) << last.dump();
+    EXPECT_GE(last["moe_load_max_over_mean"].get<double>(), 1.0) << last.dump();
+    EXPECT_GT(last["moe_aux_loss"].get<double>(), 0.0) << last.dump();
+  }
+}
+
+TEST(ExpertParallelTraining, SpreadExpertsCheckpointsResumeInOneProcessAndBack) {
+  const std::string dir = tessera::testing::fresh_dir("expert_parallel", "resume");
+  const std::string config = write_moe_config(dir);
+  nn::StateDict single = train(config, dir + "/single", 1);
+  train(config, dir + "/to-local", 2, "--set parallel.ep=2 --set train.max_steps=10");
+  ASSERT_EQ(io::latest_checkpoint_step(dir + "/to-local/checkpoints"), 10);
+  nn::StateDict local = train(config, dir + "/to-local", 1, "--resume");
+  ASSERT_EQ(io::latest_checkpoint_step(dir + "/to-local/checkpoints"), 20);
+  EXPECT_LT(tessera::testing::max_state_difference(single, local), 1e-5);
+  // One process's checkpoint, its experts then spread over 4 ranks, in a sharded checkpoint.
+  train(config, dir + "/to-spread", 1, "--set train.max_steps=10");
+  nn::StateDict spread = train(config, dir + "/to-spread", 4,
+                               "--set parallel.ep=4 --set train.checkpoint_format=sharded --resume");
+  EXPECT_LT(tessera::testing::max_state_difference(single, spread), 1e-5);
+}
+
+TEST(ExpertParallelTraining, LayoutsThatCannotSpreadTheExpertsAreRefusedByName) {
+  const std::string dir = tessera::testing::fresh_dir("expert_parallel", "refused");
+  const std::string config = write_moe_config(dir);
+  struct Refused {
+    int nproc;
+    std::string set, fragment;
+  };
+  for (const Refused& r : {Refused{2, "--set parallel.ep=3", "model.experts (4) must be a positive multiple of it"},
+                           Refused{3, "--set parallel.ep=2 --set train.global_batch_size=12", "parallel.ep = 2 must divide the world size 3"},
+                           Refused{2, "--set parallel.ep=2 --set distributed.strategy=zero", "parallel.ep needs"},
+                           Refused{2, "--set parallel.ep=2 --set model.experts=0", "must be a positive multiple"}}) {
+    const std::string out = dir + "/refused";
+    const std::string cmd = std::string(TESSERA_BINARY) + " train " + config + " --nproc " + std::to_string(r.nproc) +
+                            " " + r.set + " --set train.output_dir=" + out + " > " + out + ".log 2>&1";
+    EXPECT_NE(std::system(cmd.c_str()), 0) << r.set;
+    EXPECT_NE(tessera::testing::read_text(out + ".log").find(r.fragment), std::string::npos)
+        << r.set << "\n" << tessera::testing::read_text(out + ".log");
+  }
+}
+
+}  // namespace
+}  // namespace tessera
