@@ -61,6 +61,7 @@ Tensor MixtureOfExperts::forward(const Tensor& x) {
   TESSERA_CHECK(x.dim() >= 2 && x.shape().back() == embed_dim, "[moe] expected (..., ", embed_dim, "), got ",
                 shape_str(x.shape()));
   const int64_t C = embed_dim, E = config.experts, k = config.top_k, N = x.numel() / C;
+  if (is_training()) stats_.exchanges = {};
   Tensor tokens = reshape(x, {N, C});
   Tensor probs = softmax(router->forward(tokens), 1);  // (N, E)
   int64_t capacity = expert_capacity(N, E, k, config.capacity_factor);
@@ -98,7 +99,7 @@ Tensor MixtureOfExperts::run_experts(const Tensor& dispatched, int64_t capacity)
   Tensor rows = dispatched;
   if (expert_group_) {
     // Block j (experts of rank j) goes to rank j; what arrives is [source rank][local expert][row].
-    rows = parallel::all_to_all(dispatched, *expert_group_);
+    rows = parallel::all_to_all(dispatched, *expert_group_, tally());
     rows = permute(reshape(rows, {ranks, local, capacity, C}), {1, 0, 2, 3});
   }
   rows = reshape(rows, {local, ranks * capacity, C});
@@ -106,7 +107,7 @@ Tensor MixtureOfExperts::run_experts(const Tensor& dispatched, int64_t capacity)
   Tensor out = add(matmul(h, proj_weight), unsqueeze(proj_bias, 1));  // (local, ranks·capacity, C)
   if (!expert_group_) return reshape(out, {local * capacity, C});
   out = reshape(permute(reshape(out, {local, ranks, capacity, C}), {1, 0, 2, 3}), {ranks * local * capacity, C});
-  return parallel::all_to_all(out, *expert_group_);
+  return parallel::all_to_all(out, *expert_group_, tally());
 }
 
 void MixtureOfExperts::note_routing(const Tensor& probs, const ExpertRouting& routing) {

@@ -21,6 +21,7 @@
 
 #include "tessera/dist/process_group.h"
 #include "tessera/nn/layers.h"
+#include "tessera/parallel/functional.h"
 
 namespace tessera::nn {
 
@@ -37,6 +38,8 @@ struct RoutingStats {
   int64_t choices = 0;          // tokens · top_k
   int64_t dropped = 0;          // choices dropped for capacity
   double aux_loss = 0.0;        // the load-balancing loss, weight included
+  // Expert parallelism: this rank's all-to-alls since that forward began (its backward's too).
+  parallel::ExchangeTally exchanges;
 };
 
 class MixtureOfExperts : public Module {
@@ -69,6 +72,8 @@ class MixtureOfExperts : public Module {
 
  private:
   Tensor run_experts(const Tensor& dispatched, int64_t capacity);
+  // Training's exchanges are tallied for the metrics; evaluation's are not.
+  parallel::ExchangeTally* tally() { return is_training() ? &stats_.exchanges : nullptr; }
   void note_routing(const Tensor& probs, const struct ExpertRouting& routing);
 
   int64_t first_expert_ = 0;

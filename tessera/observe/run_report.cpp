@@ -264,6 +264,31 @@ std::string report_html(const RunRecords& run, const std::string& title, const n
     cm.series.push_back({"not hidden by backward", kRed, by_step(rs, "step", "exposed_comm_ms"), false, 1});
     html += render_svg(cm);
   }
+  if (const auto balance = by_step(rs, "step", "moe_load_max_over_mean"); !balance.empty()) {
+    // A mixture of experts' routing: each expert's share of the choices; the busiest against an
+    // even share, and the choices dropped for capacity.
+    Chart moe{"Mixture of experts: the router's load", "step", "share of the choices"};
+    moe.y_from_zero = true;
+    const char* palette[] = {kBlue, kOrange, kGreen, kPurple, kGrey};
+    const size_t experts = rs.empty() ? 0 : [&] {
+      for (const auto& r : rs)
+        if (r.contains("moe_expert_load") && r["moe_expert_load"].is_array()) return r["moe_expert_load"].size();
+      return size_t{0};
+    }();
+    for (size_t e = 0; e < experts && e < 16; ++e) {
+      std::vector<std::pair<double, double>> points;
+      for (const auto& r : rs)
+        if (is(r, "step") && r.contains("moe_expert_load") && r["moe_expert_load"].is_array() &&
+            r["moe_expert_load"].size() > e && r["moe_expert_load"][e].is_number())
+          points.emplace_back(number(r, "step"), r["moe_expert_load"][e].get<double>());
+      moe.series.push_back({"expert " + std::to_string(e), palette[e % std::size(palette)], points, false, 1});
+    }
+    moe.series.push_back({"dropped", kRed, by_step(rs, "step", "moe_dropped_fraction"), false, 1.5});
+    html += render_svg(moe);
+    Chart skew{"Mixture of experts: the busiest expert against an even share", "step", "ratio (1: even)"};
+    skew.series.push_back({"worst layer", kPurple, balance, false, 1.5});
+    html += render_svg(skew);
+  }
   const std::pair<const char*, const char*> memory[] = {{"zero_parameter_bytes", "parameters"},
                                                         {"zero_gradient_bytes", "gradients"},
                                                         {"zero_optimizer_state_bytes", "optimizer state"},

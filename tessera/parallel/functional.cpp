@@ -1,5 +1,7 @@
 #include "tessera/parallel/functional.h"
 
+#include <chrono>
+
 #include "tessera/autograd/node.h"
 #include "tessera/ops/ops.h"
 
@@ -34,23 +36,30 @@ Tensor all_reduce_sum(const Tensor& x, dist::ProcessGroup& group) {
 
 namespace {
 
-Tensor exchanged_blocks(const Tensor& x, dist::ProcessGroup& group) {
+Tensor exchanged_blocks(const Tensor& x, dist::ProcessGroup& group, ExchangeTally* tally) {
   NoGradGuard no_grad;
   Tensor y = Tensor::empty(x.shape());
-  group.alltoall(contiguous(x), y)->wait();
+  Tensor input = contiguous(x);
+  const auto start = std::chrono::steady_clock::now();
+  group.alltoall(input, y)->wait();
+  if (tally) {
+    tally->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    tally->bytes += static_cast<int64_t>(input.numel() * dtype_size(input.dtype()));
+    ++tally->calls;
+  }
   return y;
 }
 
 }  // namespace
 
-Tensor all_to_all(const Tensor& x, dist::ProcessGroup& group) {
+Tensor all_to_all(const Tensor& x, dist::ProcessGroup& group, ExchangeTally* tally) {
   TESSERA_CHECK(x.defined() && x.dtype() == DType::Float32 && x.dim() >= 1 && x.shape()[0] % group.size() == 0,
                 "[all_to_all] expects a float32 tensor whose rows divide into ", group.size(), " equal blocks, got ",
                 x.defined() ? std::string(dtype_name(x.dtype())) + " of shape " + shape_str(x.shape()) : "an undefined tensor",
                 " on rank ", group.rank());
   dist::ProcessGroup* g = &group;
-  return autograd::record(exchanged_blocks(x, group), "AllToAllBackward", {x}, [g](const Tensor& grad) {
-    return std::vector<Tensor>{exchanged_blocks(grad, *g)};
+  return autograd::record(exchanged_blocks(x, group, tally), "AllToAllBackward", {x}, [g, tally](const Tensor& grad) {
+    return std::vector<Tensor>{exchanged_blocks(grad, *g, tally)};
   }, autograd::Saves::Nothing);
 }
 

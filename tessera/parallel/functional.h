@@ -29,7 +29,14 @@ Tensor all_gather_with_grad(const Tensor& x, dist::ProcessGroup& group);
 // expert parallelism, nn/mixture_of_experts.h). Backward: the same all-to-all of the gradient (an
 // all-to-all of equal blocks is its own adjoint). Every rank calls it with the same shape, and runs
 // its backward, in the same order; `group` must outlive the backward.
-Tensor all_to_all(const Tensor& x, dist::ProcessGroup& group);
+// `tally`, where given, adds each exchange's wall time (the wait for the slowest peer included) and
+// its buffer's bytes, forward and backward: what a step spends in its all-to-alls. It must outlive
+// the backward.
+struct ExchangeTally {
+  double seconds = 0.0;
+  int64_t bytes = 0, calls = 0;
+};
+Tensor all_to_all(const Tensor& x, dist::ProcessGroup& group, ExchangeTally* tally = nullptr);
 
 // Refuses a type for values on the wire other than float32 or bfloat16 (mixed precision's), naming
 // `what` travels (e.g. "[pipeline] activations").

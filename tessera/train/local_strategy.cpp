@@ -87,6 +87,19 @@ void LocalStrategy::add_step_metrics(nlohmann::json& record) const {
   record["moe_dropped_choices"] = dropped;
   record["moe_load_max_over_mean"] = worst;
   record["moe_expert_load"] = load;
+  parallel::ExchangeTally exchanges;
+  for (const auto& [prefix, moe] : mixtures) {
+    exchanges.seconds += moe->last_routing().exchanges.seconds;
+    exchanges.bytes += moe->last_routing().exchanges.bytes;
+    exchanges.calls += moe->last_routing().exchanges.calls;
+  }
+  if (exchanges.calls == 0) return;
+  // Expert parallelism's dispatch and combine, forward and backward: compare the per-call figures
+  // with `tessera bench comm --op alltoall` at moe_alltoall_bytes_per_call.
+  record["moe_alltoall_ms"] = 1e3 * exchanges.seconds;
+  record["moe_alltoall_calls"] = exchanges.calls;
+  record["moe_alltoall_bytes_per_call"] = exchanges.bytes / exchanges.calls;
+  record["moe_alltoall_algbw_gbps"] = exchanges.seconds > 0 ? exchanges.bytes / exchanges.seconds / 1e9 : 0.0;
 }
 
 int64_t max_over_job(dist::ProcessGroup& group, int64_t value) {

@@ -66,6 +66,21 @@ TEST(RunReport, ThePageSummarisesTheRunAndPlotsEachSeries) {
   EXPECT_EQ(html.find("<script"), std::string::npos);  // self-contained and static
 }
 
+// A mixture of experts' routing: a line per expert's share and one for the dropped choices, and the
+// busiest expert against an even share.
+TEST(RunReport, AMixtureOfExpertsRunShowsTheRoutersLoad) {
+  RunRecords run;
+  for (int s = 1; s <= 4; ++s)
+    run.records.push_back(json::parse("{\"type\": \"step\", \"step\": " + std::to_string(s) +
+                                      ", \"loss\": 1.0, \"moe_expert_load\": [0.5, 0.3, 0.2], "
+                                      "\"moe_load_max_over_mean\": 1.5, \"moe_dropped_fraction\": 0.01}"));
+  const std::string html = report_html(run, "moe");
+  EXPECT_EQ(count(html, "aria-label=\"Mixture of experts"), 2u) << html;
+  for (const char* line : {"expert 0", "expert 1", "expert 2", "dropped", "worst layer"})
+    EXPECT_NE(html.find(std::string("data-name=\"") + line + "\""), std::string::npos) << line;
+  EXPECT_EQ(count(report_html(sample_run(), "ddp"), "Mixture of experts"), 0u);  // no mixture, no chart
+}
+
 TEST(RunReport, ChartsScaleIntoTheirBoxAndSayWhenEmpty) {
   Chart c{"t", "x", "y"};
   c.series.push_back({"s", "#000", {{0, 0}, {10, 100}}});

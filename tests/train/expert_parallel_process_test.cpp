@@ -62,6 +62,9 @@ TEST(ExpertParallelTraining, SpreadAndReplicatedExpertsEqualOneProcess) {
     EXPECT_EQ(last["moe_dropped_choices"].get<int64_t>(), 0) << last.dump();
     EXPECT_GE(last["moe_load_max_over_mean"].get<double>(), 1.0) << last.dump();
     EXPECT_GT(last["moe_aux_loss"].get<double>(), 0.0) << last.dump();
+    // Spread experts: 2 layers, each a dispatch and a combine forward and again backward.
+    if (!layout.set.empty()) EXPECT_EQ(last.value("moe_alltoall_calls", 0), 8) << last.dump();
+    else EXPECT_FALSE(last.contains("moe_alltoall_calls")) << last.dump();
   }
 }
 
