@@ -29,8 +29,12 @@ Tensor GptEmbedding::forward(const Tensor& ids) {
   TESSERA_CHECK(ids.dtype() == DType::Int64 && ids.dim() == 2, "[CharTransformer] expected int64 ids (B, T), got ",
                 dtype_name(ids.dtype()), " ", shape_str(ids.shape()));
   const int64_t T = ids.shape()[1], context = wpe->weight.shape()[0];
-  TESSERA_CHECK(T >= 1 && T <= context, "[CharTransformer] sequence length ", T, " exceeds the context ", context);
-  return drop->forward(add(wte->forward(ids), wpe->forward(position_ids(T, ids.device()))));  // (B, T, C) + (T, C)
+  TESSERA_CHECK(T >= 1 && T * parts <= context, "[CharTransformer] sequence length ", T * parts, parts > 1 ? " (" : "",
+                parts > 1 ? std::to_string(parts) + " parts of " + std::to_string(T) + ")" : "", " exceeds the context ",
+                context);
+  Tensor positions = position_ids(T * (part + 1), ids.device());
+  if (part > 0) positions = slice(positions, 0, T * part, T * (part + 1));
+  return drop->forward(add(wte->forward(ids), wpe->forward(positions)));  // (B, T, C) + (T, C)
 }
 
 GptHead::GptHead(std::shared_ptr<LayerNorm> ln_f_in, std::shared_ptr<Linear> lm_head_in) {
@@ -62,6 +66,13 @@ Tensor CharTransformer::forward(const Tensor& ids) {
   Tensor x = embed_->forward(ids);
   for (auto& block : blocks_) x = block->forward(x);
   return head_->forward(x);
+}
+
+void CharTransformer::spread_sequence(dist::ProcessGroupPtr group) {
+  TESSERA_CHECK(group != nullptr, "[context parallel] spread_sequence needs a process group");
+  for (auto& block : blocks_) block->attn->spread_sequence(group);
+  embed_->part = group->rank();
+  embed_->parts = group->size();
 }
 
 LayerChain CharTransformer::layer_chain() const {

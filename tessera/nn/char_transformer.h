@@ -28,6 +28,9 @@ class GptEmbedding : public Module {
   GptEmbedding(std::shared_ptr<Embedding> wte, std::shared_ptr<Embedding> wpe, std::shared_ptr<Dropout> drop);
   Tensor forward(const Tensor& ids) override;
   std::string name() const override { return "GptEmbedding"; }
+  // Context parallelism: the ids are part `part` of `parts` equal parts of each sequence, so their
+  // positions start at part · T.
+  int64_t part = 0, parts = 1;
   std::shared_ptr<Embedding> wte, wpe;
   std::shared_ptr<Dropout> drop;
 };
@@ -51,6 +54,10 @@ class CharTransformer : public Module {
   // The model as a chain for pipeline parallelism: the embedding (prefix ""), block i ("h.i."), the
   // head (""). The layers share their parameters with this model.
   LayerChain layer_chain() const;
+  // Context parallelism: from now on each rank of `group` feeds forward its part of every sequence
+  // (rank r: tokens [r·T/N, (r+1)·T/N)) and gets the logits of those tokens; attention exchanges heads
+  // over the group (Ulysses). model.heads must divide over it. Every rank runs every forward together.
+  void spread_sequence(dist::ProcessGroupPtr group);
   // Samples `count` tokens after `prompt` ids: softmax(logits / temperature), optionally restricted to
   // the top_k most likely (0: all).
   std::vector<int64_t> generate(std::vector<int64_t> prompt, int64_t count, float temperature, int64_t top_k,

@@ -1,6 +1,7 @@
 #include "tessera/nn/transformer.h"
 
 #include "tessera/nn/checkpoint.h"
+#include "tessera/parallel/context/ulysses.h"
 
 namespace tessera::nn {
 
@@ -15,11 +16,22 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   TESSERA_CHECK(x.dim() == 3 && x.shape()[2] == embed_dim, "[CausalSelfAttention] expected (B, T, ", embed_dim,
                 "), got ", shape_str(x.shape()));
   const int64_t B = x.shape()[0], T = x.shape()[1], hd = embed_dim / num_heads;
+  if (context_) {  // x: this rank's tokens; q, k, v: the whole sequence for this rank's heads
+    auto [q, k, v] = parallel::context::sequence_to_heads(qkv->forward(x), num_heads, *context_);
+    Tensor y = parallel::context::heads_to_sequence(scaled_dot_product_attention(q, k, v, true), *context_);
+    return drop->forward(proj->forward(y));
+  }
   auto parts = split(qkv->forward(x), embed_dim, 2);  // 3 x (B, T, C)
   auto heads = [&](const Tensor& t) { return transpose(reshape(t, {B, T, num_heads, hd}), 1, 2); };  // (B, H, T, hd)
   Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
   y = reshape(transpose(y, 1, 2), {B, T, embed_dim});
   return drop->forward(proj->forward(y));
+}
+
+void CausalSelfAttention::spread_sequence(dist::ProcessGroupPtr group) {
+  TESSERA_CHECK(group != nullptr && num_heads % group->size() == 0, "[context parallel] ", num_heads,
+                " heads do not divide over ", group ? group->size() : 0, " ranks (each rank attends with whole heads)");
+  context_ = std::move(group);
 }
 
 TransformerBlock::TransformerBlock(int64_t c, int64_t h, float p, const MoeConfig& experts) {

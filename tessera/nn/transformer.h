@@ -12,10 +12,16 @@ class CausalSelfAttention : public Module {
   CausalSelfAttention(int64_t embed_dim, int64_t num_heads, float dropout = 0.0f);
   Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C)
   std::string name() const override { return "CausalSelfAttention"; }
+  // Context parallelism: x then holds this rank's part of the sequence, and attention runs over the
+  // whole of it by Ulysses' head exchange over `group` (parallel/context/ulysses.h).
+  void spread_sequence(dist::ProcessGroupPtr group);
   int64_t embed_dim, num_heads;
   std::shared_ptr<Linear> qkv;   // C -> 3C
   std::shared_ptr<Linear> proj;  // C -> C
   std::shared_ptr<Dropout> drop;
+
+ private:
+  dist::ProcessGroupPtr context_;
 };
 
 class TransformerBlock : public Module {

@@ -86,7 +86,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.powersgd_start_iter", &c.distributed.powersgd_start_iter},
       {"distributed.topk_ratio", &c.distributed.topk_ratio},
       {"parallel.dp", &c.parallel.dp}, {"parallel.pp", &c.parallel.pp}, {"parallel.tp", &c.parallel.tp},
-      {"parallel.ep", &c.parallel.ep},
+      {"parallel.ep", &c.parallel.ep}, {"parallel.cp", &c.parallel.cp},
       {"parallel.schedule", &c.parallel.schedule}, {"parallel.microbatches", &c.parallel.microbatches},
       {"parallel.virtual_stages", &c.parallel.virtual_stages},
       {"parallel.balance", &c.parallel.balance},
@@ -241,8 +241,9 @@ void apply_override(TrainConfig& config, const std::string& assignment) {
 
 namespace {
 
-// model.experts and parallel.ep: a mixture of experts, and the ranks its experts are spread over.
-void check_experts(const TrainConfig& c) {
+// model.experts and parallel.ep: a mixture of experts, and the ranks its experts are spread over;
+// parallel.cp: the ranks each sequence is cut over.
+void check_experts_and_context(const TrainConfig& c) {
   const auto& m = c.model;
   TESSERA_CHECK(m.experts >= 0, "[config] model.experts must be 0 (no mixture) or positive, got ", m.experts);
   TESSERA_CHECK(c.parallel.ep >= 1, "[config] parallel.ep must be at least 1, got ", c.parallel.ep);
@@ -254,6 +255,17 @@ void check_experts(const TrainConfig& c) {
     TESSERA_CHECK(!uses_model_parallelism(c) && c.distributed.strategy != "mesh", "[config] model.experts: a "
                   "mixture of experts trains under ddp, zero, local SGD or parameter servers, not parallel.pp / "
                   "parallel.tp (yet); spread the experts with parallel.ep");
+  }
+  TESSERA_CHECK(c.parallel.cp >= 1, "[config] parallel.cp must be at least 1, got ", c.parallel.cp);
+  if (c.parallel.cp > 1) {
+    TESSERA_CHECK(c.model.name == "transformer" && c.model.heads % c.parallel.cp == 0 &&
+                      c.model.context % c.parallel.cp == 0,
+                  "[config] parallel.cp = ", c.parallel.cp, " cuts the transformer's sequences: model.heads (",
+                  c.model.heads, ") and model.context (", c.model.context, ") must be multiples of it");
+    TESSERA_CHECK(c.distributed.strategy == "ddp" && c.distributed.local_sgd == 0 && !uses_model_parallelism(c) &&
+                      c.parallel.ep == 1,
+                  "[config] parallel.cp needs distributed.strategy = 'ddp' (context parallelism over the data-parallel "
+                  "ranks), without parallel.pp / tp / ep or local SGD (not yet)");
   }
   if (c.parallel.ep == 1) return;
   TESSERA_CHECK(m.experts > 0 && m.experts % c.parallel.ep == 0, "[config] parallel.ep = ", c.parallel.ep,
@@ -412,7 +424,7 @@ void check_settings(const TrainConfig& c) {
                   "' schedule runs one model chunk per stage)");
   }
   one_of("parallel.balance", c.parallel.balance, {"parameters", "time"});
-  check_experts(c);
+  check_experts_and_context(c);
   if (uses_model_parallelism(c) || c.distributed.strategy == "mesh") {
     TESSERA_CHECK(c.distributed.strategy != "ps", "[config] parallel.pp / parallel.tp need distributed.strategy = "
                   "'mesh' or 'ddp' (data parallelism across pipelines), not 'ps'");

@@ -12,6 +12,8 @@ namespace tessera::train {
 DdpStrategy::DdpStrategy(const TrainConfig& config, dist::ProcessGroupPtr group)
     : config_(config), group_(std::move(group)) {
   TESSERA_CHECK(group_, "[ddp] needs the job's process group");
+  // Here, not in prepare: the data share, read before prepare, depends on the context groups.
+  if (config_.parallel.cp > 1) context_ = std::make_unique<ContextParallelism>(group_, static_cast<int>(config_.parallel.cp));
 }
 
 std::vector<Tensor> DdpStrategy::prepare(std::shared_ptr<nn::Module> model) {
@@ -26,6 +28,7 @@ std::vector<Tensor> DdpStrategy::prepare(std::shared_ptr<nn::Module> model) {
   o.comm_hook_options.powersgd_start_iter = d.powersgd_start_iter;
   o.comm_hook_options.topk_ratio = d.topk_ratio;
   o.find_unused_parameters = d.find_unused_parameters;
+  if (context_) context_->spread(*model);
   if (config_.parallel.ep > 1) {
     experts_ = std::make_unique<ExpertParallelism>(group_, static_cast<int>(config_.parallel.ep));
     o.ignored_parameters = experts_->place(*model);
@@ -43,9 +46,9 @@ std::vector<Tensor> DdpStrategy::prepare(std::shared_ptr<nn::Module> model) {
 }
 
 double DdpStrategy::forward_backward(const data::Batch& batch) {
-  const double loss = LocalStrategy::forward_backward(batch);
+  const double loss = LocalStrategy::forward_backward(context_ ? context_->part_of(batch) : batch);
   if (experts_) experts_->reduce_gradients();
-  return loss;
+  return context_ ? context_->mean_over_group(loss) : loss;  // the loss over the replica's whole sequences
 }
 
 void DdpStrategy::clip_gradients(double max_norm) {
@@ -87,7 +90,29 @@ void DdpStrategy::load_optimizer_state(optim::Optimizer& optimizer, const nn::St
   optimizer.load_state_dict(experts_->cut_optimizer(state));
 }
 
-std::string DdpStrategy::describe() const { return experts_ ? "[ddp] " + experts_->describe() : ""; }
+std::optional<EvalContribution> DdpStrategy::evaluate_batch(const data::Batch& batch) {
+  return LocalStrategy::evaluate_batch(context_ ? context_->part_of(batch) : batch);
+}
+
+void DdpStrategy::sum_over_job(EvalSums& sums) {
+  if (experts_) return;  // with experts spread, every rank evaluated the whole set
+  sum_eval_over(*group_, sums);
+  if (!context_) return;
+  // Every rank of a context group counted the whole batch, each with the mean loss of its tokens:
+  // the group's sums are N times one replica's.
+  const int n = context_->ranks();
+  sums.loss_sum /= n;
+  sums.samples /= n;
+  sums.weight /= n;
+  sums.correct /= n;
+}
+
+std::string DdpStrategy::describe() const {
+  std::string text;
+  if (context_) text += "[ddp] " + context_->describe();
+  if (experts_) text += std::string(text.empty() ? "" : "\n") + "[ddp] " + experts_->describe();
+  return text;
+}
 
 int64_t DdpStrategy::max_over_job(int64_t value) { return train::max_over_job(*group_, value); }
 

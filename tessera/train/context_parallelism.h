@@ -1,0 +1,37 @@
+// Context parallelism over DDP's ranks (parallel.cp = N): the ranks form groups of N consecutive
+// ranks, each group reads the same batches (one data-parallel replica), and rank r of a group keeps
+// tokens [r·T/N, (r+1)·T/N) of every sequence; the GPT's attention exchanges heads over the group
+// (Ulysses, parallel/context/ulysses.h), everything else is per token. DDP still averages every
+// gradient over the world: each rank's loss is the mean over its tokens, the same number on every
+// rank, so the average over the world is the mean over the global batch's tokens, one process's.
+// Activations per rank fall to 1/N (attention's T×T scores too: each rank holds H/N heads of them).
+#pragma once
+#include <string>
+
+#include "tessera/data/dataset.h"
+#include "tessera/dist/process_group.h"
+#include "tessera/nn/module.h"
+
+namespace tessera::train {
+
+class ContextParallelism {
+ public:
+  // Collective over `world`: creates the context groups.
+  ContextParallelism(dist::ProcessGroupPtr world, int ranks_per_group);
+  // Spreads the model's sequence over this rank's group; the model must be the GPT (CharTransformer).
+  void spread(nn::Module& model);
+  // This rank's tokens of every sequence: inputs and targets (B, T) -> (B, T/N).
+  data::Batch part_of(const data::Batch& batch) const;
+  // The mean of the group's values (each rank's loss over its tokens -> the loss over the batch).
+  double mean_over_group(double value) const;
+  int ranks() const { return ranks_; }
+  int replica() const { return world_->rank() / ranks_; }
+  int replicas() const { return world_->size() / ranks_; }
+  std::string describe() const;  // "context group 0 of 2 (ranks 0-1): tokens 1/2 of each sequence"
+
+ private:
+  dist::ProcessGroupPtr world_, group_;
+  int ranks_;
+};
+
+}  // namespace tessera::train
