@@ -32,8 +32,11 @@ Tensor GptEmbedding::forward(const Tensor& ids) {
   TESSERA_CHECK(T >= 1 && T * parts <= context, "[CharTransformer] sequence length ", T * parts, parts > 1 ? " (" : "",
                 parts > 1 ? std::to_string(parts) + " parts of " + std::to_string(T) + ")" : "", " exceeds the context ",
                 context);
-  Tensor positions = position_ids(T * (part + 1), ids.device());
-  if (part > 0) positions = slice(positions, 0, T * part, T * (part + 1));
+  Tensor positions = position_ids(T, ids.device());
+  if (parts > 1) {
+    positions = from_vector(parallel::context::context_positions(part, parts, T, attention), {T});
+    if (!ids.device().is_cpu()) positions = positions.to(ids.device());
+  }
   return drop->forward(add(wte->forward(ids), wpe->forward(positions)));  // (B, T, C) + (T, C)
 }
 
@@ -68,11 +71,12 @@ Tensor CharTransformer::forward(const Tensor& ids) {
   return head_->forward(x);
 }
 
-void CharTransformer::spread_sequence(dist::ProcessGroupPtr group) {
+void CharTransformer::spread_sequence(dist::ProcessGroupPtr group, parallel::context::ContextAttention attention) {
   TESSERA_CHECK(group != nullptr, "[context parallel] spread_sequence needs a process group");
-  for (auto& block : blocks_) block->attn->spread_sequence(group);
+  for (auto& block : blocks_) block->attn->spread_sequence(group, attention);
   embed_->part = group->rank();
   embed_->parts = group->size();
+  embed_->attention = attention;
 }
 
 LayerChain CharTransformer::layer_chain() const {

@@ -28,9 +28,10 @@ class GptEmbedding : public Module {
   GptEmbedding(std::shared_ptr<Embedding> wte, std::shared_ptr<Embedding> wpe, std::shared_ptr<Dropout> drop);
   Tensor forward(const Tensor& ids) override;
   std::string name() const override { return "GptEmbedding"; }
-  // Context parallelism: the ids are part `part` of `parts` equal parts of each sequence, so their
-  // positions start at part · T.
-  int64_t part = 0, parts = 1;
+  // Context parallelism: the ids are part `part` of `parts` of each sequence, at the positions
+  // parallel/context/layout.h gives them.
+  int part = 0, parts = 1;
+  parallel::context::ContextAttention attention = parallel::context::ContextAttention::Ring;
   std::shared_ptr<Embedding> wte, wpe;
   std::shared_ptr<Dropout> drop;
 };
@@ -55,9 +56,9 @@ class CharTransformer : public Module {
   // head (""). The layers share their parameters with this model.
   LayerChain layer_chain() const;
   // Context parallelism: from now on each rank of `group` feeds forward its part of every sequence
-  // (rank r: tokens [r·T/N, (r+1)·T/N)) and gets the logits of those tokens; attention exchanges heads
-  // over the group (Ulysses). model.heads must divide over it. Every rank runs every forward together.
-  void spread_sequence(dist::ProcessGroupPtr group);
+  // (the tokens parallel/context/layout.h gives it for `attention`) and gets the logits of those
+  // tokens; attention runs over the group by ring or Ulysses. Every rank runs every forward together.
+  void spread_sequence(dist::ProcessGroupPtr group, parallel::context::ContextAttention attention);
   // Samples `count` tokens after `prompt` ids: softmax(logits / temperature), optionally restricted to
   // the top_k most likely (0: all).
   std::vector<int64_t> generate(std::vector<int64_t> prompt, int64_t count, float temperature, int64_t top_k,

@@ -1,6 +1,7 @@
 #include "tessera/nn/transformer.h"
 
 #include "tessera/nn/checkpoint.h"
+#include "tessera/parallel/context/ring_attention.h"
 #include "tessera/parallel/context/ulysses.h"
 
 namespace tessera::nn {
@@ -16,22 +17,35 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   TESSERA_CHECK(x.dim() == 3 && x.shape()[2] == embed_dim, "[CausalSelfAttention] expected (B, T, ", embed_dim,
                 "), got ", shape_str(x.shape()));
   const int64_t B = x.shape()[0], T = x.shape()[1], hd = embed_dim / num_heads;
-  if (context_) {  // x: this rank's tokens; q, k, v: the whole sequence for this rank's heads
+  using parallel::context::ContextAttention;
+  if (context_ && attention_ == ContextAttention::Ulysses) {  // q, k, v: the whole sequence, this rank's heads
     auto [q, k, v] = parallel::context::sequence_to_heads(qkv->forward(x), num_heads, *context_);
     Tensor y = parallel::context::heads_to_sequence(scaled_dot_product_attention(q, k, v, true), *context_);
     return drop->forward(proj->forward(y));
   }
   auto parts = split(qkv->forward(x), embed_dim, 2);  // 3 x (B, T, C)
   auto heads = [&](const Tensor& t) { return transpose(reshape(t, {B, T, num_heads, hd}), 1, 2); };  // (B, H, T, hd)
-  Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
+  Tensor y;
+  if (context_) {  // ring: this rank's queries against every rank's keys, passed around the group
+    std::vector<std::vector<int64_t>> positions;
+    for (int r = 0; r < context_->size(); ++r)
+      positions.push_back(parallel::context::context_positions(r, context_->size(), T, attention_));
+    y = parallel::context::ring_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), std::move(positions),
+                                          *context_);
+  } else {
+    y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
+  }
   y = reshape(transpose(y, 1, 2), {B, T, embed_dim});
   return drop->forward(proj->forward(y));
 }
 
-void CausalSelfAttention::spread_sequence(dist::ProcessGroupPtr group) {
-  TESSERA_CHECK(group != nullptr && num_heads % group->size() == 0, "[context parallel] ", num_heads,
-                " heads do not divide over ", group ? group->size() : 0, " ranks (each rank attends with whole heads)");
+void CausalSelfAttention::spread_sequence(dist::ProcessGroupPtr group, parallel::context::ContextAttention attention) {
+  TESSERA_CHECK(group != nullptr, "[context parallel] spread_sequence needs a process group");
+  TESSERA_CHECK(attention != parallel::context::ContextAttention::Ulysses || num_heads % group->size() == 0,
+                "[context parallel] Ulysses: ", num_heads, " heads do not divide over ", group->size(),
+                " ranks (each rank attends with whole heads); ring attention takes any number");
   context_ = std::move(group);
+  attention_ = attention;
 }
 
 TransformerBlock::TransformerBlock(int64_t c, int64_t h, float p, const MoeConfig& experts) {

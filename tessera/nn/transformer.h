@@ -4,6 +4,7 @@
 #pragma once
 #include "tessera/nn/layers.h"
 #include "tessera/nn/mixture_of_experts.h"
+#include "tessera/parallel/context/layout.h"
 
 namespace tessera::nn {
 
@@ -12,9 +13,10 @@ class CausalSelfAttention : public Module {
   CausalSelfAttention(int64_t embed_dim, int64_t num_heads, float dropout = 0.0f);
   Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C)
   std::string name() const override { return "CausalSelfAttention"; }
-  // Context parallelism: x then holds this rank's part of the sequence, and attention runs over the
-  // whole of it by Ulysses' head exchange over `group` (parallel/context/ulysses.h).
-  void spread_sequence(dist::ProcessGroupPtr group);
+  // Context parallelism: x then holds this rank's part of the sequence (parallel/context/layout.h),
+  // and attention runs over the whole of it with `group`: by ring attention (ring_attention.h) or
+  // by Ulysses' head exchange (ulysses.h).
+  void spread_sequence(dist::ProcessGroupPtr group, parallel::context::ContextAttention attention);
   int64_t embed_dim, num_heads;
   std::shared_ptr<Linear> qkv;   // C -> 3C
   std::shared_ptr<Linear> proj;  // C -> C
@@ -22,6 +24,7 @@ class CausalSelfAttention : public Module {
 
  private:
   dist::ProcessGroupPtr context_;
+  parallel::context::ContextAttention attention_ = parallel::context::ContextAttention::Ring;
 };
 
 class TransformerBlock : public Module {

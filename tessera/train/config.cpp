@@ -87,6 +87,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.topk_ratio", &c.distributed.topk_ratio},
       {"parallel.dp", &c.parallel.dp}, {"parallel.pp", &c.parallel.pp}, {"parallel.tp", &c.parallel.tp},
       {"parallel.ep", &c.parallel.ep}, {"parallel.cp", &c.parallel.cp},
+      {"parallel.cp_attention", &c.parallel.cp_attention},
       {"parallel.schedule", &c.parallel.schedule}, {"parallel.microbatches", &c.parallel.microbatches},
       {"parallel.virtual_stages", &c.parallel.virtual_stages},
       {"parallel.balance", &c.parallel.balance},
@@ -257,11 +258,15 @@ void check_experts_and_context(const TrainConfig& c) {
                   "parallel.tp (yet); spread the experts with parallel.ep");
   }
   TESSERA_CHECK(c.parallel.cp >= 1, "[config] parallel.cp must be at least 1, got ", c.parallel.cp);
+  TESSERA_CHECK(c.parallel.cp_attention == "ring" || c.parallel.cp_attention == "ulysses", "[config] "
+                "parallel.cp_attention must be 'ring' or 'ulysses', got '", c.parallel.cp_attention, "'");
   if (c.parallel.cp > 1) {
-    TESSERA_CHECK(c.model.name == "transformer" && c.model.heads % c.parallel.cp == 0 &&
-                      c.model.context % c.parallel.cp == 0,
-                  "[config] parallel.cp = ", c.parallel.cp, " cuts the transformer's sequences: model.heads (",
-                  c.model.heads, ") and model.context (", c.model.context, ") must be multiples of it");
+    const bool ring = c.parallel.cp_attention == "ring";
+    TESSERA_CHECK(c.model.name == "transformer" && (ring || c.model.heads % c.parallel.cp == 0) &&
+                      c.model.context % (ring ? 2 * c.parallel.cp : c.parallel.cp) == 0,
+                  "[config] parallel.cp = ", c.parallel.cp, " cuts the transformer's sequences: model.context (",
+                  c.model.context, ") must be a multiple of ", ring ? "2 · parallel.cp (ring attention: two chunks "
+                  "per rank)" : "it, and model.heads (" + std::to_string(c.model.heads) + ") too (Ulysses)");
     TESSERA_CHECK(c.distributed.strategy == "ddp" && c.distributed.local_sgd == 0 && !uses_model_parallelism(c) &&
                       c.parallel.ep == 1,
                   "[config] parallel.cp needs distributed.strategy = 'ddp' (context parallelism over the data-parallel "

@@ -171,6 +171,7 @@ struct ParallelConfig {
   int64_t tp = 1;                    // tensor-parallel ranks (the transformer only)
   int64_t ep = 1;                    // expert-parallel ranks: the data-parallel ranks spread each mixture's experts
   int64_t cp = 1;                    // context-parallel ranks: each sequence cut over that many data-parallel ranks (the transformer)
+  std::string cp_attention = "ring";  // ring | ulysses: how attention spans the cut sequence (parallel/context)
   std::string schedule = "1f1b";     // gpipe | 1f1b | interleaved | zb-h1 | zb-v (parallel/pipeline/schedule.h)
   int64_t microbatches = 4;          // per step; train.batch_size must be a multiple
   int64_t virtual_stages = 1;        // model chunks per stage: 2 or more with the interleaved schedule (zb-v: always 2)

@@ -5,8 +5,9 @@
 
 namespace tessera::train {
 
-ContextParallelism::ContextParallelism(dist::ProcessGroupPtr world, int ranks_per_group)
-    : world_(std::move(world)), ranks_(ranks_per_group) {
+ContextParallelism::ContextParallelism(dist::ProcessGroupPtr world, int ranks_per_group,
+                                       parallel::context::ContextAttention attention)
+    : world_(std::move(world)), ranks_(ranks_per_group), attention_(attention) {
   const int size = world_->size();
   TESSERA_CHECK(ranks_ >= 1 && size % ranks_ == 0, "[context parallel] parallel.cp = ", ranks_,
                 " must divide the world size ", size, " (each sequence is cut over groups of that many ranks)");
@@ -22,7 +23,7 @@ void ContextParallelism::spread(nn::Module& model) {
   auto* gpt = dynamic_cast<nn::CharTransformer*>(&model);
   TESSERA_CHECK(gpt != nullptr, "[context parallel] parallel.cp cuts the sequences of model.name = 'transformer' "
                 "(the GPT); this model is a ", model.name());
-  gpt->spread_sequence(group_);
+  gpt->spread_sequence(group_, attention_);
 }
 
 data::Batch ContextParallelism::part_of(const data::Batch& batch) const {
@@ -30,9 +31,20 @@ data::Batch ContextParallelism::part_of(const data::Batch& batch) const {
   TESSERA_CHECK(T > 0 && T % ranks_ == 0 && batch.targets.dim() == 2 && batch.targets.shape()[1] == T,
                 "[context parallel] expected inputs and targets (B, T) with T divisible by parallel.cp = ", ranks_,
                 ", got ", shape_str(batch.inputs.shape()), " and ", shape_str(batch.targets.shape()));
-  const int64_t t = T / ranks_, first = t * group_->rank();
+  const std::vector<int64_t> positions = parallel::context::context_positions(group_->rank(), ranks_, T / ranks_, attention_);
   NoGradGuard no_grad;
-  return {contiguous(slice(batch.inputs, 1, first, first + t)), contiguous(slice(batch.targets, 1, first, first + t))};
+  // The positions are one or two runs of consecutive tokens: a slice each.
+  auto columns = [&](const Tensor& t) {
+    std::vector<Tensor> runs;
+    size_t start = 0;
+    for (size_t i = 1; i <= positions.size(); ++i)
+      if (i == positions.size() || positions[i] != positions[i - 1] + 1) {
+        runs.push_back(slice(t, 1, positions[start], positions[i - 1] + 1));
+        start = i;
+      }
+    return runs.size() == 1 ? contiguous(runs[0]) : cat(runs, 1);
+  };
+  return {columns(batch.inputs), columns(batch.targets)};
 }
 
 double ContextParallelism::mean_over_group(double value) const {
@@ -44,8 +56,9 @@ double ContextParallelism::mean_over_group(double value) const {
 std::string ContextParallelism::describe() const {
   const int first = replica() * ranks_;
   return "context group " + std::to_string(replica()) + " of " + std::to_string(replicas()) + " (ranks " +
-         std::to_string(first) + "-" + std::to_string(first + ranks_ - 1) + "): tokens " +
-         std::to_string(group_->rank() + 1) + "/" + std::to_string(ranks_) + " of each sequence";
+         std::to_string(first) + "-" + std::to_string(first + ranks_ - 1) + "): part " +
+         std::to_string(group_->rank() + 1) + "/" + std::to_string(ranks_) + " of each sequence, " +
+         (attention_ == parallel::context::ContextAttention::Ring ? "ring" : "Ulysses") + " attention";
 }
 
 }  // namespace tessera::train

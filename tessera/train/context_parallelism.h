@@ -1,23 +1,25 @@
 // Context parallelism over DDP's ranks (parallel.cp = N): the ranks form groups of N consecutive
-// ranks, each group reads the same batches (one data-parallel replica), and rank r of a group keeps
-// tokens [r·T/N, (r+1)·T/N) of every sequence; the GPT's attention exchanges heads over the group
-// (Ulysses, parallel/context/ulysses.h), everything else is per token. DDP still averages every
+// ranks, each group reads the same batches (one data-parallel replica), and each rank of a group
+// keeps T/N tokens of every sequence (parallel/context/layout.h); the GPT's attention runs over the
+// group (parallel.cp_attention: ring or Ulysses), everything else is per token. DDP still averages every
 // gradient over the world: each rank's loss is the mean over its tokens, the same number on every
 // rank, so the average over the world is the mean over the global batch's tokens, one process's.
-// Activations per rank fall to 1/N (attention's T×T scores too: each rank holds H/N heads of them).
+// Activations per rank fall to 1/N; attention's scores too with the ring (one (T/N)² block at a
+// time), while Ulysses holds H/N heads of the whole T × T.
 #pragma once
 #include <string>
 
 #include "tessera/data/dataset.h"
 #include "tessera/dist/process_group.h"
 #include "tessera/nn/module.h"
+#include "tessera/parallel/context/layout.h"
 
 namespace tessera::train {
 
 class ContextParallelism {
  public:
   // Collective over `world`: creates the context groups.
-  ContextParallelism(dist::ProcessGroupPtr world, int ranks_per_group);
+  ContextParallelism(dist::ProcessGroupPtr world, int ranks_per_group, parallel::context::ContextAttention attention);
   // Spreads the model's sequence over this rank's group; the model must be the GPT (CharTransformer).
   void spread(nn::Module& model);
   // This rank's tokens of every sequence: inputs and targets (B, T) -> (B, T/N).
@@ -32,6 +34,7 @@ class ContextParallelism {
  private:
   dist::ProcessGroupPtr world_, group_;
   int ranks_;
+  parallel::context::ContextAttention attention_;
 };
 
 }  // namespace tessera::train

@@ -13,7 +13,9 @@ DdpStrategy::DdpStrategy(const TrainConfig& config, dist::ProcessGroupPtr group)
     : config_(config), group_(std::move(group)) {
   TESSERA_CHECK(group_, "[ddp] needs the job's process group");
   // Here, not in prepare: the data share, read before prepare, depends on the context groups.
-  if (config_.parallel.cp > 1) context_ = std::make_unique<ContextParallelism>(group_, static_cast<int>(config_.parallel.cp));
+  if (config_.parallel.cp > 1)
+    context_ = std::make_unique<ContextParallelism>(group_, static_cast<int>(config_.parallel.cp),
+                                                    parallel::context::context_attention(config_.parallel.cp_attention));
 }
 
 std::vector<Tensor> DdpStrategy::prepare(std::shared_ptr<nn::Module> model) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tessera/core/cpu_allocator.h"
 #include "tessera/nn/mixture_of_experts.h"
 #include "tessera/observe/trace.h"
 #include "tessera/ops/ops.h"
@@ -61,6 +62,8 @@ std::optional<EvalContribution> LocalStrategy::evaluate_batch(const data::Batch&
 }
 
 void LocalStrategy::add_step_metrics(nlohmann::json& record) const {
+  // This process's most live tensor bytes so far (what context parallelism's cut sequence saves).
+  record["peak_allocated_bytes"] = static_cast<int64_t>(cpu_allocator::peak_allocated_bytes());
   const auto mixtures = nn::mixtures_of_experts(*model_);
   if (mixtures.empty() || mixtures.front().second->last_routing().choices == 0) return;
   // Over the mixtures (layers): the balancing loss summed, dropped choices as a share of all, the

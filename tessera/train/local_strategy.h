@@ -23,7 +23,8 @@ class LocalStrategy : public Strategy {
   nn::StateDict model_state() override { return model_->state_dict(); }
   void load_model_state(const nn::StateDict& state) override { model_->load_state_dict(state, true); }
   bool holds_whole_state() const override { return true; }
-  // A mixture of experts' routing (nn/mixture_of_experts.h): load, dropped choices, the balancing loss.
+  // The peak of live tensor bytes; a mixture of experts' routing (nn/mixture_of_experts.h): load,
+  // dropped choices, the balancing loss.
   void add_step_metrics(nlohmann::json& record) const override;
   bool supports_objectives() const override { return true; }
 

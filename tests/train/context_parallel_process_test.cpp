@@ -1,7 +1,7 @@
 // Context parallelism (parallel.cp) by `tessera train --nproc N`: each sequence cut over N ranks,
-// attention by Ulysses' head exchange, against one process training on the whole sequences: the
-// loss of every one of 100 steps within 1e-5 relative at CP = 2 and 4, and the parameters within
-// 1e-5 after 20 steps at CP = 2 × DP = 2; a CP checkpoint resumes in one process.
+// attention by ring or by Ulysses' head exchange, against one process training on the whole
+// sequences: the loss of every one of 100 steps within 1e-5 relative at CP = 2 and 4, and the
+// parameters within 1e-5 after 20 steps at CP = 2 × DP = 2; a CP checkpoint resumes in one process.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,17 +45,20 @@ TEST(ContextParallelTraining, EveryStepsLossEqualsOneProcessAndTheParametersToo)
   nn::StateDict single = train(config, dir + "/single", 1);
   const std::vector<double> reference = losses(dir + "/single");
   ASSERT_EQ(reference.size(), 100u);
+  for (const std::string attention : {"ring", "ulysses"})
   for (int cp : {2, 4}) {
-    const std::string out = dir + "/cp" + std::to_string(cp);
-    nn::StateDict spread = train(config, out, cp, "--set parallel.cp=" + std::to_string(cp));
-    EXPECT_NE(tessera::testing::read_text(out + ".log").find("tokens 1/" + std::to_string(cp) + " of each sequence"),
+    const std::string out = dir + "/cp" + std::to_string(cp) + attention;
+    nn::StateDict spread = train(config, out, cp, "--set parallel.cp=" + std::to_string(cp) +
+                                                      " --set parallel.cp_attention=" + attention);
+    EXPECT_NE(tessera::testing::read_text(out + ".log").find("part 1/" + std::to_string(cp) + " of each sequence, " +
+                                                             (attention == "ring" ? "ring" : "Ulysses")),
               std::string::npos) << tessera::testing::read_text(out + ".log");
     const std::vector<double> got = losses(out);
     ASSERT_EQ(got.size(), reference.size()) << "cp " << cp;
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - reference[i]) / reference[i]);
-    EXPECT_LT(worst, 1e-5) << "cp " << cp << ": the loss over 100 steps";
-    EXPECT_LT(tessera::testing::max_state_difference(single, spread), 1e-4) << "cp " << cp;
+    EXPECT_LT(worst, 1e-5) << "cp " << cp << " " << attention << ": the loss over 100 steps";
+    EXPECT_LT(tessera::testing::max_state_difference(single, spread), 1e-4) << "cp " << cp << " " << attention;
   }
 }
 
@@ -80,7 +83,9 @@ TEST(ContextParallelTraining, LayoutsThatCannotCutTheSequenceAreRefusedByName) {
     int nproc;
     std::string set, fragment;
   };
-  for (const Refused& r : {Refused{3, "--set parallel.cp=3", "must be multiples of it"},
+  for (const Refused& r : {Refused{3, "--set parallel.cp=3", "must be a multiple of 2 · parallel.cp"},
+                           Refused{3, "--set parallel.cp=3 --set parallel.cp_attention=ulysses --set "
+                                      "train.global_batch_size=12 --set model.context=30", "model.heads (4) too"},
                            Refused{3, "--set parallel.cp=2 --set train.global_batch_size=12", "parallel.cp = 2 must divide the world size 3"},
                            Refused{2, "--set parallel.cp=2 --set parallel.tp=2", "parallel.cp needs"}}) {
     const std::string out = dir + "/refused";
