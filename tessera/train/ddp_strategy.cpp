@@ -34,14 +34,8 @@ std::vector<Tensor> DdpStrategy::prepare(std::shared_ptr<nn::Module> model) {
   if (config_.parallel.ep > 1) {
     experts_ = std::make_unique<ExpertParallelism>(group_, static_cast<int>(config_.parallel.ep));
     o.ignored_parameters = experts_->place(*model);
-  } else if (!nn::mixtures_of_experts(*model).empty()) {
-    // Replicated experts: the routing statistics still pooled over the replicas, as one process's.
-    auto everyone = group_->new_group([&] {
-      std::vector<int> ranks(group_->size());
-      for (int r = 0; r < group_->size(); ++r) ranks[r] = r;
-      return ranks;
-    }());
-    for (auto& [prefix, moe] : nn::mixtures_of_experts(*model)) moe->pool_routing_over(everyone);
+  } else {
+    pool_routing_over_replicas(*model, *group_);  // replicated experts: the balancing loss still one process's
   }
   ddp_ = std::make_unique<parallel::ddp::DistributedDataParallel>(model, group_, o);
   return LocalStrategy::prepare(std::move(model));

@@ -21,6 +21,7 @@ std::vector<Tensor> ZeroStrategy::prepare(std::shared_ptr<nn::Module> model) {
   o.min_unit_bytes = static_cast<size_t>(d.zero_min_unit_mb * (1 << 20));
   o.reduce_dtype = wire_dtype(config_);
   o.replicas = hybrid_.replicas;
+  pool_routing_over_replicas(*model, *group_);
   zero_ = std::make_unique<parallel::zero::ZeroDataParallel>(model, hybrid_.shard ? hybrid_.shard : group_, o);
   model_ = std::move(model);
   return zero_->parameters();

@@ -1,5 +1,5 @@
-// A mixture-of-experts GPT trained by `tessera train --nproc N`: experts replicated (DDP) and spread
-// over the ranks (parallel.ep), each equal to one process holding every expert on the global batch
+// A mixture-of-experts GPT trained by `tessera train --nproc N`: experts replicated (DDP, ZeRO-3) and
+// spread over the ranks (parallel.ep), each equal to one process holding every expert on the global batch
 // (no token dropped: capacity_factor 4); a checkpoint of spread experts resumes in one process and
 // one process's resumes spread; the routing shows in the metrics.
 #include <gtest/gtest.h>
@@ -45,13 +45,15 @@ TEST(ExpertParallelTraining, SpreadAndReplicatedExpertsEqualOneProcess) {
     std::string set, log_line;
   };
   for (const Layout& layout : {Layout{2, "", ""},
+                               Layout{2, "--set distributed.strategy=zero --set distributed.zero_stage=3", ""},
                                Layout{2, "--set parallel.ep=2", "expert group 0 of 1 (ranks 0-1), experts 0-1 of 4"},
                                Layout{4, "--set parallel.ep=2", "expert group 0 of 2 (ranks 0-1), experts 0-1 of 4"},
                                Layout{4, "--set parallel.ep=4", "experts 0-0 of 4"}}) {
-    const std::string out = dir + "/n" + std::to_string(layout.nproc) + "-ep" +
-                            (layout.set.empty() ? "1" : layout.set.substr(layout.set.size() - 1));
-    nn::StateDict spread = train(config, out, layout.nproc, layout.set);
-    EXPECT_LT(tessera::testing::max_state_difference(single, spread), 1e-5) << layout.nproc << " " << layout.set;
+    const bool spread = layout.set.find("parallel.ep") != std::string::npos;
+    const std::string out = dir + "/n" + std::to_string(layout.nproc) +
+                            (spread ? "-ep" + layout.set.substr(layout.set.size() - 1) : layout.set.empty() ? "-ddp" : "-zero3");
+    nn::StateDict trained = train(config, out, layout.nproc, layout.set);
+    EXPECT_LT(tessera::testing::max_state_difference(single, trained), 1e-5) << layout.nproc << " " << layout.set;
     EXPECT_NE(tessera::testing::read_text(out + ".log").find(layout.log_line), std::string::npos)
         << tessera::testing::read_text(out + ".log");
     const nlohmann::json last = tessera::testing::last_step(out);
@@ -63,7 +65,7 @@ TEST(ExpertParallelTraining, SpreadAndReplicatedExpertsEqualOneProcess) {
     EXPECT_GE(last["moe_load_max_over_mean"].get<double>(), 1.0) << last.dump();
     EXPECT_GT(last["moe_aux_loss"].get<double>(), 0.0) << last.dump();
     // Spread experts: 2 layers, each a dispatch and a combine forward and again backward.
-    if (!layout.set.empty()) EXPECT_EQ(last.value("moe_alltoall_calls", 0), 8) << last.dump();
+    if (spread) EXPECT_EQ(last.value("moe_alltoall_calls", 0), 8) << last.dump();
     else EXPECT_FALSE(last.contains("moe_alltoall_calls")) << last.dump();
   }
 }
