@@ -1,5 +1,6 @@
 #include "tessera/nn/mixture_of_experts.h"
 
+#include "tessera/autograd/grad_mode.h"
 #include "tessera/nn/expert_routing.h"
 #include "tessera/nn/init.h"
 #include "tessera/ops/ops.h"
@@ -112,30 +113,27 @@ Tensor MixtureOfExperts::run_experts(const Tensor& dispatched, int64_t capacity)
 
 void MixtureOfExperts::note_routing(const Tensor& probs, const ExpertRouting& routing) {
   const int64_t E = config.experts;
-  const bool with_loss = config.aux_loss_weight > 0;
-  std::vector<float> counts(routing.chosen.begin(), routing.chosen.end());
-  counts.push_back(static_cast<float>(routing.tokens));
-  counts.push_back(static_cast<float>(routing.dropped));
+  // The counts as int64 (exact at any batch), in one all-reduce; the probability sums in a second,
+  // differentiable one, only where the balancing loss is wanted and can train the router.
+  std::vector<int64_t> counts(routing.chosen.begin(), routing.chosen.end());
+  counts.push_back(routing.tokens);
+  counts.push_back(routing.dropped);
   Tensor pooled = from_vector(counts, {E + 2});
-  if (!probs.device().is_cpu()) pooled = pooled.to(probs.device());
-  // One all-reduce carries the probability sums (with their gradient) and the counts.
-  if (with_loss) pooled = cat({sum(probs, {0}), pooled}, 0);
-  if (replicas_)
-    pooled = with_loss ? parallel::all_reduce_sum(pooled, *replicas_) : parallel::summed_over_ranks(pooled, *replicas_);
-  const std::vector<float> host = pooled.detach().to(cpu_device()).to_vector<float>();
-  const size_t at = with_loss ? E : 0;
-  const int64_t tokens = static_cast<int64_t>(host[at + E]);
-  stats_.chosen.assign(E, 0);
-  for (int64_t e = 0; e < E; ++e) stats_.chosen[e] = static_cast<int64_t>(host[at + e]);
+  if (replicas_) replicas_->blocking_allreduce(pooled);
+  counts = pooled.to_vector<int64_t>();
+  const int64_t tokens = counts[E];
+  stats_.chosen.assign(counts.begin(), counts.begin() + E);
   stats_.choices = tokens * config.top_k;
-  stats_.dropped = static_cast<int64_t>(host[at + E + 1]);
+  stats_.dropped = counts[E + 1];
   stats_.aux_loss = 0.0;
-  if (!with_loss || tokens == 0) return;
+  if (config.aux_loss_weight <= 0 || !autograd::grad_enabled() || tokens == 0) return;
+  Tensor prob_sums = sum(probs, {0});  // (E)
+  if (replicas_) prob_sums = parallel::all_reduce_sum(prob_sums, *replicas_);
   std::vector<float> share(E);
   for (int64_t e = 0; e < E; ++e) share[e] = static_cast<float>(stats_.chosen[e]) / static_cast<float>(stats_.choices);
   Tensor f = from_vector(share, {E});
   if (!probs.device().is_cpu()) f = f.to(probs.device());
-  Tensor mean_probs = mul(slice(pooled, 0, 0, E), 1.0f / static_cast<float>(tokens));
+  Tensor mean_probs = mul(prob_sums, 1.0f / static_cast<float>(tokens));
   pending_aux_ = mul(sum(mul(mean_probs, f)), static_cast<float>(config.aux_loss_weight * E));
   stats_.aux_loss = pending_aux_.detach().to(cpu_device()).item<float>();
 }

@@ -7,7 +7,9 @@
 //
 // The load-balancing loss (Switch): aux_loss_weight · E · Σ_e f_e · P_e, with f_e the share of
 // choices naming expert e and P_e its mean probability, 1·weight at a perfect balance. It is not
-// part of forward's output: training strategies add take_auxiliary_loss() to the loss.
+// part of forward's output: training strategies add take_auxiliary_loss() to the loss. It is made
+// only by a training forward with gradients on (activation checkpointing's first forward has them
+// off, so the two do not go together).
 //
 // Expert parallelism (place_experts): each rank of the expert group keeps E / ranks experts; tokens
 // go to their expert's rank and come back with one differentiable all-to-all each way

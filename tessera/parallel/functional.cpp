@@ -38,7 +38,7 @@ namespace {
 
 Tensor exchanged_blocks(const Tensor& x, dist::ProcessGroup& group, ExchangeTally* tally) {
   NoGradGuard no_grad;
-  Tensor y = Tensor::empty(x.shape());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor input = contiguous(x);
   const auto start = std::chrono::steady_clock::now();
   group.alltoall(input, y)->wait();

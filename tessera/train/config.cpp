@@ -256,17 +256,26 @@ void check_experts_and_context(const TrainConfig& c) {
     TESSERA_CHECK(!uses_model_parallelism(c) && c.distributed.strategy != "mesh", "[config] model.experts: a "
                   "mixture of experts trains under ddp, zero, local SGD or parameter servers, not parallel.pp / "
                   "parallel.tp (yet); spread the experts with parallel.ep");
+    // Checkpointing's first forward runs without gradients: the balancing loss would train nothing.
+    TESSERA_CHECK(!m.activation_checkpointing, "[config] model.experts with model.activation_checkpointing: the "
+                  "load-balancing loss needs the router's forward with gradients; turn one of them off");
   }
+  TESSERA_CHECK((m.experts == 0 && c.parallel.cp == 1) || c.train.device == "cpu", "[config] ",
+                m.experts > 0 ? "model.experts" : "parallel.cp", " runs on the CPU only (not yet on GPUs), not "
+                "train.device = '", c.train.device, "'");
   TESSERA_CHECK(c.parallel.cp >= 1, "[config] parallel.cp must be at least 1, got ", c.parallel.cp);
   TESSERA_CHECK(c.parallel.cp_attention == "ring" || c.parallel.cp_attention == "ulysses", "[config] "
                 "parallel.cp_attention must be 'ring' or 'ulysses', got '", c.parallel.cp_attention, "'");
   if (c.parallel.cp > 1) {
     const bool ring = c.parallel.cp_attention == "ring";
-    TESSERA_CHECK(c.model.name == "transformer" && (ring || c.model.heads % c.parallel.cp == 0) &&
-                      c.model.context % (ring ? 2 * c.parallel.cp : c.parallel.cp) == 0,
-                  "[config] parallel.cp = ", c.parallel.cp, " cuts the transformer's sequences: model.context (",
-                  c.model.context, ") must be a multiple of ", ring ? "2 · parallel.cp (ring attention: two chunks "
-                  "per rank)" : "it, and model.heads (" + std::to_string(c.model.heads) + ") too (Ulysses)");
+    TESSERA_CHECK(c.model.name == "transformer", "[config] parallel.cp cuts the sequences of model.name = "
+                  "'transformer', not '", c.model.name, "'");
+    TESSERA_CHECK(c.model.context % (ring ? 2 * c.parallel.cp : c.parallel.cp) == 0, "[config] parallel.cp = ",
+                  c.parallel.cp, ": model.context (", c.model.context, ") must be a multiple of ",
+                  ring ? "2 · parallel.cp (ring attention: two chunks per rank)" : "it (Ulysses)");
+    TESSERA_CHECK(ring || c.model.heads % c.parallel.cp == 0, "[config] parallel.cp = ", c.parallel.cp,
+                  " with Ulysses: model.heads (", c.model.heads, ") must be a multiple of it (each rank attends "
+                  "with whole heads)");
     TESSERA_CHECK(c.distributed.strategy == "ddp" && c.distributed.local_sgd == 0 && !uses_model_parallelism(c) &&
                       c.parallel.ep == 1,
                   "[config] parallel.cp needs distributed.strategy = 'ddp' (context parallelism over the data-parallel "

@@ -1,8 +1,5 @@
 #include "tessera/train/ddp_strategy.h"
 
-#include <cmath>
-#include <set>
-
 #include "tessera/nn/mixture_of_experts.h"
 #include "tessera/ops/ops.h"
 #include "tessera/parallel/sync_batch_norm.h"
@@ -12,7 +9,8 @@ namespace tessera::train {
 DdpStrategy::DdpStrategy(const TrainConfig& config, dist::ProcessGroupPtr group)
     : config_(config), group_(std::move(group)) {
   TESSERA_CHECK(group_, "[ddp] needs the job's process group");
-  // Here, not in prepare: the data share, read before prepare, depends on the context groups.
+  // Here, not in prepare: the data and evaluation shares, read before prepare, depend on them.
+  if (config_.parallel.ep > 1) experts_ = std::make_unique<ExpertParallelism>(group_, static_cast<int>(config_.parallel.ep));
   if (config_.parallel.cp > 1)
     context_ = std::make_unique<ContextParallelism>(group_, static_cast<int>(config_.parallel.cp),
                                                     parallel::context::context_attention(config_.parallel.cp_attention));
@@ -31,8 +29,7 @@ std::vector<Tensor> DdpStrategy::prepare(std::shared_ptr<nn::Module> model) {
   o.comm_hook_options.topk_ratio = d.topk_ratio;
   o.find_unused_parameters = d.find_unused_parameters;
   if (context_) context_->spread(*model);
-  if (config_.parallel.ep > 1) {
-    experts_ = std::make_unique<ExpertParallelism>(group_, static_cast<int>(config_.parallel.ep));
+  if (experts_) {
     o.ignored_parameters = experts_->place(*model);
   } else {
     pool_routing_over_replicas(*model, *group_);  // replicated experts: the balancing loss still one process's
@@ -48,20 +45,8 @@ double DdpStrategy::forward_backward(const data::Batch& batch) {
 }
 
 void DdpStrategy::clip_gradients(double max_norm) {
-  if (!experts_) return LocalStrategy::clip_gradients(max_norm);
-  // The replicated parameters' norm is the same on every rank; the experts' adds up over the group.
-  double total = experts_->expert_gradient_squares();
-  std::vector<Tensor> all = model_->parameters();
-  std::set<const void*> expert_storage;
-  for (const Tensor& p : experts_->expert_parameters()) expert_storage.insert(p.raw_data());
-  for (const Tensor& p : all)
-    if (p.grad().defined() && !expert_storage.contains(p.raw_data())) total += squared_norm(p.grad());
-  const double norm = std::sqrt(total);
-  if (norm <= max_norm || norm == 0.0) return;
-  const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // optim::clip_grad_norm's
-  NoGradGuard no_grad;
-  for (const Tensor& p : all)
-    if (Tensor g = p.grad(); g.defined()) mul_(g, scale);
+  if (experts_) return experts_->clip_gradients(model_->parameters(), max_norm);
+  LocalStrategy::clip_gradients(max_norm);
 }
 
 nn::StateDict DdpStrategy::model_state() {

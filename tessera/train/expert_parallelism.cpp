@@ -1,5 +1,8 @@
 #include "tessera/train/expert_parallelism.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "tessera/nn/mixture_of_experts.h"
 #include "tessera/ops/ops.h"
 
@@ -23,6 +26,14 @@ int64_t parameter_index(const std::string& key) {
 
 }  // namespace
 
+dist::ProcessGroupPtr pool_routing_over_replicas(nn::Module& model, dist::ProcessGroup& group) {
+  const auto mixtures = nn::mixtures_of_experts(model);
+  if (mixtures.empty()) return nullptr;
+  auto everyone = group.new_group(consecutive(0, group.size()));
+  for (const auto& [prefix, moe] : mixtures) moe->pool_routing_over(everyone);
+  return everyone;
+}
+
 ExpertParallelism::ExpertParallelism(dist::ProcessGroupPtr world, int ranks_per_group)
     : world_(std::move(world)), ranks_(ranks_per_group) {
   const int size = world_->size(), rank = world_->rank();
@@ -45,12 +56,9 @@ std::set<std::string> ExpertParallelism::place(nn::Module& model) {
   auto mixtures = nn::mixtures_of_experts(model);
   TESSERA_CHECK(!mixtures.empty(), "[expert parallel] parallel.ep = ", ranks_, " but the model has no mixture of "
                 "experts (set model.experts)");
-  // The routing statistics over every rank, on a group of their own: their all-reduce runs in
-  // backward, where DDP's buckets are in flight on the world's.
-  auto everyone = world_->new_group(consecutive(0, world_->size()));
+  pool_routing_over_replicas(model, *world_);
   for (auto& [prefix, moe] : mixtures) {
     moe->place_experts(group_);
-    moe->pool_routing_over(everyone);
     experts_per_mixture_ = moe->config.experts;
   }
   for (auto& [name, p] : model.named_parameters()) {
@@ -83,7 +91,7 @@ void ExpertParallelism::reduce_gradients() {
     total += g.numel();
   }
   if (replicas_->size() > 1) {  // one all-reduce over the replicas for every expert tensor
-    Tensor flat = Tensor::empty({total});
+    Tensor flat = Tensor::empty({total}, DType::Float32, grads.front().device());
     int64_t at = 0;
     for (Tensor& g : grads) {
       Tensor part = flat.slice(0, at, at + g.numel()).view(g.shape());
@@ -100,13 +108,22 @@ void ExpertParallelism::reduce_gradients() {
   for (Tensor& g : grads) mul_(g, inv_world);
 }
 
-double ExpertParallelism::expert_gradient_squares() {
-  double mine = 0.0;
-  for (const Tensor& p : experts_)
-    if (p.grad().defined()) mine += squared_norm(p.grad());
-  Tensor t = from_vector(std::vector<float>{static_cast<float>(mine)}, {1});
+void ExpertParallelism::clip_gradients(const std::vector<Tensor>& parameters, double max_norm) {
+  double experts = 0.0, replicated = 0.0;
+  for (const Tensor& p : parameters) {
+    if (!p.grad().defined()) continue;
+    const bool expert = std::any_of(experts_.begin(), experts_.end(),
+                                    [&](const Tensor& e) { return e.raw_data() == p.raw_data(); });
+    (expert ? experts : replicated) += squared_norm(p.grad());
+  }
+  Tensor t = from_vector(std::vector<float>{static_cast<float>(experts)}, {1});
   group_->blocking_allreduce(t);
-  return t.to_vector<float>()[0];
+  const double norm = std::sqrt(replicated + t.to_vector<float>()[0]);
+  if (norm <= max_norm || norm == 0.0) return;
+  const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // optim::clip_grad_norm's
+  NoGradGuard no_grad;
+  for (const Tensor& p : parameters)
+    if (Tensor g = p.grad(); g.defined()) mul_(g, scale);
 }
 
 Tensor ExpertParallelism::gathered(const Tensor& local) const {

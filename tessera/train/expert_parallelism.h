@@ -19,20 +19,27 @@
 
 namespace tessera::train {
 
+// Pools every mixture of experts' routing statistics of `model` (nn/mixture_of_experts.h) over
+// `group`'s ranks, on a group of their own (their all-reduce runs in backward, where the gradients'
+// are in flight on `group`), so that the load-balancing loss is one process's over the global
+// batch. Collective over `group` when the model has mixtures; nothing otherwise. Returns that group.
+dist::ProcessGroupPtr pool_routing_over_replicas(nn::Module& model, dist::ProcessGroup& group);
+
 class ExpertParallelism {
  public:
   // Collective over `world`: creates the expert groups and the experts' replica groups.
   ExpertParallelism(dist::ProcessGroupPtr world, int ranks_per_group);
 
   // Spreads every mixture of `model` over this rank's expert group and pools their routing
-  // statistics over the world. Returns the expert parameters' names (kept out of DDP). Call once.
+  // statistics over the world. Returns the expert parameters' names (kept out of DDP). Call once;
+  // collective over the world.
   std::set<std::string> place(nn::Module& model);
   // After backward: each expert gradient summed over its replicas, then divided by the world size.
   void reduce_gradients();
-  // Σ of every expert gradient's squared norm over the expert group (the experts' share of the
-  // global norm for clipping; the same on every rank). Collective.
-  double expert_gradient_squares();
-  const std::vector<Tensor>& expert_parameters() const { return experts_; }
+  // Scales every gradient of `parameters` (the whole local model's) so that their global norm is
+  // at most max_norm: the replicated parameters' norm is the same on every rank, the experts' adds
+  // up over the group. Collective over the expert group.
+  void clip_gradients(const std::vector<Tensor>& parameters, double max_norm);
 
   // The whole model's state from this rank's: expert tensors gathered over the group. Collective.
   nn::StateDict gather(const nn::StateDict& local) const;

@@ -105,16 +105,6 @@ void LocalStrategy::add_step_metrics(nlohmann::json& record) const {
   record["moe_alltoall_algbw_gbps"] = exchanges.seconds > 0 ? exchanges.bytes / exchanges.seconds / 1e9 : 0.0;
 }
 
-void pool_routing_over_replicas(nn::Module& model, dist::ProcessGroup& group) {
-  const auto mixtures = nn::mixtures_of_experts(model);
-  if (mixtures.empty() || group.size() == 1) return;
-  // A group of their own: their all-reduce runs in backward, where the gradients' are in flight.
-  std::vector<int> ranks(group.size());
-  for (int r = 0; r < group.size(); ++r) ranks[r] = r;
-  auto everyone = group.new_group(ranks);
-  for (const auto& [prefix, moe] : mixtures) moe->pool_routing_over(everyone);
-}
-
 int64_t max_over_job(dist::ProcessGroup& group, int64_t value) {
   Tensor t = Tensor::empty({1}, DType::Int64);
   t.data<int64_t>()[0] = value;

@@ -41,10 +41,6 @@ class LocalStrategy : public Strategy {
   std::shared_ptr<nn::Module> model_;
 };
 
-// Pools every mixture of experts' routing statistics of `model` (nn/mixture_of_experts.h) over
-// `group`'s ranks, on a group of their own, so that the load-balancing loss is one process's over
-// the global batch. Collective over `group` when the model has mixtures; nothing otherwise.
-void pool_routing_over_replicas(nn::Module& model, dist::ProcessGroup& group);
 // The largest of every rank's `value` in `group`.
 int64_t max_over_job(dist::ProcessGroup& group, int64_t value);
 // Adds `sums` over `group` (counts as int64, the loss as float32: 7 digits are plenty for a report).

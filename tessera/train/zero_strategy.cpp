@@ -4,6 +4,7 @@
 
 #include "tessera/core/cpu_allocator.h"
 #include "tessera/parallel/zero/sharded_checkpoint.h"
+#include "tessera/train/expert_parallelism.h"
 
 namespace tessera::train {
 

@@ -85,7 +85,7 @@ TEST(ContextParallelTraining, LayoutsThatCannotCutTheSequenceAreRefusedByName) {
   };
   for (const Refused& r : {Refused{3, "--set parallel.cp=3", "must be a multiple of 2 · parallel.cp"},
                            Refused{3, "--set parallel.cp=3 --set parallel.cp_attention=ulysses --set "
-                                      "train.global_batch_size=12 --set model.context=30", "model.heads (4) too"},
+                                      "train.global_batch_size=12 --set model.context=30", "model.heads (4) must be a multiple"},
                            Refused{3, "--set parallel.cp=2 --set train.global_batch_size=12", "parallel.cp = 2 must divide the world size 3"},
                            Refused{2, "--set parallel.cp=2 --set parallel.tp=2", "parallel.cp needs"}}) {
     const std::string out = dir + "/refused";
