@@ -19,10 +19,12 @@ struct Run {
   int64_t at, length, first_position;
 };
 
-std::vector<Run> runs_of(const std::vector<int64_t>& positions) {
+// Runs of at most `longest` tokens: the last rank's two chunks (N−1 and N) are adjacent, and kept
+// apart they give it the same blocks as every other rank, not one diagonal block 4 times larger.
+std::vector<Run> runs_of(const std::vector<int64_t>& positions, int64_t longest) {
   std::vector<Run> runs;
   for (size_t i = 0; i < positions.size(); ++i)
-    if (i == 0 || positions[i] != positions[i - 1] + 1)
+    if (i == 0 || positions[i] != positions[i - 1] + 1 || runs.back().length == longest)
       runs.push_back({static_cast<int64_t>(i), 1, positions[i]});
     else
       ++runs.back().length;
@@ -124,7 +126,8 @@ Tensor ring_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in
                 shape_str(v_in.shape()), " on rank ", r);
   const float scale = 1.0f / std::sqrt(static_cast<float>(q_in.shape()[3]));
   std::vector<std::vector<Run>> runs;
-  for (const auto& p : positions) runs.push_back(runs_of(p));
+  const int64_t t = q_in.shape()[2], chunk = n > 1 && t % 2 == 0 ? t / 2 : t;  // layout.h's two chunks per rank
+  for (const auto& p : positions) runs.push_back(runs_of(p, chunk));
   const std::vector<Run>& mine = runs[r];
   TESSERA_CHECK(!mine.empty(), "[ring attention] rank ", r, " holds no tokens");
   // Every diagonal block is a run of this rank against itself: one mask per run length.
