@@ -1,7 +1,9 @@
 #include "tessera/train/make_strategy.h"
 
 #include "tessera/dist/launcher/env.h"
+#include "tessera/train/context_parallel_strategy.h"
 #include "tessera/train/ddp_strategy.h"
+#include "tessera/train/expert_parallel_strategy.h"
 #include "tessera/train/local_sgd_strategy.h"
 #include "tessera/train/local_strategy.h"
 #include "tessera/train/mesh_strategy.h"
@@ -33,8 +35,13 @@ std::unique_ptr<Strategy> make_strategy(const TrainConfig& config, StrategyEnvir
     if (config.distributed.strategy == "hsdp")
       return std::make_unique<ZeroStrategy>(config, env.group,
                                             parallel::zero::make_hybrid_groups(env.group, hsdp_shard_size(config)));
+    if (config.parallel.ep > 1) return std::make_unique<ExpertParallelStrategy>(config, env.group);
+    if (config.parallel.cp > 1) return std::make_unique<ContextParallelStrategy>(config, env.group);
     return std::make_unique<DdpStrategy>(config, env.group);
   }
+  TESSERA_CHECK(config.parallel.ep == 1 && config.parallel.cp == 1, "[train] parallel.ep = ", config.parallel.ep,
+                " and parallel.cp = ", config.parallel.cp, " spread a model over several processes; this job has one "
+                "(run it with --nproc N)");
   return std::make_unique<LocalStrategy>();
 }
 

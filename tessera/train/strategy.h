@@ -12,7 +12,9 @@
 //
 // The strategies (one file each, chosen once from the config by make_strategy, make_strategy.h):
 //   local  one process
-//   ddp    replicas, gradients all-reduced in buckets during backward (parallel/ddp)
+//   ddp    replicas, gradients all-reduced in buckets during backward (parallel/ddp); with a
+//          mixture's experts spread over the ranks (expert parallel), or each sequence cut over
+//          them (context parallel)
 //   zero   replicas with the optimizer state, gradients and (stage 3) parameters cut into pieces;
 //          hsdp: the same inside each host, the hosts' replicas kept equal (one class)
 //   local_sgd  replicas that train alone for H steps, then meet in one outer step (DiLoCo)
