@@ -100,6 +100,7 @@ TEST(ExpertParallelTraining, LayoutsThatCannotSpreadTheExpertsAreRefusedByName) 
                            Refused{2, "--set parallel.ep=2 --set distributed.strategy=zero", "parallel.ep needs"},
                            Refused{2, "--set parallel.ep=2 --set model.experts=0", "must be a positive multiple"},
                            Refused{1, "--set model.activation_checkpointing=true", "model.activation_checkpointing"},
+                           Refused{1, "--set parallel.ep=2", "this job has one (run it with --nproc N)"},
                            Refused{1, "--set train.device=cuda", "runs on the CPU only"}}) {
     const std::string out = dir + "/refused";
     const std::string cmd = std::string(TESSERA_BINARY) + " train " + config + " --nproc " + std::to_string(r.nproc) +
