@@ -40,5 +40,7 @@ nn::StateDict state_dict_from(const py::handle& mapping);
 
 // The group init_process_group() made (tessera.distributed's default group), or null before it.
 dist::ProcessGroupPtr default_group_or_null();
+// `group`, or the default group where it is None; an error naming `op` when there is neither.
+dist::ProcessGroupPtr group_or_default_group(const py::object& group, const char* op);
 
 }  // namespace tessera::python

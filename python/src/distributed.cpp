@@ -55,6 +55,10 @@ struct NoSyncContext {
 
 dist::ProcessGroupPtr default_group_or_null() { return g_default_group; }
 
+dist::ProcessGroupPtr group_or_default_group(const py::object& group, const char* op) {
+  return group_or_default(group, op);
+}
+
 void bind_distributed(py::module_& m) {
   py::enum_<dist::ReduceOp>(m, "ReduceOp")
       .value("SUM", dist::ReduceOp::Sum)
@@ -167,6 +171,14 @@ void bind_distributed(py::module_& m) {
           return parallel::all_gather_with_grad(x, *g);
         }, py::arg("tensor"), py::arg("group") = py::none(),
         "Rows of every rank in rank order; backward reduce-scatters the gradient (contrastive losses)");
+
+  m.def("all_to_all_with_grad", [](const Tensor& x, const py::object& group) {
+          auto g = group_or_default(group, "all_to_all_with_grad");
+          py::gil_scoped_release release;
+          return parallel::all_to_all(x, *g);
+        }, py::arg("tensor"), py::arg("group") = py::none(),
+        "Rows cut into one block per rank, block j to rank j; backward sends the gradient back the same way "
+        "(expert parallelism's dispatch and combine)");
 
   m.def("kmeans", [](const Tensor& points, const Tensor& initial, int64_t max_iterations, double tolerance,
                      const py::object& group) {

@@ -7,9 +7,11 @@
 #include "python/src/bindings.h"
 #include "tessera/nn/layers.h"
 #include "tessera/nn/milnce.h"
+#include "tessera/nn/mixture_of_experts.h"
 #include "tessera/nn/models.h"
 #include "tessera/nn/transformer.h"
 #include "tessera/ops/ops.h"
+#include "tessera/parallel/context/layout.h"
 
 namespace tessera::python {
 namespace {
@@ -278,7 +280,40 @@ void bind_nn(py::module_& m) {
   py::class_<nn::Flatten, nn::Module, std::shared_ptr<nn::Flatten>>(m, "Flatten")
       .def(py::init<int64_t, int64_t>(), py::arg("start_dim") = 1, py::arg("end_dim") = -1);
   py::class_<nn::CausalSelfAttention, nn::Module, std::shared_ptr<nn::CausalSelfAttention>>(m, "CausalSelfAttention")
-      .def(py::init<int64_t, int64_t, float>(), py::arg("embed_dim"), py::arg("num_heads"), py::arg("dropout") = 0.0f);
+      .def(py::init<int64_t, int64_t, float>(), py::arg("embed_dim"), py::arg("num_heads"), py::arg("dropout") = 0.0f)
+      .def("spread_sequence", [](nn::CausalSelfAttention& a, const py::object& group, const std::string& attention) {
+             a.spread_sequence(group_or_default_group(group, "spread_sequence"),
+                               parallel::context::context_attention(attention));
+           }, py::arg("group") = py::none(), py::arg("attention") = "ring",
+           "Context parallelism: the input holds this rank's tokens of each sequence (ring: chunks r and "
+           "2N-1-r of 2N; ulysses: part r of N), attention spans the whole sequence over the group");
+  py::class_<nn::MixtureOfExperts, nn::Module, std::shared_ptr<nn::MixtureOfExperts>>(m, "MixtureOfExperts")
+      .def(py::init([](int64_t embed_dim, int64_t hidden, int64_t experts, int64_t top_k, double capacity_factor,
+                       double aux_loss_weight, float dropout) {
+             return std::make_shared<nn::MixtureOfExperts>(
+                 embed_dim, hidden, nn::MoeConfig{experts, top_k, capacity_factor, aux_loss_weight}, dropout);
+           }), py::arg("embed_dim"), py::arg("hidden"), py::arg("experts"), py::arg("top_k") = 2,
+           py::arg("capacity_factor") = 1.25, py::arg("aux_loss_weight") = 0.01, py::arg("dropout") = 0.0f)
+      .def("take_auxiliary_loss", [](nn::MixtureOfExperts& moe) -> py::object {
+             Tensor aux = moe.take_auxiliary_loss();
+             return aux.defined() ? py::cast(aux) : py::none();
+           }, "The load-balancing loss of the last training forward (None without one), handed over once: add it to the loss")
+      .def("place_experts", [](nn::MixtureOfExperts& moe, const py::object& group) {
+             moe.place_experts(group_or_default_group(group, "place_experts"));
+           }, py::arg("group") = py::none(), "Expert parallelism: keep this rank's E/N experts of the group")
+      .def("pool_routing_over", [](nn::MixtureOfExperts& moe, const py::object& group) {
+             moe.pool_routing_over(group_or_default_group(group, "pool_routing_over"));
+           }, py::arg("group") = py::none(), "Routing statistics (the balancing loss) over every rank's tokens")
+      .def_property_readonly("last_routing", [](const nn::MixtureOfExperts& moe) {
+             const nn::RoutingStats& r = moe.last_routing();
+             return py::dict(py::arg("chosen") = r.chosen, py::arg("choices") = r.choices,
+                             py::arg("dropped") = r.dropped, py::arg("aux_loss") = r.aux_loss);
+           })
+      .def_property_readonly("first_expert", &nn::MixtureOfExperts::first_expert)
+      .def_property_readonly("local_experts", &nn::MixtureOfExperts::local_experts)
+      .def_property_readonly("router", [](const nn::MixtureOfExperts& moe) { return moe.router; })
+      .def_property_readonly("fc_weight", [](const nn::MixtureOfExperts& moe) { return moe.fc_weight; })
+      .def_property_readonly("proj_weight", [](const nn::MixtureOfExperts& moe) { return moe.proj_weight; });
   py::class_<nn::TransformerBlock, nn::Module, std::shared_ptr<nn::TransformerBlock>>(m, "TransformerBlock")
       .def(py::init<int64_t, int64_t, float>(), py::arg("embed_dim"), py::arg("num_heads"), py::arg("dropout") = 0.0f);
   py::class_<nn::Sequential, nn::Module, std::shared_ptr<nn::Sequential>>(m, "Sequential")

@@ -22,6 +22,15 @@ def test_tensor_parallel_layers_on_a_device_mesh(tessera_bin):
     assert "rank 0 tensor-parallel ok" in out and "rank 1 tensor-parallel ok" in out, out
 
 
+def test_spread_experts_and_cut_sequences_from_python_equal_the_whole_layers(tessera_bin):
+    code, out = run([tessera_bin, "run", "--nproc-per-node", "2", "--",
+                     *python_args("tests/python/experts_and_context_job.py")])
+    assert code == 0, out
+    for rank in (0, 1):
+        for what in ("experts", "context ring", "context ulysses"):
+            assert f"rank {rank} {what} ok" in out, out
+
+
 def test_a_lost_peer_is_a_python_exception_naming_it(tessera_bin):
     code, out = run([tessera_bin, "run", "--nproc-per-node", "2", "--",
                      *python_args("tests/python/lost_peer_job.py")], timeout=120)

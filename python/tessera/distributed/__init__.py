@@ -32,6 +32,7 @@ symmetric_zeros = _native.symmetric_zeros
 send = _native.send
 recv = _native.recv
 all_gather_with_grad = _native.all_gather_with_grad
+all_to_all_with_grad = _native.all_to_all_with_grad
 DistributedDataParallel = _native.DistributedDataParallel
 ZeroDataParallel = _native.ZeroDataParallel
 kmeans = _native.kmeans

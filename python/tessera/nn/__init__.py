@@ -22,6 +22,7 @@ Flatten = _native.Flatten
 Sequential = _native.Sequential
 CausalSelfAttention = _native.CausalSelfAttention
 TransformerBlock = _native.TransformerBlock
+MixtureOfExperts = _native.MixtureOfExperts
 VideoEncoder = _native.VideoEncoder
 TextEncoder = _native.TextEncoder
 text_to_video_retrieval = _native.text_to_video_retrieval
