@@ -138,8 +138,8 @@ void MixtureOfExperts::note_routing(const Tensor& probs, const ExpertRouting& ro
   stats_.aux_loss = pending_aux_.detach().to(cpu_device()).item<float>();
 }
 
-std::vector<std::pair<std::string, std::shared_ptr<MixtureOfExperts>>> mixtures_of_experts(const Module& module) {
-  std::vector<std::pair<std::string, std::shared_ptr<MixtureOfExperts>>> found;
+NamedMixtures mixtures_of_experts(const Module& module) {
+  NamedMixtures found;
   std::function<void(const Module&, const std::string&)> walk = [&](const Module& m, const std::string& prefix) {
     for (const auto& [name, child] : m.children()) {
       if (auto moe = std::dynamic_pointer_cast<MixtureOfExperts>(child)) found.emplace_back(prefix + name + ".", moe);
@@ -150,9 +150,9 @@ std::vector<std::pair<std::string, std::shared_ptr<MixtureOfExperts>>> mixtures_
   return found;
 }
 
-Tensor take_auxiliary_losses(const Module& module) {
+Tensor take_auxiliary_losses(const NamedMixtures& mixtures) {
   Tensor total;
-  for (auto& [prefix, moe] : mixtures_of_experts(module))
+  for (auto& [prefix, moe] : mixtures)
     if (Tensor aux = moe->take_auxiliary_loss(); aux.defined()) total = total.defined() ? add(total, aux) : aux;
   return total;
 }

@@ -84,9 +84,10 @@ class MixtureOfExperts : public Module {
   RoutingStats stats_;
 };
 
+using NamedMixtures = std::vector<std::pair<std::string, std::shared_ptr<MixtureOfExperts>>>;
 // Every MixtureOfExperts in `module`, with its dotted prefix ("h.0.moe.").
-std::vector<std::pair<std::string, std::shared_ptr<MixtureOfExperts>>> mixtures_of_experts(const Module& module);
+NamedMixtures mixtures_of_experts(const Module& module);
 // The sum of every mixture's take_auxiliary_loss() (undefined when none has one).
-Tensor take_auxiliary_losses(const Module& module);
+Tensor take_auxiliary_losses(const NamedMixtures& mixtures);
 
 }  // namespace tessera::nn

@@ -27,11 +27,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   auto heads = [&](const Tensor& t) { return transpose(reshape(t, {B, T, num_heads, hd}), 1, 2); };  // (B, H, T, hd)
   Tensor y;
   if (context_) {  // ring: this rank's queries against every rank's keys, passed around the group
-    std::vector<std::vector<int64_t>> positions;
+    std::vector<std::vector<parallel::context::TokenRun>> runs;
     for (int r = 0; r < context_->size(); ++r)
-      positions.push_back(parallel::context::context_positions(r, context_->size(), T, attention_));
-    y = parallel::context::ring_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), std::move(positions),
-                                          *context_);
+      runs.push_back(parallel::context::context_runs(r, context_->size(), T, attention_));
+    y = parallel::context::ring_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), runs, *context_);
   } else {
     y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
   }

@@ -93,14 +93,17 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     total += squared_norm(g);  // the kernel table's, on the gradient's device
   }
   double norm = std::sqrt(total);
-  if (norm > max_norm && norm > 0.0) {
-    float scale = static_cast<float>(max_norm / (norm + 1e-6));
-    for (const auto& p : params) {
-      Tensor g = p.grad();
-      if (g.defined()) mul_(g, scale);
-    }
-  }
+  clip_grads_to(params, norm, max_norm);
   return norm;
+}
+
+void clip_grads_to(const std::vector<Tensor>& params, double norm, double max_norm) {
+  if (norm <= max_norm || norm <= 0.0) return;
+  const float scale = static_cast<float>(max_norm / (norm + 1e-6));
+  for (const auto& p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) mul_(g, scale);
+  }
 }
 
 }  // namespace tessera::optim

@@ -57,6 +57,9 @@ class Optimizer {
 };
 
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before.
+// Scales every gradient of `params` by max_norm / (norm + 1e-6) when norm, their global norm
+// however it was summed (over ranks, shards), is above max_norm.
+void clip_grads_to(const std::vector<Tensor>& params, double norm, double max_norm);
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace tessera::optim

@@ -35,6 +35,10 @@ Tensor all_gather_with_grad(const Tensor& x, dist::ProcessGroup& group);
 struct ExchangeTally {
   double seconds = 0.0;
   int64_t bytes = 0, calls = 0;
+  ExchangeTally& operator+=(const ExchangeTally& other) {
+    seconds += other.seconds, bytes += other.bytes, calls += other.calls;
+    return *this;
+  }
 };
 Tensor all_to_all(const Tensor& x, dist::ProcessGroup& group, ExchangeTally* tally = nullptr);
 

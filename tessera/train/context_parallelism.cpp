@@ -31,18 +31,12 @@ data::Batch ContextParallelism::part_of(const data::Batch& batch) const {
   TESSERA_CHECK(T > 0 && T % ranks_ == 0 && batch.targets.dim() == 2 && batch.targets.shape()[1] == T,
                 "[context parallel] expected inputs and targets (B, T) with T divisible by parallel.cp = ", ranks_,
                 ", got ", shape_str(batch.inputs.shape()), " and ", shape_str(batch.targets.shape()));
-  const std::vector<int64_t> positions = parallel::context::context_positions(group_->rank(), ranks_, T / ranks_, attention_);
+  const auto runs = parallel::context::context_runs(group_->rank(), ranks_, T / ranks_, attention_);
   NoGradGuard no_grad;
-  // The positions are one or two runs of consecutive tokens: a slice each.
-  auto columns = [&](const Tensor& t) {
-    std::vector<Tensor> runs;
-    size_t start = 0;
-    for (size_t i = 1; i <= positions.size(); ++i)
-      if (i == positions.size() || positions[i] != positions[i - 1] + 1) {
-        runs.push_back(slice(t, 1, positions[start], positions[i - 1] + 1));
-        start = i;
-      }
-    return runs.size() == 1 ? contiguous(runs[0]) : cat(runs, 1);
+  auto columns = [&](const Tensor& t) {  // a slice per run of this rank's tokens
+    std::vector<Tensor> parts;
+    for (const auto& run : runs) parts.push_back(slice(t, 1, run.first_position, run.first_position + run.length));
+    return parts.size() == 1 ? contiguous(parts[0]) : cat(parts, 1);
   };
   return {columns(batch.inputs), columns(batch.targets)};
 }

@@ -1,10 +1,10 @@
 #include "tessera/train/expert_parallelism.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "tessera/nn/mixture_of_experts.h"
 #include "tessera/ops/ops.h"
+#include "tessera/optim/optimizer.h"
 
 namespace tessera::train {
 namespace {
@@ -68,14 +68,10 @@ std::set<std::string> ExpertParallelism::place(nn::Module& model) {
         experts_.push_back(p);
       }
   }
-  set_parameter_order(model.named_parameters());
+  const nn::StateDict named = model.named_parameters();  // the optimizer's order
+  for (size_t i = 0; i < named.size(); ++i)
+    if (expert_names_.contains(named[i].first)) expert_indices_.insert(static_cast<int64_t>(i));
   return expert_names_;
-}
-
-void ExpertParallelism::set_parameter_order(const nn::StateDict& named_parameters) {
-  expert_indices_.clear();
-  for (size_t i = 0; i < named_parameters.size(); ++i)
-    if (expert_names_.contains(named_parameters[i].first)) expert_indices_.insert(static_cast<int64_t>(i));
 }
 
 void ExpertParallelism::reduce_gradients() {
@@ -110,20 +106,13 @@ void ExpertParallelism::reduce_gradients() {
 
 void ExpertParallelism::clip_gradients(const std::vector<Tensor>& parameters, double max_norm) {
   double experts = 0.0, replicated = 0.0;
-  for (const Tensor& p : parameters) {
-    if (!p.grad().defined()) continue;
-    const bool expert = std::any_of(experts_.begin(), experts_.end(),
-                                    [&](const Tensor& e) { return e.raw_data() == p.raw_data(); });
-    (expert ? experts : replicated) += squared_norm(p.grad());
-  }
+  for (size_t i = 0; i < parameters.size(); ++i)
+    if (Tensor g = parameters[i].grad(); g.defined())
+      (expert_indices_.contains(static_cast<int64_t>(i)) ? experts : replicated) += squared_norm(g);
   Tensor t = from_vector(std::vector<float>{static_cast<float>(experts)}, {1});
   group_->blocking_allreduce(t);
-  const double norm = std::sqrt(replicated + t.to_vector<float>()[0]);
-  if (norm <= max_norm || norm == 0.0) return;
-  const float scale = static_cast<float>(max_norm / (norm + 1e-6));  // optim::clip_grad_norm's
   NoGradGuard no_grad;
-  for (const Tensor& p : parameters)
-    if (Tensor g = p.grad(); g.defined()) mul_(g, scale);
+  optim::clip_grads_to(parameters, std::sqrt(replicated + t.to_vector<float>()[0]), max_norm);
 }
 
 Tensor ExpertParallelism::gathered(const Tensor& local) const {

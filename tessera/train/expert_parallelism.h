@@ -36,20 +36,19 @@ class ExpertParallelism {
   std::set<std::string> place(nn::Module& model);
   // After backward: each expert gradient summed over its replicas, then divided by the world size.
   void reduce_gradients();
-  // Scales every gradient of `parameters` (the whole local model's) so that their global norm is
-  // at most max_norm: the replicated parameters' norm is the same on every rank, the experts' adds
-  // up over the group. Collective over the expert group.
+  // Scales every gradient of `parameters` (the local model's parameters(), in their order) so that
+  // their global norm is at most max_norm: the replicated parameters' norm is the same on every
+  // rank, the experts' adds up over the group. Collective over the expert group.
   void clip_gradients(const std::vector<Tensor>& parameters, double max_norm);
 
   // The whole model's state from this rank's: expert tensors gathered over the group. Collective.
   nn::StateDict gather(const nn::StateDict& local) const;
   // This rank's part of a whole model's state: its slice of every expert tensor.
   nn::StateDict cut(const nn::StateDict& whole) const;
-  // The same for an optimizer's state ("<parameter index>.<buffer>"; `parameter_names` in the
-  // optimizer's order).
+  // The same for an optimizer's state ("<parameter index>.<buffer>", indices in the model's
+  // parameter order, as the optimizer holds them).
   nn::StateDict gather_optimizer(const nn::StateDict& local) const;
   nn::StateDict cut_optimizer(const nn::StateDict& whole) const;
-  void set_parameter_order(const nn::StateDict& named_parameters);
 
   std::string describe() const;  // "expert group 0 of 2 (ranks 0-1), experts 4-7 of 8 per mixture"
 
@@ -62,7 +61,7 @@ class ExpertParallelism {
   dist::ProcessGroupPtr world_, group_, replicas_;
   int ranks_;
   std::set<std::string> expert_names_;
-  std::set<int64_t> expert_indices_;  // in the optimizer's parameter order
+  std::set<int64_t> expert_indices_;  // in the model's (the optimizer's) parameter order
   std::vector<Tensor> experts_;
   int64_t experts_per_mixture_ = 0;
 };

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "tessera/core/cpu_allocator.h"
-#include "tessera/nn/mixture_of_experts.h"
 #include "tessera/observe/trace.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/grad_scaler.h"
@@ -30,7 +29,7 @@ double LocalStrategy::forward_backward(const data::Batch& batch) {
     observe::TraceSpan span("forward", "train");
     loss = training_loss(training_forward(batch.inputs), batch.targets);
     // The mixtures' load-balancing losses join the gradient, not the loss reported.
-    Tensor balancing = nn::take_auxiliary_losses(*model_);
+    Tensor balancing = nn::take_auxiliary_losses(mixtures());
     objective = balancing.defined() ? add(loss, balancing) : loss;
   }
   observe::TraceSpan span("backward", "train");  // DDP's wait for the last buckets included
@@ -61,10 +60,15 @@ std::optional<EvalContribution> LocalStrategy::evaluate_batch(const data::Batch&
   return c;
 }
 
+const nn::NamedMixtures& LocalStrategy::mixtures() const {
+  if (!mixtures_) mixtures_ = nn::mixtures_of_experts(*model_);
+  return *mixtures_;
+}
+
 void LocalStrategy::add_step_metrics(nlohmann::json& record) const {
   // This process's most live tensor bytes so far (what context parallelism's cut sequence saves).
   record["peak_allocated_bytes"] = static_cast<int64_t>(cpu_allocator::peak_allocated_bytes());
-  const auto mixtures = nn::mixtures_of_experts(*model_);
+  const nn::NamedMixtures& mixtures = this->mixtures();
   if (mixtures.empty() || mixtures.front().second->last_routing().choices == 0) return;
   // Over the mixtures (layers): the balancing loss summed, dropped choices as a share of all, the
   // worst layer's busiest expert against the mean, and each expert's share averaged over layers.
@@ -91,11 +95,7 @@ void LocalStrategy::add_step_metrics(nlohmann::json& record) const {
   record["moe_load_max_over_mean"] = worst;
   record["moe_expert_load"] = load;
   parallel::ExchangeTally exchanges;
-  for (const auto& [prefix, moe] : mixtures) {
-    exchanges.seconds += moe->last_routing().exchanges.seconds;
-    exchanges.bytes += moe->last_routing().exchanges.bytes;
-    exchanges.calls += moe->last_routing().exchanges.calls;
-  }
+  for (const auto& [prefix, moe] : mixtures) exchanges += moe->last_routing().exchanges;
   if (exchanges.calls == 0) return;
   // Expert parallelism's dispatch and combine, forward and backward: compare the per-call figures
   // with `tessera bench comm --op alltoall` at moe_alltoall_bytes_per_call.

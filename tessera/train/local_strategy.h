@@ -1,6 +1,7 @@
 // LocalStrategy: one process holds the whole model and reads every batch whole. The base of
 // DdpStrategy, which adds the replicas' communication.
 #pragma once
+#include "tessera/nn/mixture_of_experts.h"
 #include "tessera/train/strategy.h"
 
 namespace tessera::train {
@@ -39,6 +40,12 @@ class LocalStrategy : public Strategy {
     return objective_.loss ? objective_.loss(output, targets, objective_group()) : default_loss(output, targets);
   }
   std::shared_ptr<nn::Module> model_;
+
+ private:
+  // The model's mixtures of experts, found once (its structure is fixed after prepare): a step
+  // takes their balancing losses, the metrics read their routing.
+  const nn::NamedMixtures& mixtures() const;
+  mutable std::optional<nn::NamedMixtures> mixtures_;
 };
 
 // The largest of every rank's `value` in `group`.

@@ -30,4 +30,14 @@ inline nn::StateDict train_with_processes(const std::string& config, const std::
   return train::load_whole_checkpoint(out + "/checkpoints").model.tensors;
 }
 
+// `tessera train <config> --nproc <nproc> <extra>` into <out>: it must fail, and its output (in
+// <out>.log) name the problem with `fragment`.
+inline void expect_training_refused(const std::string& config, const std::string& out, int nproc,
+                                    const std::string& extra, const std::string& fragment) {
+  const std::string cmd = std::string(TESSERA_BINARY) + " train " + config + " --nproc " + std::to_string(nproc) +
+                          " " + extra + " --set train.output_dir=" + out + " > " + out + ".log 2>&1";
+  EXPECT_NE(std::system(cmd.c_str()), 0) << extra;
+  EXPECT_NE(read_text(out + ".log").find(fragment), std::string::npos) << extra << "\n" << read_text(out + ".log");
+}
+
 }  // namespace tessera::testing

@@ -88,12 +88,7 @@ TEST(ContextParallelTraining, LayoutsThatCannotCutTheSequenceAreRefusedByName) {
                                       "train.global_batch_size=12 --set model.context=30", "model.heads (4) must be a multiple"},
                            Refused{3, "--set parallel.cp=2 --set train.global_batch_size=12", "parallel.cp = 2 must divide the world size 3"},
                            Refused{2, "--set parallel.cp=2 --set parallel.tp=2", "parallel.cp needs"}}) {
-    const std::string out = dir + "/refused";
-    const std::string cmd = std::string(TESSERA_BINARY) + " train " + config + " --nproc " + std::to_string(r.nproc) +
-                            " " + r.set + " --set train.output_dir=" + out + " > " + out + ".log 2>&1";
-    EXPECT_NE(std::system(cmd.c_str()), 0) << r.set;
-    EXPECT_NE(tessera::testing::read_text(out + ".log").find(r.fragment), std::string::npos)
-        << r.set << "\n" << tessera::testing::read_text(out + ".log");
+    tessera::testing::expect_training_refused(config, dir + "/refused", r.nproc, r.set, r.fragment);
   }
 }
 

@@ -102,12 +102,7 @@ TEST(ExpertParallelTraining, LayoutsThatCannotSpreadTheExpertsAreRefusedByName) 
                            Refused{1, "--set model.activation_checkpointing=true", "model.activation_checkpointing"},
                            Refused{1, "--set parallel.ep=2", "this job has one (run it with --nproc N)"},
                            Refused{1, "--set train.device=cuda", "runs on the CPU only"}}) {
-    const std::string out = dir + "/refused";
-    const std::string cmd = std::string(TESSERA_BINARY) + " train " + config + " --nproc " + std::to_string(r.nproc) +
-                            " " + r.set + " --set train.output_dir=" + out + " > " + out + ".log 2>&1";
-    EXPECT_NE(std::system(cmd.c_str()), 0) << r.set;
-    EXPECT_NE(tessera::testing::read_text(out + ".log").find(r.fragment), std::string::npos)
-        << r.set << "\n" << tessera::testing::read_text(out + ".log");
+    tessera::testing::expect_training_refused(config, dir + "/refused", r.nproc, r.set, r.fragment);
   }
 }
 

@@ -10,19 +10,20 @@ ContextAttention context_attention(const std::string& name) {
   throw ValueError("[context parallel] attention '" + name + "': choose ring or ulysses");
 }
 
-std::vector<int64_t> context_positions(int part, int parts, int64_t local_tokens, ContextAttention attention) {
+std::vector<TokenRun> context_runs(int part, int parts, int64_t local_tokens, ContextAttention attention) {
   TESSERA_CHECK(parts >= 1 && part >= 0 && part < parts && local_tokens >= 1, "[context parallel] part ", part,
                 " of ", parts, " with ", local_tokens, " tokens");
-  std::vector<int64_t> positions;
-  if (attention == ContextAttention::Ulysses || parts == 1) {
-    for (int64_t i = 0; i < local_tokens; ++i) positions.push_back(part * local_tokens + i);
-    return positions;
-  }
+  if (attention == ContextAttention::Ulysses || parts == 1) return {{part * local_tokens, local_tokens}};
   TESSERA_CHECK(local_tokens % 2 == 0, "[context parallel] ring attention holds two chunks per rank: ", local_tokens,
                 " tokens per rank must be even (model.context a multiple of 2·parallel.cp)");
   const int64_t chunk = local_tokens / 2;
-  for (int64_t c : {static_cast<int64_t>(part), static_cast<int64_t>(2 * parts - 1 - part)})
-    for (int64_t i = 0; i < chunk; ++i) positions.push_back(c * chunk + i);
+  return {{part * chunk, chunk}, {(2 * parts - 1 - part) * chunk, chunk}};
+}
+
+std::vector<int64_t> context_positions(int part, int parts, int64_t local_tokens, ContextAttention attention) {
+  std::vector<int64_t> positions;
+  for (const TokenRun& run : context_runs(part, parts, local_tokens, attention))
+    for (int64_t i = 0; i < run.length; ++i) positions.push_back(run.first_position + i);
   return positions;
 }
 

@@ -14,8 +14,15 @@ enum class ContextAttention { Ring, Ulysses };
 
 ContextAttention context_attention(const std::string& name);  // "ring" or "ulysses"; ValueError otherwise
 
-// The positions (in the whole sequence, ascending) of the `local_tokens` tokens rank `part` of
-// `parts` holds. Ring needs local_tokens even when parts > 1.
+// A run of tokens at consecutive positions of the whole sequence.
+struct TokenRun {
+  int64_t first_position, length;
+};
+
+// The runs, in order, of the `local_tokens` tokens rank `part` of `parts` holds: one for Ulysses
+// (or one rank), ring's two chunks otherwise. Ring needs local_tokens even when parts > 1.
+std::vector<TokenRun> context_runs(int part, int parts, int64_t local_tokens, ContextAttention attention);
+// The same tokens' positions, one by one.
 std::vector<int64_t> context_positions(int part, int parts, int64_t local_tokens, ContextAttention attention);
 
 }  // namespace tessera::parallel::context

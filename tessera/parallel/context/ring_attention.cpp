@@ -14,21 +14,19 @@ constexpr float kMasked = -1e30f;
 // Point-to-point tags of the ring's three kinds of message (one group carries only these).
 constexpr int kForwardBlocks = 1 << 20, kBackwardBlocks = 2 << 20, kBackwardGradients = 3 << 20;
 
-// A run of tokens at consecutive positions: rows [at, at + length) of a rank's t tokens.
+// A run of a rank's tokens (layout.h) and the rows [at, at + length) it takes of the rank's t.
 struct Run {
   int64_t at, length, first_position;
 };
 
-// Runs of at most `longest` tokens: the last rank's two chunks (N−1 and N) are adjacent, and kept
-// apart they give it the same blocks as every other rank, not one diagonal block 4 times larger.
-std::vector<Run> runs_of(const std::vector<int64_t>& positions, int64_t longest) {
-  std::vector<Run> runs;
-  for (size_t i = 0; i < positions.size(); ++i)
-    if (i == 0 || positions[i] != positions[i - 1] + 1 || runs.back().length == longest)
-      runs.push_back({static_cast<int64_t>(i), 1, positions[i]});
-    else
-      ++runs.back().length;
-  return runs;
+std::vector<Run> rows_of(const std::vector<TokenRun>& runs) {
+  std::vector<Run> rows;
+  int64_t at = 0;
+  for (const TokenRun& run : runs) {
+    rows.push_back({at, run.length, run.first_position});
+    at += run.length;
+  }
+  return rows;
 }
 
 // How a run of queries sees a run of keys under the causal mask: not at all, every key, or the same
@@ -116,20 +114,19 @@ struct Running {
 }  // namespace
 
 Tensor ring_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                      std::vector<std::vector<int64_t>> positions, dist::ProcessGroup& group, ExchangeTally* tally) {
+                      const std::vector<std::vector<TokenRun>>& token_runs, dist::ProcessGroup& group,
+                      ExchangeTally* tally) {
   const int n = group.size(), r = group.rank();
+  std::vector<std::vector<Run>> runs;
+  for (const auto& rank_runs : token_runs) runs.push_back(rows_of(rank_runs));
   TESSERA_CHECK(q_in.dim() == 4 && q_in.shape() == k_in.shape() && q_in.shape() == v_in.shape() &&
-                    static_cast<int>(positions.size()) == n &&
-                    static_cast<int64_t>(positions[r].size()) == q_in.shape()[2],
-                "[ring attention] expected q, k, v (B, H, t, d) of one shape and the positions of each of the ", n,
+                    static_cast<int>(runs.size()) == n && !runs[r].empty() &&
+                    runs[r].back().at + runs[r].back().length == q_in.shape()[2],
+                "[ring attention] expected q, k, v (B, H, t, d) of one shape and the runs of each of the ", n,
                 " ranks' t tokens, got ", shape_str(q_in.shape()), ", ", shape_str(k_in.shape()), ", ",
                 shape_str(v_in.shape()), " on rank ", r);
   const float scale = 1.0f / std::sqrt(static_cast<float>(q_in.shape()[3]));
-  std::vector<std::vector<Run>> runs;
-  const int64_t t = q_in.shape()[2], chunk = n > 1 && t % 2 == 0 ? t / 2 : t;  // layout.h's two chunks per rank
-  for (const auto& p : positions) runs.push_back(runs_of(p, chunk));
   const std::vector<Run>& mine = runs[r];
-  TESSERA_CHECK(!mine.empty(), "[ring attention] rank ", r, " holds no tokens");
   // Every diagonal block is a run of this rank against itself: one mask per run length.
   std::vector<Tensor> diagonal;
   for (const Run& run : mine) diagonal.push_back(upper_mask(run.length, q_in.device()));
