@@ -71,9 +71,12 @@ TEST(RunReport, ThePageSummarisesTheRunAndPlotsEachSeries) {
 TEST(RunReport, AMixtureOfExpertsRunShowsTheRoutersLoad) {
   RunRecords run;
   for (int s = 1; s <= 4; ++s)
-    run.records.push_back(json::parse("{\"type\": \"step\", \"step\": " + std::to_string(s) +
-                                      ", \"loss\": 1.0, \"moe_expert_load\": [0.5, 0.3, 0.2], "
-                                      "\"moe_load_max_over_mean\": 1.5, \"moe_dropped_fraction\": 0.01}"));
+    run.records.push_back(json{{"type", "step"},
+                               {"step", s},
+                               {"loss", 1.0},
+                               {"moe_expert_load", {0.5, 0.3, 0.2}},
+                               {"moe_load_max_over_mean", 1.5},
+                               {"moe_dropped_fraction", 0.01}});
   const std::string html = report_html(run, "moe");
   EXPECT_EQ(count(html, "aria-label=\"Mixture of experts"), 2u) << html;
   for (const char* line : {"expert 0", "expert 1", "expert 2", "dropped", "worst layer"})
