@@ -38,23 +38,46 @@ void bind_mesh(py::module_& m) {
   using parallel::tensor::ParallelTransformerBlock;
   using parallel::tensor::RowParallelLinear;
   py::class_<ColumnParallelLinear, nn::Module, std::shared_ptr<ColumnParallelLinear>>(m, "ColumnParallelLinear")
-      .def(py::init([](const nn::Linear& full, const dist::ProcessGroupPtr& group, bool gather_output) {
+      .def(py::init([](const nn::Linear& full, const dist::ProcessGroupPtr& group, bool gather_output,
+                       bool sequence_parallel, int64_t overlap_chunks) {
              parallel::tensor::ColumnParallelOptions options;
              options.gather_output = gather_output;
+             options.sequence = {sequence_parallel, overlap_chunks};
              return std::make_shared<ColumnParallelLinear>(full, group, options);
            }),
-           py::arg("full"), py::arg("group"), py::arg("gather_output") = true,
-           "This rank's block of the output features of `full`");
+           py::arg("full"), py::arg("group"), py::arg("gather_output") = true, py::arg("sequence_parallel") = false,
+           py::arg("overlap_chunks") = 4,
+           "This rank's block of the output features of `full`; sequence_parallel: the input is this rank's "
+           "tokens (B, T/world, in), all-gathered in overlap_chunks pieces while the matmul runs");
   py::class_<RowParallelLinear, nn::Module, std::shared_ptr<RowParallelLinear>>(m, "RowParallelLinear")
-      .def(py::init([](const nn::Linear& full, const dist::ProcessGroupPtr& group, bool input_is_parallel) {
+      .def(py::init([](const nn::Linear& full, const dist::ProcessGroupPtr& group, bool input_is_parallel,
+                       bool sequence_parallel, int64_t overlap_chunks) {
              parallel::tensor::RowParallelOptions options;
              options.input_is_parallel = input_is_parallel;
+             options.sequence = {sequence_parallel, overlap_chunks};
              return std::make_shared<RowParallelLinear>(full, group, options);
            }),
-           py::arg("full"), py::arg("group"), py::arg("input_is_parallel") = true,
-           "This rank's block of the input features of `full`; the outputs are summed over the group");
+           py::arg("full"), py::arg("group"), py::arg("input_is_parallel") = true, py::arg("sequence_parallel") = false,
+           py::arg("overlap_chunks") = 4,
+           "This rank's block of the input features of `full`; the outputs are summed over the group "
+           "(sequence_parallel: reduce-scattered over the tokens, (B, T/world, out), in overlap_chunks pieces)");
   py::class_<ParallelTransformerBlock, nn::Module, std::shared_ptr<ParallelTransformerBlock>>(m, "ParallelTransformerBlock")
-      .def(py::init<const nn::TransformerBlock&, dist::ProcessGroupPtr>(), py::arg("full"), py::arg("group"));
+      .def(py::init([](const nn::TransformerBlock& full, const dist::ProcessGroupPtr& group, bool sequence_parallel,
+                       int64_t overlap_chunks) {
+             return std::make_shared<ParallelTransformerBlock>(
+                 full, group, parallel::tensor::SequenceParallel{sequence_parallel, overlap_chunks});
+           }),
+           py::arg("full"), py::arg("group"), py::arg("sequence_parallel") = false, py::arg("overlap_chunks") = 4,
+           "sequence_parallel: takes and gives this rank's tokens (B, T/world, C)")
+      .def("token_parameters", &ParallelTransformerBlock::token_parameters,
+           "The parameters whose gradients are partial under sequence parallelism: add them up over the group "
+           "with sum_partial_gradients after the backward");
+  m.def("scatter_to_sequence_parallel_region", &parallel::tensor::scatter_to_sequence_parallel_region,
+        py::arg("x"), py::arg("group"), "(B, T, C) -> this rank's tokens (B, T/world, C); backward all-gathers");
+  m.def("sum_partial_gradients", [](const std::vector<Tensor>& parameters, dist::ProcessGroup& group) {
+    py::gil_scoped_release release;
+    parallel::tensor::sum_partial_gradients(parameters, group);
+  }, py::arg("parameters"), py::arg("group"), "Adds each parameter's gradient up over the group (one all-reduce)");
 }
 
 }  // namespace tessera::python

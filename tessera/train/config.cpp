@@ -86,6 +86,8 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.powersgd_start_iter", &c.distributed.powersgd_start_iter},
       {"distributed.topk_ratio", &c.distributed.topk_ratio},
       {"parallel.dp", &c.parallel.dp}, {"parallel.pp", &c.parallel.pp}, {"parallel.tp", &c.parallel.tp},
+      {"parallel.sequence_parallel", &c.parallel.sequence_parallel},
+      {"parallel.tp_overlap_chunks", &c.parallel.tp_overlap_chunks},
       {"parallel.ep", &c.parallel.ep}, {"parallel.cp", &c.parallel.cp},
       {"parallel.cp_attention", &c.parallel.cp_attention},
       {"parallel.schedule", &c.parallel.schedule}, {"parallel.microbatches", &c.parallel.microbatches},
@@ -418,6 +420,14 @@ void check_settings(const TrainConfig& c) {
   positive("parallel.pp", static_cast<double>(c.parallel.pp));
   positive("parallel.tp", static_cast<double>(c.parallel.tp));
   positive("parallel.microbatches", static_cast<double>(c.parallel.microbatches));
+  positive("parallel.tp_overlap_chunks", static_cast<double>(c.parallel.tp_overlap_chunks));
+  if (c.parallel.sequence_parallel) {
+    TESSERA_CHECK(c.parallel.tp > 1, "[config] parallel.sequence_parallel cuts the tokens over the tensor-parallel "
+                  "ranks; it needs parallel.tp > 1, got ", c.parallel.tp);
+    TESSERA_CHECK(c.model.context % c.parallel.tp == 0, "[config] parallel.sequence_parallel needs model.context ",
+                  c.model.context, " to be a multiple of parallel.tp ", c.parallel.tp,
+                  " (each rank takes the same number of tokens)");
+  }
   one_of("parallel.schedule", c.parallel.schedule, {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"});
   positive("parallel.virtual_stages", static_cast<double>(c.parallel.virtual_stages));
   if (c.parallel.schedule == "interleaved") {

@@ -169,6 +169,8 @@ struct ParallelConfig {
   int64_t dp = 0;                    // data-parallel replicas; 0: the world size / (pp · tp)
   int64_t pp = 1;                    // pipeline stages
   int64_t tp = 1;                    // tensor-parallel ranks (the transformer only)
+  bool sequence_parallel = false;    // with tp: LayerNorms and dropout on each rank's tokens (parallel/tensor/sequence_parallel.h)
+  int64_t tp_overlap_chunks = 4;     // with sequence_parallel: pieces its all-gathers / reduce-scatters are cut into, overlapped with the matmuls (1: none)
   int64_t ep = 1;                    // expert-parallel ranks: the data-parallel ranks spread each mixture's experts
   int64_t cp = 1;                    // context-parallel ranks: each sequence cut over that many data-parallel ranks (the transformer)
   std::string cp_attention = "ring";  // ring | ulysses: how attention spans the cut sequence (parallel/context)

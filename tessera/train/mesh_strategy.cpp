@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "tessera/data/data_loader.h"
@@ -71,8 +72,11 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
   if (p.tp > 1) {
     auto* transformer = dynamic_cast<nn::CharTransformer*>(full.get());
     TESSERA_CHECK(transformer, "[model parallel] parallel.tp needs the transformer");
-    parallel::tensor::TensorParallelChain tp_chain = parallel::tensor::tensor_parallel_chain(*transformer, mesh_->tp_group());
+    const parallel::tensor::SequenceParallel sequence{p.sequence_parallel, p.tp_overlap_chunks};
+    parallel::tensor::TensorParallelChain tp_chain =
+        parallel::tensor::tensor_parallel_chain(*transformer, mesh_->tp_group(), sequence);
     chain = tp_chain.layers;
+    token_parameters_ = tp_chain.token_parameters;  // all stages' for now; cut to this stage's below
     gather_layer_ = tp_chain.gather_layer;
     tp_loss_ = tp_chain.loss;
   }
@@ -124,6 +128,11 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
   for (const auto& layer : stage_->layers())
     for (const auto& [name, spec] : parallel::tensor::collect_shard_specs(*layer.module))
       shard_specs_[layer.prefix + name] = spec;
+  {
+    std::set<const TensorImpl*> here;
+    for (const Tensor& t : stage_->parameters()) here.insert(t.impl());
+    std::erase_if(token_parameters_, [&](const Tensor& t) { return !here.count(t.impl()); });
+  }
   // The rest of the model (other stages' layers) is dropped with `full` by the caller.
   return stage_->parameters();
 }
@@ -139,7 +148,11 @@ Tensor MeshStrategy::loss_of(const Tensor& output, const Tensor& targets) const 
 double MeshStrategy::forward_backward(const data::Batch& batch) {
   stage_->set_loss_scale(loss_scale_);
   parallel::tensor::TensorParallelWire wire(wire_dtype(config_));
+  sequence_comm_ = {};
+  parallel::tensor::SequenceCommTallyScope tally(&sequence_comm_);
   last_step_ = stage_->train_step(batch.inputs, batch.targets);
+  // Under sequence parallelism the LayerNorms saw only this rank's tokens: their gradients add up.
+  if (!token_parameters_.empty()) parallel::tensor::sum_partial_gradients(token_parameters_, *mesh_->tp_group());
   return average_gradients_and_loss(last_step_.loss);
 }
 
@@ -451,6 +464,13 @@ void MeshStrategy::add_step_metrics(nlohmann::json& record) const {
   record["bubble_fraction"] = last_step_.bubble_fraction();
   record["peak_activations"] = last_step_.peak_activations;
   record["pipeline_bytes_sent"] = last_step_.bytes_sent;
+  if (config_.parallel.sequence_parallel) {
+    // The compute thread's waits on the sequence-parallel collectives: with tp_overlap_chunks = 1 all
+    // of their time, with more the part the matmuls did not hide.
+    record["tp_comm_exposed_ms"] = 1e3 * sequence_comm_.exposed_seconds;
+    record["tp_comm_calls"] = sequence_comm_.calls;
+    record["tp_comm_bytes"] = sequence_comm_.bytes;
+  }
 }
 
 std::string MeshStrategy::describe() const {

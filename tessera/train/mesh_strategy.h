@@ -24,6 +24,7 @@
 
 #include "tessera/parallel/device_mesh.h"
 #include "tessera/parallel/pipeline/pipeline_stage.h"
+#include "tessera/parallel/tensor/sequence_parallel.h"
 #include "tessera/parallel/tensor/sharding.h"
 #include "tessera/train/strategy.h"
 
@@ -104,6 +105,10 @@ class MeshStrategy : public Strategy {
   std::map<std::string, parallel::tensor::ShardSpec> shard_specs_;  // whole-model name -> how it is cut
   std::function<nn::StateDict(const nn::NamedLayer&)> gather_layer_;  // tensor-parallel layer -> whole tensors
   std::function<Tensor(const Tensor&, const Tensor&)> tp_loss_;      // vocabulary-parallel cross-entropy
+  // Sequence parallelism: this stage's parameters with partial gradients (summed over the
+  // tensor-parallel group after each backward), and what the last step spent on its collectives.
+  std::vector<Tensor> token_parameters_;
+  parallel::tensor::SequenceCommTally sequence_comm_;
   std::unique_ptr<parallel::pipeline::PipelineStage> stage_;
   parallel::pipeline::StepStats last_step_;
   Tensor grad_flat_;  // average_gradients_and_loss's all-reduce buffer

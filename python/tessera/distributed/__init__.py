@@ -40,6 +40,8 @@ DeviceMesh = _native.DeviceMesh
 ColumnParallelLinear = _native.ColumnParallelLinear
 RowParallelLinear = _native.RowParallelLinear
 ParallelTransformerBlock = _native.ParallelTransformerBlock
+scatter_to_sequence_parallel_region = _native.scatter_to_sequence_parallel_region
+sum_partial_gradients = _native.sum_partial_gradients
 
 
 def FullyShardedDataParallel(module, **options):

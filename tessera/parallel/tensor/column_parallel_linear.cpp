@@ -13,6 +13,8 @@ ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& full, dist::Process
                 " output features do not split into ", options.blocks, " equal blocks");
   TESSERA_CHECK(!options.gather_output || options.blocks == 1, "[ColumnParallelLinear] gather_output needs blocks "
                 "== 1, got ", options.blocks, " (the gathered features would be out of order)");
+  TESSERA_CHECK(!options.sequence.enabled || !options.gather_output, "[ColumnParallelLinear] sequence parallelism "
+                "leaves the output features split (gather_output false)");
   const auto specs = shard_specs();
   const int rank = group_->rank(), world = group_->size();
   weight = register_parameter("weight", take_shard(full.weight.detach(), specs[0].second, rank, world));
@@ -29,6 +31,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) {
   TESSERA_CHECK(x.defined() && x.dim() >= 1 && x.shape().back() == in_features, "[ColumnParallelLinear] expected "
                 "input (..., ", in_features, "), got ", x.defined() ? shape_str(x.shape()) : "an undefined tensor",
                 " on rank ", group_->rank());
+  if (options.sequence.enabled) return all_gather_linear(x, weight, bias, group_, options.sequence.chunks);
   Tensor y = linear(copy_to_tensor_parallel_region(x, group_), weight, bias);  // (..., out_local)
   if (!options.gather_output) return y;
   return gather_from_tensor_parallel_region(y, group_, shard_sizes(out_features, group_->size()));

@@ -1,7 +1,8 @@
 // The pre-norm Transformer block with attention and MLP split over the tensor-parallel group and
 // the LayerNorms replicated (each rank holds a copy; their gradients come out the same on every rank
 // because the parallel layers' copy_to mapping sums the input gradient). Two all-reduces forward and
-// two backward per block, as Megatron-LM.
+// two backward per block, as Megatron-LM. With sequence parallelism the block takes and gives this
+// rank's tokens (B, T/world, C), and the LayerNorms' gradients are partial sums (sequence_parallel.h).
 #pragma once
 #include "tessera/nn/transformer.h"
 #include "tessera/parallel/tensor/parallel_attention.h"
@@ -11,7 +12,10 @@ namespace tessera::parallel::tensor {
 
 class ParallelTransformerBlock : public nn::Module {
  public:
-  ParallelTransformerBlock(const nn::TransformerBlock& full, dist::ProcessGroupPtr group);
+  ParallelTransformerBlock(const nn::TransformerBlock& full, dist::ProcessGroupPtr group, SequenceParallel sequence = {});
+  // The parameters used on this rank's tokens only: their gradients are partial under sequence
+  // parallelism.
+  std::vector<Tensor> token_parameters() const;
   Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C)
   std::string name() const override { return "ParallelTransformerBlock"; }
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;

@@ -8,6 +8,8 @@ RowParallelLinear::RowParallelLinear(const nn::Linear& full, dist::ProcessGroupP
     : in_features(full.weight.shape()[1]), out_features(full.weight.shape()[0]), options(opts),
       group_(std::move(group)) {
   TESSERA_CHECK(group_ != nullptr, "[RowParallelLinear] needs a tensor-parallel process group, got null");
+  TESSERA_CHECK(!options.sequence.enabled || options.input_is_parallel, "[RowParallelLinear] sequence parallelism "
+                "takes the input already split over the features (input_is_parallel)");
   weight = register_parameter("weight", take_shard(full.weight.detach(), shard_specs()[0].second, group_->rank(),
                                                    group_->size()));
   if (full.bias.defined()) {
@@ -28,7 +30,8 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
                 ", got ", x.defined() ? shape_str(x.shape()) : "an undefined tensor", " on rank ", group_->rank(),
                 " of ", group_->size());
   Tensor local = options.input_is_parallel ? x : scatter_to_tensor_parallel_region(x, group_);
-  Tensor y = reduce_from_tensor_parallel_region(linear(local, weight), group_);  // (..., out)
+  Tensor y = options.sequence.enabled ? linear_reduce_scatter(local, weight, group_, options.sequence.chunks)
+                                      : reduce_from_tensor_parallel_region(linear(local, weight), group_);
   return bias.defined() ? add(y, bias) : y;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 #include "tessera/dist/process_group.h"
 #include "tessera/nn/layers.h"
+#include "tessera/parallel/tensor/sequence_parallel.h"
 #include "tessera/parallel/tensor/sharding.h"
 
 namespace tessera::parallel::tensor {
@@ -13,6 +14,9 @@ struct RowParallelOptions {
   // true: the input is already this rank's slice (..., in_local), as a ColumnParallelLinear without
   // gather_output leaves it; false: the full input (..., in) is given and scattered here.
   bool input_is_parallel = true;
+  // Enabled: the partial sums are reduce-scattered over the tokens, the output this rank's tokens
+  // (B, T/world, out) (sequence_parallel.h); needs input_is_parallel.
+  SequenceParallel sequence;
 };
 
 class RowParallelLinear : public nn::Module, public ShardedLayer {

@@ -6,6 +6,7 @@
 
 #include "tessera/dist/process_group.h"
 #include "tessera/nn/char_transformer.h"
+#include "tessera/parallel/tensor/sequence_parallel.h"
 
 namespace tessera::parallel::tensor {
 
@@ -18,9 +19,13 @@ struct TensorParallelChain {
   std::function<nn::StateDict(const nn::NamedLayer&)> gather_layer;
   // The vocabulary-parallel cross-entropy: local logits (N, V_local), targets (N) -> mean loss.
   std::function<Tensor(const Tensor& local_logits, const Tensor& targets)> loss;
+  // Under sequence parallelism, the parameters whose gradients are partial sums over the group
+  // (sum_partial_gradients after each backward); empty without it.
+  std::vector<Tensor> token_parameters;
 };
 
 // Collective over `group` (every rank calls it with the same, equally initialised model).
-TensorParallelChain tensor_parallel_chain(const nn::CharTransformer& model, dist::ProcessGroupPtr group);
+TensorParallelChain tensor_parallel_chain(const nn::CharTransformer& model, dist::ProcessGroupPtr group,
+                                          SequenceParallel sequence = {});
 
 }  // namespace tessera::parallel::tensor

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tessera/parallel/tensor/mappings.h"
+#include "tessera/parallel/tensor/sequence_parallel.h"
 #include "tessera/parallel/tensor/sharding.h"
 #include "tessera/parallel/tensor/vocab_parallel_cross_entropy.h"
 
@@ -10,7 +11,9 @@ namespace tessera::parallel::tensor {
 
 ParallelGptEmbedding::ParallelGptEmbedding(std::shared_ptr<VocabParallelEmbedding> wte_in,
                                            std::shared_ptr<ReplicatedEmbedding> wpe_in,
-                                           std::shared_ptr<nn::Dropout> drop_in) {
+                                           std::shared_ptr<nn::Dropout> drop_in,
+                                           dist::ProcessGroupPtr sequence_group)
+    : sequence_group_(std::move(sequence_group)) {
   wte = register_module("wte", std::move(wte_in));
   wpe = register_module("wpe", std::move(wpe_in));
   drop = register_module("drop", std::move(drop_in));
@@ -23,7 +26,8 @@ Tensor ParallelGptEmbedding::forward(const Tensor& ids) {
   const int64_t T = ids.shape()[1], context = wpe->weight.shape()[0];
   TESSERA_CHECK(T >= 1 && T <= context, "[TensorParallelCharTransformer] sequence length ", T, " exceeds the context ",
                 context);
-  return drop->forward(add(wte->forward(ids), wpe->forward(nn::position_ids(T, ids.device()))));  // (B, T, C) + (T, C)
+  Tensor x = drop->forward(add(wte->forward(ids), wpe->forward(nn::position_ids(T, ids.device()))));  // (B, T, C) + (T, C)
+  return sequence_group_ ? scatter_to_sequence_parallel_region(x, sequence_group_) : x;
 }
 
 ParallelGptHead::ParallelGptHead(std::shared_ptr<nn::LayerNorm> ln_f_in, std::shared_ptr<ColumnParallelLinear> head) {
@@ -32,8 +36,8 @@ ParallelGptHead::ParallelGptHead(std::shared_ptr<nn::LayerNorm> ln_f_in, std::sh
 }
 
 TensorParallelCharTransformer::TensorParallelCharTransformer(const nn::CharTransformer& full,
-                                                             dist::ProcessGroupPtr group)
-    : config(full.config), group_(std::move(group)) {
+                                                             dist::ProcessGroupPtr group, SequenceParallel sequence)
+    : config(full.config), group_(std::move(group)), sequence_(sequence) {
   TESSERA_CHECK(group_ != nullptr, "[TensorParallelCharTransformer] needs a tensor-parallel process group, got null");
   nn::LayerChain chain = full.layer_chain();
   auto embed = std::dynamic_pointer_cast<nn::GptEmbedding>(chain.front().module);
@@ -47,14 +51,14 @@ TensorParallelCharTransformer::TensorParallelCharTransformer(const nn::CharTrans
   for (size_t i = 1; i + 1 < chain.size(); ++i) {
     auto block = std::dynamic_pointer_cast<nn::TransformerBlock>(chain[i].module);
     TESSERA_ASSERT(block, "[TensorParallelCharTransformer] layer ", i, " of CharTransformer's chain is no block");
-    blocks_.push_back(std::make_shared<ParallelTransformerBlock>(*block, group_));
+    blocks_.push_back(std::make_shared<ParallelTransformerBlock>(*block, group_, sequence_));
     h->push_back(blocks_.back());
   }
   register_module("h", h);
   auto ln_f = register_module("ln_f", replicate(*head->ln_f));
   auto lm_head = register_module("lm_head", std::make_shared<ColumnParallelLinear>(
-                                                *head->lm_head, group_, ColumnParallelOptions{false, 1}));
-  embed_ = std::make_shared<ParallelGptEmbedding>(wte, wpe, drop);
+                                                *head->lm_head, group_, ColumnParallelOptions{false, 1, sequence_}));
+  embed_ = std::make_shared<ParallelGptEmbedding>(wte, wpe, drop, sequence_.enabled ? group_ : nullptr);
   head_ = std::make_shared<ParallelGptHead>(ln_f, lm_head);
 }
 
@@ -81,6 +85,15 @@ std::vector<int64_t> TensorParallelCharTransformer::generate(std::vector<int64_t
                                                              float temperature, int64_t top_k, Generator& gen) {
   return nn::generate_tokens(*this, [this](const Tensor& window) { return full_logits(window); }, config.context,
                              std::move(ids), count, temperature, top_k, gen);
+}
+
+std::vector<Tensor> TensorParallelCharTransformer::token_parameters() const {
+  if (!sequence_.enabled) return {};
+  std::vector<Tensor> out;
+  for (const auto& block : blocks_)
+    for (const Tensor& t : block->token_parameters()) out.push_back(t);
+  for (const Tensor& t : head_->ln_f->parameters()) out.push_back(t);
+  return out;
 }
 
 nn::LayerChain TensorParallelCharTransformer::layer_chain() const {

@@ -9,6 +9,12 @@
 // Every rank of the group runs the same calls in the same order (forward, loss, backward,
 // full_state_dict). Dropout draws from the process-wide generator, so with dropout > 0 the ranks
 // must be seeded alike to drop the same replicated activations.
+//
+// With sequence parallelism (sequence_parallel.h) the embedding leaves each rank its tokens
+// (B, T/world, C), the blocks and ln_f work on them, and lm_head gathers them back: the logits are
+// (B, T, V_local) either way. token_parameters() then have partial gradients, which the caller adds
+// up over the group after the backward (sum_partial_gradients); T must be a multiple of the group's
+// size.
 #pragma once
 #include "tessera/nn/char_transformer.h"
 #include "tessera/parallel/tensor/column_parallel_linear.h"
@@ -18,16 +24,20 @@
 
 namespace tessera::parallel::tensor {
 
-// The first layer of the chain: ids (B, T) int64 -> dropout(wte(ids) + wpe(0..T-1)) (B, T, C), replicated.
+// The first layer of the chain: ids (B, T) int64 -> dropout(wte(ids) + wpe(0..T-1)) (B, T, C), replicated;
+// with a `sequence_group`, this rank's tokens of it (B, T/world, C).
 class ParallelGptEmbedding : public nn::Module {
  public:
   ParallelGptEmbedding(std::shared_ptr<VocabParallelEmbedding> wte, std::shared_ptr<ReplicatedEmbedding> wpe,
-                       std::shared_ptr<nn::Dropout> drop);
+                       std::shared_ptr<nn::Dropout> drop, dist::ProcessGroupPtr sequence_group = nullptr);
   Tensor forward(const Tensor& ids) override;
   std::string name() const override { return "ParallelGptEmbedding"; }
   std::shared_ptr<VocabParallelEmbedding> wte;
   std::shared_ptr<ReplicatedEmbedding> wpe;
   std::shared_ptr<nn::Dropout> drop;
+
+ private:
+  dist::ProcessGroupPtr sequence_group_;
 };
 
 // The last layer of the chain: (B, T, C) -> lm_head(ln_f(x)), this rank's vocabulary slice (B, T, V_local).
@@ -44,7 +54,8 @@ class TensorParallelCharTransformer : public nn::Module {
  public:
   // Copies this rank's shards of `full`; heads must be divisible by the group's size and the
   // vocabulary at least as large.
-  TensorParallelCharTransformer(const nn::CharTransformer& full, dist::ProcessGroupPtr group);
+  TensorParallelCharTransformer(const nn::CharTransformer& full, dist::ProcessGroupPtr group,
+                                SequenceParallel sequence = {});
   // ids (B, T) int64 -> this rank's logits (B, T, vocab_end - vocab_begin).
   Tensor forward(const Tensor& ids) override;
   std::string name() const override { return "TensorParallelCharTransformer"; }
@@ -58,6 +69,9 @@ class TensorParallelCharTransformer : public nn::Module {
                                 Generator& gen);
   // The embedding (prefix ""), block i ("h.i."), the head (""), sharing this model's parameters.
   nn::LayerChain layer_chain() const;
+  // Under sequence parallelism, the parameters used on this rank's tokens only (the LayerNorms, the
+  // row-parallel biases), whose gradients are partial sums over the group; empty without it.
+  std::vector<Tensor> token_parameters() const;
   // CharTransformer::state_dict()'s names and full shapes, shards gathered: a collective.
   nn::StateDict full_state_dict() const;
   // Loads a full model's state_dict, keeping this rank's shards.
@@ -70,6 +84,7 @@ class TensorParallelCharTransformer : public nn::Module {
 
  private:
   dist::ProcessGroupPtr group_;
+  SequenceParallel sequence_;
   std::shared_ptr<ParallelGptEmbedding> embed_;
   std::vector<std::shared_ptr<ParallelTransformerBlock>> blocks_;
   std::shared_ptr<ParallelGptHead> head_;

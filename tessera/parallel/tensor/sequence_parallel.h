@@ -1,0 +1,78 @@
+// Sequence parallelism for the tensor-parallel transformer (Korthikanti et al. 2022, "Reducing
+// activation recomputation in large transformer models", §4.2.2; Megatron's --sequence-parallel).
+// Outside the tensor-parallel regions (LayerNorms, dropout, residual adds) each rank of the group
+// holds only its tokens [T·r/world, T·(r+1)/world) of every sequence, (B, T/world, C), so those
+// activations take 1/world of the memory and compute. Megatron's two all-reduces per layer become an
+// all-gather of the tokens on the way into a column-parallel Linear and a reduce-scatter over the
+// tokens on the way out of a row-parallel one: the same bytes, now cut into pieces.
+//
+// Those pieces let the communication hide behind the matmuls (a "collective matmul", Wang et al.
+// 2023, "Overlap communication with dependent computation via decomposition in large deep learning
+// models"). The local rows are cut in `chunks`; every chunk's all-gather is queued at once on the
+// group's worker thread, and chunk k's rows are multiplied while chunk k+1's are still on the wire.
+// On the way out chunk k's reduce-scatter travels while chunk k+1's rows are computed. The backward
+// of each is the other: all_gather_linear's input gradient leaves by reduce-scatter, and
+// linear_reduce_scatter's output gradient arrives by all-gather. chunks = 1 is the plain sequence
+// (communicate, then compute), the reference for what the overlap hides.
+//
+// The parameters used on the token shards (the LayerNorms', the row-parallel biases) get partial
+// gradients on each rank: sum_partial_gradients adds them up over the group after the backward.
+// The sequence length must divide by the group's size. Float32 CPU tensors; every rank of `group`
+// calls these in the same order (forward and backward), and the group outlives the backward.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "tessera/core/tensor.h"
+#include "tessera/dist/process_group.h"
+
+namespace tessera::parallel::tensor {
+
+struct SequenceParallel {
+  bool enabled = false;
+  int64_t chunks = 1;  // pieces each all-gather / reduce-scatter is cut into, to overlap with the matmuls
+};
+
+// What a step spent on the sequence-parallel collectives, as the compute thread saw it: the time it
+// waited for them (the communication not hidden), their bytes and count, forward and backward.
+struct SequenceCommTally {
+  double exposed_seconds = 0.0;
+  int64_t bytes = 0, calls = 0;
+};
+
+// While open, the sequence-parallel collectives issued on this thread (and their backwards, which
+// keep the tally they were issued under) add to `tally`, which must outlive the backward.
+class SequenceCommTallyScope {
+ public:
+  explicit SequenceCommTallyScope(SequenceCommTally* tally);
+  ~SequenceCommTallyScope();
+  SequenceCommTallyScope(const SequenceCommTallyScope&) = delete;
+  SequenceCommTallyScope& operator=(const SequenceCommTallyScope&) = delete;
+
+ private:
+  SequenceCommTally* previous_;
+};
+
+// x (B, T, C), the same on every rank -> this rank's tokens (B, T/world, C). Backward: the token
+// gradients all-gathered, so the input's gradient is whole on every rank.
+Tensor scatter_to_sequence_parallel_region(const Tensor& x, const dist::ProcessGroupPtr& group);
+
+// x (B, T/world, in), this rank's tokens -> linear(all-gather of x over the tokens, weight, bias),
+// (B, T, out_local): a column-parallel Linear. weight (out_local, in); bias (out_local) or undefined.
+Tensor all_gather_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const dist::ProcessGroupPtr& group,
+                         int64_t chunks);
+
+// x (B, T, in_local) -> the sum over the group of linear(x, weight), this rank's tokens only,
+// (B, T/world, out): a row-parallel Linear (its bias is added by the caller, to the shard).
+Tensor linear_reduce_scatter(const Tensor& x, const Tensor& weight, const dist::ProcessGroupPtr& group, int64_t chunks);
+
+// Dropout of this rank's tokens x (B, T/world, C) with the mask the whole (B, T, C) tensor would
+// draw: every rank draws the same mask (ranks are seeded alike) and keeps its own tokens' part, so
+// the ranks' masks are independent, as one process's are.
+Tensor sequence_parallel_dropout(const Tensor& x, float p, bool training, const dist::ProcessGroupPtr& group);
+
+// Adds each parameter's gradient up over `group`, in one all-reduce (a missing gradient counts as
+// zeros and is made).
+void sum_partial_gradients(const std::vector<Tensor>& parameters, dist::ProcessGroup& group);
+
+}  // namespace tessera::parallel::tensor
