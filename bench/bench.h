@@ -136,6 +136,18 @@ struct ModelParallelBenchOptions {
 // peak memory per rank and tokens/s per layout (DP, PP, TP).
 int model_parallel(const ModelParallelBenchOptions& options);
 
+struct TpOverlapBenchOptions {
+  int64_t embed = 256, heads = 4, context = 256;
+  int64_t batch = 8;
+  std::string chunks = "2,4,8";  // the overlapped variants' chunk counts
+  int iters = 20;
+  int warmup = 3;
+  bool worker = false;  // internal: one rank of the measured job
+};
+// Sequence-parallel TP=2 with its collectives overlapped in chunks against one chunk (nothing
+// overlapped) and plain TP, one GPT block's forward and backward: the share of the communication hidden.
+int tp_overlap(const TpOverlapBenchOptions& options);
+
 struct ServeBenchOptions {
   std::string checkpoint;            // a run or checkpoint directory (the CNN of examples/cnn.toml)
   std::string batches = "1,8,32,64";  // bench infer: batch sizes

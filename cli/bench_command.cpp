@@ -1,4 +1,4 @@
-// tessera bench train-step | matmul | comm | ddp | ps | zero | model-parallel | infer | serve
+// tessera bench train-step | matmul | comm | ddp | ps | zero | model-parallel | tp-overlap | infer | serve
 #include "bench/bench.h"
 #include "cli/commands.h"
 
@@ -159,6 +159,18 @@ Command add_bench_command(CLI::App& app) {
   mpb->add_option("--schedule", mo->schedule, "Internal")->group("");
   mpb->add_option("--microbatches", mo->microbatches, "Internal")->group("");
 
+  auto to = std::make_shared<bench::TpOverlapBenchOptions>();
+  auto* tpo = bench->add_subcommand("tp-overlap", "Sequence-parallel TP=2: the share of its communication that the "
+                                                  "chunked overlap with the matmuls hides, one GPT block");
+  tpo->add_option("--embed", to->embed, "Embedding width")->capture_default_str()->check(CLI::Range(8, 8192));
+  tpo->add_option("--heads", to->heads, "Attention heads (even)")->capture_default_str()->check(CLI::Range(2, 256));
+  tpo->add_option("--context", to->context, "Sequence length (even)")->capture_default_str()->check(CLI::Range(2, 65536));
+  tpo->add_option("--batch", to->batch, "Sequences per pass")->capture_default_str()->check(CLI::Range(1, 65536));
+  tpo->add_option("--chunks", to->chunks, "Comma-separated chunk counts of the overlapped variants")->capture_default_str();
+  tpo->add_option("--iters", to->iters, "Timed rounds")->capture_default_str()->check(CLI::Range(1, 100000));
+  tpo->add_option("--warmup", to->warmup, "Untimed rounds first")->capture_default_str()->check(CLI::Range(0, 100000));
+  tpo->add_flag("--worker", to->worker, "Internal: one rank of the measured job")->group("");
+
   auto so = std::make_shared<bench::ServeBenchOptions>();
   auto* infer = bench->add_subcommand("infer", "Offline batched inference samples/s of a checkpoint's model");
   infer->add_option("checkpoint", so->checkpoint, "A run or checkpoint directory")->required();
@@ -188,6 +200,7 @@ Command add_bench_command(CLI::App& app) {
     if (infer->parsed()) return bench::infer(*so);
     if (serve->parsed()) return bench::serve(*so);
     if (mpb->parsed()) return bench::model_parallel(*mo);
+    if (tpo->parsed()) return bench::tp_overlap(*to);
     if (train_step->parsed()) return bench::train_step(*ts);
     if (psb->parsed()) return bench::ps(*pb);
     if (zb->parsed()) return bench::zero(*zo);

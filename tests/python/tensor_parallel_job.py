@@ -1,5 +1,6 @@
 """Run by test_distributed.py under `tessera run` with 2 ranks: a device mesh with tp = 2, and a
-column-parallel then row-parallel MLP (Megatron's split) equal to the whole MLP, forward and backward."""
+column-parallel then row-parallel MLP (Megatron's split) equal to the whole MLP, forward and backward,
+and a sequence-parallel GPT block equal to the whole block."""
 import numpy as np
 
 import tessera
@@ -27,3 +28,22 @@ rank = dist.get_rank()
 np.testing.assert_allclose(col.parameters()[0].grad.numpy(), fc1.weight.grad.numpy()[rank * 4:(rank + 1) * 4],
                            rtol=1e-5, atol=1e-6)
 print(f"rank {rank} tensor-parallel ok", flush=True)
+
+# Sequence parallelism: a GPT block cut over the heads, each rank holding its tokens of every
+# sequence, equal to the whole block; the LayerNorms' gradients add up over the group.
+tessera.manual_seed(8)
+block = nn.TransformerBlock(8, 2)
+xs = tessera.randn(2, 4, 8)
+whole = block(xs)
+whole.sum().backward()
+sp = dist.ParallelTransformerBlock(block, mesh.tp_group, sequence_parallel=True, overlap_chunks=2)
+mine = dist.scatter_to_sequence_parallel_region(xs, mesh.tp_group)
+out = sp(mine)
+np.testing.assert_allclose(out.detach().numpy(), whole.detach().numpy()[:, rank * 2:(rank + 1) * 2],
+                           rtol=1e-5, atol=1e-5)
+out.sum().backward()
+dist.sum_partial_gradients(sp.token_parameters(), mesh.tp_group)
+ln_1_weight = dict(sp.named_parameters())["ln_1.weight"]
+np.testing.assert_allclose(ln_1_weight.grad.numpy(), dict(block.named_parameters())["ln_1.weight"].grad.numpy(),
+                           rtol=1e-4, atol=1e-5)
+print(f"rank {rank} sequence-parallel ok", flush=True)

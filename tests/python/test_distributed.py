@@ -20,6 +20,7 @@ def test_tensor_parallel_layers_on_a_device_mesh(tessera_bin):
                      *python_args("tests/python/tensor_parallel_job.py")])
     assert code == 0, out
     assert "rank 0 tensor-parallel ok" in out and "rank 1 tensor-parallel ok" in out, out
+    assert "rank 0 sequence-parallel ok" in out and "rank 1 sequence-parallel ok" in out, out
 
 
 def test_spread_experts_and_cut_sequences_from_python_equal_the_whole_layers(tessera_bin):

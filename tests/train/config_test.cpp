@@ -90,6 +90,22 @@ TEST(Config, ValidationNamesTheKey) {
   expect_error<ValueError>([&] { validate(c); }, {"does not fit"});
 }
 
+TEST(Config, SequenceParallelNeedsTensorParallelismAndWholeTokenShares) {
+  TrainConfig c;
+  c.model.name = "transformer";
+  c.data.dataset = "text";
+  c.parallel.sequence_parallel = true;
+  expect_error<ValueError>([&] { validate(c); }, {"parallel.sequence_parallel", "parallel.tp > 1"});
+  c.parallel.tp = 3;
+  c.model.heads = 3;
+  expect_error<ValueError>([&] { validate(c); }, {"model.context 64", "multiple of parallel.tp 3"});
+  c.parallel.tp = 2;
+  c.model.heads = 4;
+  validate(c);
+  c.parallel.tp_overlap_chunks = 0;
+  expect_error<ValueError>([&] { validate(c); }, {"parallel.tp_overlap_chunks"});
+}
+
 TEST(Config, CanonicalTomlRoundTrips) {
   TrainConfig c;
   apply_override(c, "model.hidden=[7, 9]");

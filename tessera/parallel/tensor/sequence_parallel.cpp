@@ -45,23 +45,25 @@ std::pair<int64_t, int64_t> chunk_of(int64_t rows, int64_t chunks, int64_t k) {
   return {rows * k / chunks, rows * (k + 1) / chunks};
 }
 
-// A block holds every rank's local rows [k0, k0 + n), rank after rank, (world·n, width): what an
-// all-gather of one chunk delivers and what a reduce-scatter of one chunk takes.
-void block_to_whole(const float* block, float* whole, int64_t width, const TokenCut& cut, int64_t k0, int64_t n) {
-  for (int r = 0; r < cut.world; ++r)
-    for (int64_t j = 0; j < n; ++j)
-      std::memcpy(whole + cut.full_row(r, k0 + j) * width, block + (r * n + j) * width, width * sizeof(float));
+// Rank q's local rows [k0, k0 + n) of a (B·T, width) matrix of whole sequences, to or from n
+// contiguous rows.
+void rows_to_whole(const float* rows, float* whole, int64_t width, const TokenCut& cut, int q, int64_t k0, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    std::memcpy(whole + cut.full_row(q, k0 + j) * width, rows + j * width, width * sizeof(float));
 }
 
-void whole_to_block(const float* whole, float* block, int64_t width, const TokenCut& cut, int64_t k0, int64_t n) {
-  for (int r = 0; r < cut.world; ++r)
-    for (int64_t j = 0; j < n; ++j)
-      std::memcpy(block + (r * n + j) * width, whole + cut.full_row(r, k0 + j) * width, width * sizeof(float));
+void whole_to_rows(const float* whole, float* rows, int64_t width, const TokenCut& cut, int q, int64_t k0, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    std::memcpy(rows + j * width, whole + cut.full_row(q, k0 + j) * width, width * sizeof(float));
 }
 
-void wait_counted(const dist::WorkPtr& work, SequenceCommTally* tally) {
+// Adds the compute thread's time in `what` (issuing a collective, or waiting for one) to the tally.
+// Both count: the group's worker runs above the compute threads, so a collective issued while the
+// core is busy may run at once and hold the issuing thread off its core until it is done.
+template <typename F>
+void timed(SequenceCommTally* tally, F&& what) {
   const auto start = std::chrono::steady_clock::now();
-  work->wait();
+  what();
   if (tally) tally->exposed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -71,45 +73,109 @@ void count_call(SequenceCommTally* tally, int64_t bytes) {
   tally->calls += 1;
 }
 
-// All-gathers `rows` (R, width), this rank's rows, in chunks: every chunk is queued at once, and
-// use(k0, n, block) runs on each chunk's (world·n, width) block as soon as it has arrived, while the
-// later chunks are still travelling.
-void gather_in_chunks(const Tensor& rows, dist::ProcessGroup& group, int64_t chunks, SequenceCommTally* tally,
-                      const std::function<void(int64_t k0, int64_t n, const Tensor& block)>& use) {
-  const int64_t R = rows.shape()[0], width = rows.shape()[1];
-  const int64_t K = std::clamp<int64_t>(chunks, 1, std::max<int64_t>(R, 1));
-  std::vector<Tensor> blocks;
-  std::vector<dist::WorkPtr> works;
-  for (int64_t k = 0; k < K; ++k) {
-    auto [k0, k1] = chunk_of(R, K, k);
-    blocks.push_back(Tensor::empty({group.size() * (k1 - k0), width}));
-    works.push_back(group.allgather(rows.slice(0, k0, k1), blocks.back()));
-    count_call(tally, blocks.back().numel() * static_cast<int64_t>(sizeof(float)));
-  }
-  for (int64_t k = 0; k < K; ++k) {
-    wait_counted(works[k], tally);
-    auto [k0, k1] = chunk_of(R, K, k);
-    use(k0, k1 - k0, blocks[k]);
-  }
-}
+int64_t usable_chunks(int64_t chunks, int64_t rows) { return std::clamp<int64_t>(chunks, 1, std::max<int64_t>(rows, 1)); }
 
-// Reduce-scatters, in chunks, blocks of (world·n, width) that produce(k0, n) computes: chunk k's
-// reduce-scatter travels while chunk k+1's block is computed, and `meanwhile` runs while the last
-// travels. Returns this rank's rows (R, width), summed over the group.
-Tensor reduce_scatter_in_chunks(int64_t R, int64_t width, dist::ProcessGroup& group, int64_t chunks,
-                                SequenceCommTally* tally, const std::function<Tensor(int64_t k0, int64_t n)>& produce,
-                                const std::function<void()>& meanwhile) {
-  const int64_t K = std::clamp<int64_t>(chunks, 1, std::max<int64_t>(R, 1));
-  Tensor out = Tensor::empty({R, width});
+// Where rank q's rows [k0, k0 + n) of chunk [k0, k1) lie in a gathered buffer: chunk after chunk,
+// and in each chunk rank after rank, as the chunks' all-gathers deliver them.
+int64_t gathered_row(int world, int q, int64_t k0, int64_t n) { return world * k0 + q * n; }
+
+// All-gathers this rank's `rows` (R, width) in chunks, every chunk queued at once, into one
+// (world·R, width) buffer in gathered_row's order, which it returns. mine() runs on this rank's rows,
+// which need no communication, while the chunks travel; then theirs(q, k0, n, part) runs on each other
+// rank q's rows [k0, k0 + n) of each chunk as it arrives, while the later chunks still travel. With
+// one chunk nothing overlaps: the gather, then mine, then theirs.
+// An all-gather in chunks on its way: the (world·R, width) buffer in gathered_row's order and each
+// chunk's operation.
+struct PendingGather {
+  Tensor gathered;
   std::vector<dist::WorkPtr> works;
-  for (int64_t k = 0; k < K; ++k) {
-    auto [k0, k1] = chunk_of(R, K, k);
-    Tensor block = contiguous(produce(k0, k1 - k0));
-    works.push_back(group.reduce_scatter(block, out.slice(0, k0, k1)));
+  int64_t rows = 0, chunks = 1;
+};
+
+// Queues the all-gathers of this rank's `rows` (R, width), chunk by chunk; with one chunk, waits.
+PendingGather start_gather(const Tensor& rows, dist::ProcessGroup& group, int64_t chunks, SequenceCommTally* tally) {
+  PendingGather p;
+  p.rows = rows.shape()[0];
+  p.chunks = usable_chunks(chunks, p.rows);
+  const int world = group.size();
+  p.gathered = Tensor::empty({world * p.rows, rows.shape()[1]});
+  for (int64_t k = 0; k < p.chunks; ++k) {
+    auto [k0, k1] = chunk_of(p.rows, p.chunks, k);
+    Tensor block = p.gathered.slice(0, world * k0, world * k1);
+    timed(tally, [&] { p.works.push_back(group.allgather(rows.slice(0, k0, k1), block)); });
     count_call(tally, block.numel() * static_cast<int64_t>(sizeof(float)));
   }
-  if (meanwhile) meanwhile();
-  for (auto& work : works) wait_counted(work, tally);
+  if (p.chunks == 1) timed(tally, [&] { p.works[0]->wait(); });  // nothing overlaps
+  return p;
+}
+
+void wait_chunk(const PendingGather& p, int64_t k, SequenceCommTally* tally) {
+  timed(tally, [&] { p.works[k]->wait(); });
+}
+
+// All-gathers this rank's `rows` (R, width) in chunks, every chunk queued at once, into one
+// (world·R, width) buffer in gathered_row's order, which it returns. mine() runs on this rank's rows,
+// which need no communication, while the chunks travel; then theirs(q, k0, n, part) runs on each other
+// rank q's rows [k0, k0 + n) of each chunk as it arrives, while the later chunks still travel. With
+// one chunk nothing overlaps: the gather, then mine, then theirs.
+Tensor gather_in_chunks(const Tensor& rows, dist::ProcessGroup& group, int64_t chunks, SequenceCommTally* tally,
+                        const std::function<void()>& mine,
+                        const std::function<void(int q, int64_t k0, int64_t n, const Tensor& part)>& theirs) {
+  PendingGather p = start_gather(rows, group, chunks, tally);
+  const int world = group.size();
+  mine();
+  for (int64_t k = 0; k < p.chunks; ++k) {
+    wait_chunk(p, k, tally);
+    auto [k0, k1] = chunk_of(p.rows, p.chunks, k);
+    const int64_t n = k1 - k0;
+    for (int q = 0; q < world; ++q)
+      if (q != group.rank())
+        theirs(q, k0, n, p.gathered.slice(0, gathered_row(world, q, k0, n), gathered_row(world, q, k0, n) + n));
+  }
+  return p.gathered;
+}
+
+// Reduce-scatters partial sums over the ranks' rows, in chunks. theirs(q, k0, n) computes this
+// rank's part (n, width) of rank q's rows [k0, k0 + n) for every other rank q; each chunk is queued
+// as soon as it is computed (this rank's own slot zero), so chunk k travels while chunk k+1 is
+// computed. mine() then computes this rank's part of its own rows (R, width), and `meanwhile` runs,
+// while the last chunks travel; the result is what arrived plus mine. With one chunk nothing
+// overlaps: everything is computed, then reduce-scattered.
+Tensor reduce_scatter_in_chunks(int64_t R, int64_t width, dist::ProcessGroup& group, int64_t chunks,
+                                SequenceCommTally* tally, const std::function<Tensor(int q, int64_t k0, int64_t n)>& theirs,
+                                const std::function<Tensor()>& mine, const std::function<void()>& meanwhile) {
+  const int64_t K = usable_chunks(chunks, R);
+  Tensor out = Tensor::empty({R, width});
+  std::vector<Tensor> blocks;
+  std::vector<dist::WorkPtr> works;
+  Tensor own;
+  for (int64_t k = 0; k < K; ++k) {
+    auto [k0, k1] = chunk_of(R, K, k);
+    const int64_t n = k1 - k0;
+    Tensor block = Tensor::empty({group.size() * n, width});
+    float* b = block.data<float>();
+    for (int q = 0; q < group.size(); ++q) {
+      if (q == group.rank()) {
+        std::fill_n(b + q * n * width, n * width, 0.0f);
+      } else {
+        const Tensor part = contiguous(theirs(q, k0, n));
+        std::copy_n(part.data<float>(), n * width, b + q * n * width);
+      }
+    }
+    if (K == 1) own = contiguous(mine());
+    timed(tally, [&] { works.push_back(group.reduce_scatter(block, out.slice(0, k0, k1))); });
+    count_call(tally, block.numel() * static_cast<int64_t>(sizeof(float)));
+    blocks.push_back(std::move(block));
+  }
+  if (K > 1) {
+    own = contiguous(mine());
+    if (meanwhile) meanwhile();
+  }
+  for (auto& work : works) timed(tally, [&] { work->wait(); });
+  if (K == 1 && meanwhile) meanwhile();
+  float* o = out.data<float>();
+  const float* m = own.data<float>();
+  for (int64_t i = 0; i < R * width; ++i) o[i] += m[i];
   return out;
 }
 
@@ -133,10 +199,13 @@ Tensor scatter_to_sequence_parallel_region(const Tensor& x, const dist::ProcessG
   return autograd::record(mine, "ScatterToSequenceParallelRegionBackward", {x}, [group, cut, B, C, tally](const Tensor& g) {
     NoGradGuard no_grad;
     Tensor whole = Tensor::empty({B, cut.length, C});
-    gather_in_chunks(contiguous(g).view({B * cut.local, C}), *group, 1, tally,
-                     [&](int64_t k0, int64_t n, const Tensor& block) {
-                       block_to_whole(block.data<float>(), whole.data<float>(), C, cut, k0, n);
-                     });
+    const Tensor rows = contiguous(g).view({B * cut.local, C});
+    const int rank = group->rank();
+    gather_in_chunks(rows, *group, 1, tally, [&] {
+      rows_to_whole(rows.data<float>(), whole.data<float>(), C, cut, rank, 0, B * cut.local);
+    }, [&](int q, int64_t k0, int64_t n, const Tensor& part) {
+      rows_to_whole(part.data<float>(), whole.data<float>(), C, cut, q, k0, n);
+    });
     return std::vector<Tensor>{whole};
   }, autograd::Saves::Nothing);
 }
@@ -150,28 +219,54 @@ Tensor all_gather_linear(const Tensor& x, const Tensor& weight, const Tensor& bi
   const TokenCut cut = cut_of_whole(x.shape()[1] * group->size(), *group, "all_gather_linear");
   SequenceCommTally* tally = tally_now;
   Tensor out = Tensor::empty({B, cut.length, N});
-  Tensor whole_x = Tensor::empty({B * cut.length, C});  // the gathered input, for the weight's gradient
+  Tensor rows;  // this rank's tokens, kept: the backward gathers them again for the weight's gradient
   {
     NoGradGuard no_grad;
-    gather_in_chunks(contiguous(x).view({B * cut.local, C}), *group, chunks, tally,
-                     [&](int64_t k0, int64_t n, const Tensor& block) {
-                       block_to_whole(block.data<float>(), whole_x.data<float>(), C, cut, k0, n);
-                       const Tensor y = contiguous(linear(block, weight, bias));  // (world·n, N)
-                       block_to_whole(y.data<float>(), out.data<float>(), N, cut, k0, n);
-                     });
+    rows = contiguous(x).view({B * cut.local, C});
+    // Each rank's rows of the output, in the whole sequence's order.
+    auto place = [&](int q, int64_t k0, int64_t n, const Tensor& input) {
+      const Tensor y = contiguous(linear(input, weight, bias));  // (n, N)
+      rows_to_whole(y.data<float>(), out.data<float>(), N, cut, q, k0, n);
+    };
+    gather_in_chunks(rows, *group, chunks, tally, [&] { place(group->rank(), 0, B * cut.local, rows); }, place);
   }
   const bool has_bias = bias.defined();
   return autograd::record(out, "AllGatherLinearBackward", {x, weight, bias},
-                          [group, chunks, tally, cut, B, C, N, whole_x, weight, has_bias](const Tensor& g) {
+                          [group, chunks, tally, cut, B, C, N, rows, weight, has_bias](const Tensor& g) {
     NoGradGuard no_grad;
+    // The whole input again, for the weight's gradient: keeping only this rank's tokens between the
+    // passes is what saves the memory (Korthikanti et al. §4.2.2); the gather travels while the
+    // input gradient is computed.
+    PendingGather input = start_gather(rows, *group, chunks, tally);
     const Tensor dy = contiguous(g).view({B * cut.length, N});
+    const int64_t R = B * cut.local, K = usable_chunks(chunks, R);
+    const int world = group->size(), rank = group->rank();
+    // The output gradient in the order of the gathered input: dW = Σ_rows dyᵀ·x takes any common order.
+    Tensor dy_gathered = Tensor::empty({world * R, N});
+    for (int64_t k = 0; k < K; ++k) {
+      auto [k0, k1] = chunk_of(R, K, k);
+      for (int q = 0; q < world; ++q)
+        whole_to_rows(dy.data<float>(), dy_gathered.data<float>() + gathered_row(world, q, k0, k1 - k0) * N, N, cut, q,
+                      k0, k1 - k0);
+    }
+    auto rows_of = [&](int q, int64_t k0, int64_t n) {
+      const int64_t at = gathered_row(world, q, k0, n);
+      return dy_gathered.slice(0, at, at + n);
+    };
     Tensor dw, db;
-    Tensor dx = reduce_scatter_in_chunks(B * cut.local, C, *group, chunks, tally, [&](int64_t k0, int64_t n) {
-      Tensor block = Tensor::empty({group->size() * n, N});
-      whole_to_block(dy.data<float>(), block.data<float>(), N, cut, k0, n);
-      return matmul(block, weight);  // (world·n, C), this rank's part of the sum
+    Tensor dx = reduce_scatter_in_chunks(R, C, *group, chunks, tally, [&](int q, int64_t k0, int64_t n) {
+      return matmul(rows_of(q, k0, n), weight);  // (n, C): this rank's part of rank q's input gradient
     }, [&] {
-      dw = matmul(transpose(dy, 0, 1), whole_x);
+      Tensor own = Tensor::empty({R, C});
+      for (int64_t k = 0; k < K; ++k) {
+        auto [k0, k1] = chunk_of(R, K, k);
+        Tensor rows = own.slice(0, k0, k1);
+        copy_(rows, matmul(rows_of(rank, k0, k1 - k0), weight));
+      }
+      return own;
+    }, [&] {
+      for (int64_t k = 0; k < input.chunks; ++k) wait_chunk(input, k, tally);
+      dw = matmul(transpose(dy_gathered, 0, 1), input.gathered);
       if (has_bias) db = sum(dy, Shape{0});
     });
     return std::vector<Tensor>{dx.view({B, cut.local, C}), dw, db};
@@ -189,23 +284,29 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& weight, const dist::
   {
     NoGradGuard no_grad;
     whole_x = contiguous(x).view({B * cut.length, K});
-    out = reduce_scatter_in_chunks(B * cut.local, C, *group, chunks, tally, [&](int64_t k0, int64_t n) {
-      Tensor block = Tensor::empty({group->size() * n, K});
-      whole_to_block(whole_x.data<float>(), block.data<float>(), K, cut, k0, n);
-      return linear(block, weight, Tensor());  // (world·n, C), this rank's part of the sum
-    }, {}).view({B, cut.local, C});
+    // This rank's part of the output of rank q's rows: its input features of those rows, projected.
+    auto part = [&](int q, int64_t k0, int64_t n) {
+      Tensor x_rows = Tensor::empty({n, K});
+      whole_to_rows(whole_x.data<float>(), x_rows.data<float>(), K, cut, q, k0, n);
+      return linear(x_rows, weight, Tensor());  // (n, C)
+    };
+    out = reduce_scatter_in_chunks(B * cut.local, C, *group, chunks, tally, part,
+                                   [&] { return part(group->rank(), 0, B * cut.local); }, {})
+              .view({B, cut.local, C});
   }
   return autograd::record(out, "LinearReduceScatterBackward", {x, weight},
                           [group, chunks, tally, cut, B, K, C, whole_x, weight](const Tensor& g) {
     NoGradGuard no_grad;
     Tensor dx = Tensor::empty({B * cut.length, K});
     Tensor dy = Tensor::empty({B * cut.length, C});  // the gathered output gradient, for the weight's
-    gather_in_chunks(contiguous(g).view({B * cut.local, C}), *group, chunks, tally,
-                     [&](int64_t k0, int64_t n, const Tensor& block) {
-                       block_to_whole(block.data<float>(), dy.data<float>(), C, cut, k0, n);
-                       const Tensor d = contiguous(matmul(block, weight));  // (world·n, K)
-                       block_to_whole(d.data<float>(), dx.data<float>(), K, cut, k0, n);
-                     });
+    const Tensor rows = contiguous(g).view({B * cut.local, C});
+    // Each rank's rows of the gathered output gradient and of the input gradient.
+    auto place = [&](int q, int64_t k0, int64_t n, const Tensor& dy_rows) {
+      rows_to_whole(dy_rows.data<float>(), dy.data<float>(), C, cut, q, k0, n);
+      const Tensor d = contiguous(matmul(dy_rows, weight));  // (n, K)
+      rows_to_whole(d.data<float>(), dx.data<float>(), K, cut, q, k0, n);
+    };
+    gather_in_chunks(rows, *group, chunks, tally, [&] { place(group->rank(), 0, B * cut.local, rows); }, place);
     Tensor dw = matmul(transpose(dy, 0, 1), whole_x);
     return std::vector<Tensor>{dx.view({B, cut.length, K}), dw};
   }, autograd::Saves::Nothing);

@@ -34,7 +34,8 @@ struct SequenceParallel {
 };
 
 // What a step spent on the sequence-parallel collectives, as the compute thread saw it: the time it
-// waited for them (the communication not hidden), their bytes and count, forward and backward.
+// spent issuing and waiting for them (with one chunk, all of their time; with more, what the matmuls
+// did not hide), their bytes and count, forward and backward.
 struct SequenceCommTally {
   double exposed_seconds = 0.0;
   int64_t bytes = 0, calls = 0;
