@@ -48,6 +48,10 @@ struct CommOptions {
   // allreduce over ProcessGroup::symmetric_zeros buffers (as DDP's buckets; nccl-tests' registered
   // buffers); reported as tessera-<backend>+symmetric
   bool symmetric = false;
+  // Before each timed call every rank writes a 64 MiB scratch buffer (evicting the caches, as the
+  // compute between a training step's collectives does), then the ranks meet at a barrier; the time
+  // is the mean of the calls alone. The figure a collective inside a step can reach.
+  bool cold = false;
 };
 struct DdpBenchOptions {
   std::string models = "mlp,cnn";

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <vector>
 
 #include "bench/bench.h"
 #include "tessera/core/error.h"
@@ -22,6 +23,14 @@ namespace tessera::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Writes 64 MiB, more than this machine's last-level cache: what the collective's buffers held in
+// cache is gone, as after the compute between a training step's collectives.
+void evict_caches() {
+  static std::vector<char> scratch(size_t{64} << 20);
+  static char round = 0;
+  std::fill(scratch.begin(), scratch.end(), ++round);
+}
 
 double bus_factor(const std::string& op, int n) {
   if (n <= 1) return 1.0;
@@ -123,8 +132,9 @@ int comm(const CommOptions& options) {
   auto group = dist::init_process_group(init);
   const int rank = group->rank(), world = group->size();
   if (rank == 0 && !options.json) {
-    std::printf("# tessera bench comm: %s, backend %s, %d ranks, float32, sum%s\n", options.op.c_str(),
-                group->backend_name(), world, options.symmetric ? ", symmetric buffers" : "");
+    std::printf("# tessera bench comm: %s, backend %s, %d ranks, float32, sum%s%s\n", options.op.c_str(),
+                group->backend_name(), world, options.symmetric ? ", symmetric buffers" : "",
+                options.cold ? ", cold caches (each call after a 64 MiB write and a barrier)" : "");
     std::printf("# time: slowest rank's mean per call; busbw = algbw x %.3f\n", bus_factor(options.op, world));
     std::printf("%12s %12s %10s %10s %10s %8s %7s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
                 "busbw(GB/s)", "#wrong", "iters");
@@ -138,10 +148,21 @@ int comm(const CommOptions& options) {
     int64_t wrong = check(*group, options.op, b);
     int iters = iterations_for(bytes, options.iters);
     for (int i = 0; i < options.warmup; ++i) issue(*group, options.op, b)->wait();
-    group->blocking_barrier();
-    auto start = Clock::now();
-    for (int i = 0; i < iters; ++i) run_blocking(*group, options.op, b);
-    double mean_s = std::chrono::duration<double>(Clock::now() - start).count() / iters;
+    double mean_s = 0;
+    if (options.cold) {
+      for (int i = 0; i < iters; ++i) {
+        evict_caches();
+        group->blocking_barrier();
+        const auto start = Clock::now();
+        run_blocking(*group, options.op, b);
+        mean_s += std::chrono::duration<double>(Clock::now() - start).count() / iters;
+      }
+    } else {
+      group->blocking_barrier();
+      auto start = Clock::now();
+      for (int i = 0; i < iters; ++i) run_blocking(*group, options.op, b);
+      mean_s = std::chrono::duration<double>(Clock::now() - start).count() / iters;
+    }
     // The slowest rank's time, and the wrong elements of all ranks.
     Tensor stats = Tensor::empty({2}, DType::Float32);
     stats.data<float>()[0] = static_cast<float>(mean_s);

@@ -64,6 +64,9 @@ Command add_bench_command(CLI::App& app) {
   comm->add_option("--warmup", cm->warmup, "Untimed calls per size")->capture_default_str();
   comm->add_option("--timeout-ms", cm->timeout_ms, "Per-operation timeout")->capture_default_str();
   comm->add_flag("--json", cm->json, "One JSON object per size instead of the table");
+  comm->add_flag("--cold", cm->cold,
+                 "Evict the caches (a 64 MiB write) and meet at a barrier before each timed call, as inside a "
+                 "training step; the mean of the calls alone");
   comm->add_flag("--symmetric", cm->symmetric,
                  "allreduce: buffers in symmetric memory (ProcessGroup::symmetric_zeros, as DDP's buckets)");
 
