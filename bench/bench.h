@@ -133,6 +133,7 @@ struct ModelParallelBenchOptions {
   bool no_layouts = false;
   bool worker = false;  // internal: one rank of a measured job
   int dp = 1, pp = 1, tp = 1;
+  bool sequence_parallel = false;
   std::string schedule = "1f1b";
   int64_t microbatches = 1;
 };

@@ -61,6 +61,7 @@ train::TrainConfig config_of(const ModelParallelBenchOptions& o) {
   c.parallel.dp = o.dp;
   c.parallel.pp = o.pp;
   c.parallel.tp = o.tp;
+  c.parallel.sequence_parallel = o.sequence_parallel;
   c.parallel.schedule = o.schedule;
   c.parallel.microbatches = o.microbatches;
   c.parallel.virtual_stages = o.schedule == "interleaved" ? o.virtual_stages : 1;
@@ -170,7 +171,8 @@ int run_worker(const ModelParallelBenchOptions& o) {
   return 0;
 }
 
-nlohmann::json run_job(ModelParallelBenchOptions o, int dp, int pp, int tp, const std::string& schedule, int64_t m) {
+nlohmann::json run_job(ModelParallelBenchOptions o, int dp, int pp, int tp, const std::string& schedule, int64_t m,
+                       bool sequence_parallel = false) {
   std::fflush(stdout);  // the table so far, before the job's processes write
   char path[] = "/tmp/tessera_bench_mp_XXXXXX";
   int fd = mkstemp(path);
@@ -187,6 +189,7 @@ nlohmann::json run_job(ModelParallelBenchOptions o, int dp, int pp, int tp, cons
                     "--heads", std::to_string(o.heads), "--context", std::to_string(o.context),
                     "--steps", std::to_string(o.steps), "--warmup", std::to_string(o.warmup),
                     "--virtual-stages", std::to_string(o.virtual_stages)};
+  if (sequence_parallel) launch.command.push_back("--sequence-parallel");
   auto result = dist::launcher::launch(launch);
   ::close(fd);
   std::string out = read_all(path);
@@ -280,6 +283,7 @@ int model_parallel(const ModelParallelBenchOptions& o) {
     int dp, pp, tp;
     const char* schedule;
     int64_t m;
+    bool sequence_parallel = false;
   };
   // "1 process, M=8" separates what micro-batching alone saves (activations of 1/M of the batch at a
   // time, as gradient accumulation) from what splitting the model saves.
@@ -289,13 +293,14 @@ int model_parallel(const ModelParallelBenchOptions& o) {
                             {"PP=2 interleaved (v=2)", 1, 2, 1, "interleaved", 8},
                             {"PP=2 ZB-H1", 1, 2, 1, "zb-h1", 8},
                             {"PP=2 ZB-V", 1, 2, 1, "zb-v", 8},   {"TP=2", 1, 1, 2, "1f1b", 1},
+                            {"TP=2, sequence parallel", 1, 1, 2, "1f1b", 1, true},
                             {"DP=2", 2, 1, 1, "1f1b", 1},        {"DP=2 x PP=2", 2, 2, 1, "1f1b", 8},
                             {"DP=2 x TP=2", 2, 1, 2, "1f1b", 1}};
   std::printf("\nPer layout (M = micro-batches; peak tensor MiB and peak RSS MiB per rank)\n");
   std::printf("| layout | processes | M | tokens/s | peak tensor MiB per rank | peak RSS MiB per rank | bubble |\n"
               "|---|---|---|---|---|---|---|\n");
   for (const Layout& l : layouts) {
-    nlohmann::json j = run_job(o, l.dp, l.pp, l.tp, l.schedule, l.m);
+    nlohmann::json j = run_job(o, l.dp, l.pp, l.tp, l.schedule, l.m, l.sequence_parallel);
     if (j.is_null()) {
       ++failures;
       continue;

@@ -159,6 +159,7 @@ Command add_bench_command(CLI::App& app) {
   mpb->add_option("--dp", mo->dp, "Internal")->group("");
   mpb->add_option("--pp", mo->pp, "Internal")->group("");
   mpb->add_option("--tp", mo->tp, "Internal")->group("");
+  mpb->add_flag("--sequence-parallel", mo->sequence_parallel, "Internal")->group("");
   mpb->add_option("--schedule", mo->schedule, "Internal")->group("");
   mpb->add_option("--microbatches", mo->microbatches, "Internal")->group("");
 
