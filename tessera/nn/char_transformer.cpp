@@ -25,18 +25,21 @@ GptEmbedding::GptEmbedding(std::shared_ptr<Embedding> wte_in, std::shared_ptr<Em
   drop = register_module("drop", std::move(drop_in));
 }
 
+Tensor sequence_positions(int64_t T, Device device, int64_t context, int part, int parts,
+                          parallel::context::ContextAttention attention, const char* who) {
+  TESSERA_CHECK(T >= 1 && T * parts <= context, "[", who, "] sequence length ", T * parts, parts > 1 ? " (" : "",
+                parts > 1 ? std::to_string(parts) + " parts of " + std::to_string(T) + ")" : "", " exceeds the context ",
+                context);
+  if (parts == 1) return position_ids(T, device);
+  Tensor positions = from_vector(parallel::context::context_positions(part, parts, T, attention), {T});
+  return device.is_cpu() ? positions : positions.to(device);
+}
+
 Tensor GptEmbedding::forward(const Tensor& ids) {
   TESSERA_CHECK(ids.dtype() == DType::Int64 && ids.dim() == 2, "[CharTransformer] expected int64 ids (B, T), got ",
                 dtype_name(ids.dtype()), " ", shape_str(ids.shape()));
-  const int64_t T = ids.shape()[1], context = wpe->weight.shape()[0];
-  TESSERA_CHECK(T >= 1 && T * parts <= context, "[CharTransformer] sequence length ", T * parts, parts > 1 ? " (" : "",
-                parts > 1 ? std::to_string(parts) + " parts of " + std::to_string(T) + ")" : "", " exceeds the context ",
-                context);
-  Tensor positions = position_ids(T, ids.device());
-  if (parts > 1) {
-    positions = from_vector(parallel::context::context_positions(part, parts, T, attention), {T});
-    if (!ids.device().is_cpu()) positions = positions.to(ids.device());
-  }
+  const Tensor positions = sequence_positions(ids.shape()[1], ids.device(), wpe->weight.shape()[0], part, parts,
+                                              attention, "CharTransformer");
   return drop->forward(add(wte->forward(ids), wpe->forward(positions)));  // (B, T, C) + (T, C)
 }
 

@@ -22,6 +22,12 @@ struct CharTransformerConfig {
 // device, grown to the longest T asked) and sliced, so a step does not wait for a host copy.
 Tensor position_ids(int64_t T, Device device);
 
+// The positions of the T tokens of each sequence a rank holds: 0..T-1, or under context parallelism
+// those of part `part` of `parts` (parallel/context/layout.h). ValueError, naming `who`, when they
+// reach past `context` positions.
+Tensor sequence_positions(int64_t T, Device device, int64_t context, int part, int parts,
+                          parallel::context::ContextAttention attention, const char* who);
+
 // The first layer of the chain: ids (B, T) int64 -> dropout(wte(ids) + wpe(0..T-1)) (B, T, C).
 class GptEmbedding : public Module {
  public:

@@ -13,29 +13,33 @@ CausalSelfAttention::CausalSelfAttention(int64_t c, int64_t h, float p) : embed_
   drop = register_module("drop", std::make_shared<Dropout>(p));
 }
 
+Tensor causal_attention(const Tensor& fused_qkv, int64_t heads, const dist::ProcessGroupPtr& context,
+                        parallel::context::ContextAttention attention) {
+  using parallel::context::ContextAttention;
+  if (context && attention == ContextAttention::Ulysses) {  // q, k, v: the whole sequence, this rank's heads
+    auto [q, k, v] = parallel::context::sequence_to_heads(fused_qkv, heads, *context);
+    return parallel::context::heads_to_sequence(scaled_dot_product_attention(q, k, v, true), *context);
+  }
+  const int64_t B = fused_qkv.shape()[0], T = fused_qkv.shape()[1], width = fused_qkv.shape()[2] / 3;
+  const int64_t hd = width / heads;
+  auto parts = split(fused_qkv, width, 2);  // 3 x (B, T, heads·hd)
+  auto split_heads = [&](const Tensor& t) { return transpose(reshape(t, {B, T, heads, hd}), 1, 2); };  // (B, H, T, hd)
+  Tensor y;
+  if (context) {  // ring: this rank's queries against every rank's keys, passed around the group
+    std::vector<std::vector<parallel::context::TokenRun>> runs;
+    for (int r = 0; r < context->size(); ++r) runs.push_back(parallel::context::context_runs(r, context->size(), T, attention));
+    y = parallel::context::ring_attention(split_heads(parts[0]), split_heads(parts[1]), split_heads(parts[2]), runs,
+                                          *context);
+  } else {
+    y = scaled_dot_product_attention(split_heads(parts[0]), split_heads(parts[1]), split_heads(parts[2]), true);
+  }
+  return reshape(transpose(y, 1, 2), {B, T, width});
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   TESSERA_CHECK(x.dim() == 3 && x.shape()[2] == embed_dim, "[CausalSelfAttention] expected (B, T, ", embed_dim,
                 "), got ", shape_str(x.shape()));
-  const int64_t B = x.shape()[0], T = x.shape()[1], hd = embed_dim / num_heads;
-  using parallel::context::ContextAttention;
-  if (context_ && attention_ == ContextAttention::Ulysses) {  // q, k, v: the whole sequence, this rank's heads
-    auto [q, k, v] = parallel::context::sequence_to_heads(qkv->forward(x), num_heads, *context_);
-    Tensor y = parallel::context::heads_to_sequence(scaled_dot_product_attention(q, k, v, true), *context_);
-    return drop->forward(proj->forward(y));
-  }
-  auto parts = split(qkv->forward(x), embed_dim, 2);  // 3 x (B, T, C)
-  auto heads = [&](const Tensor& t) { return transpose(reshape(t, {B, T, num_heads, hd}), 1, 2); };  // (B, H, T, hd)
-  Tensor y;
-  if (context_) {  // ring: this rank's queries against every rank's keys, passed around the group
-    std::vector<std::vector<parallel::context::TokenRun>> runs;
-    for (int r = 0; r < context_->size(); ++r)
-      runs.push_back(parallel::context::context_runs(r, context_->size(), T, attention_));
-    y = parallel::context::ring_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), runs, *context_);
-  } else {
-    y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
-  }
-  y = reshape(transpose(y, 1, 2), {B, T, embed_dim});
-  return drop->forward(proj->forward(y));
+  return drop->forward(proj->forward(causal_attention(qkv->forward(x), num_heads, context_, attention_)));
 }
 
 void CausalSelfAttention::spread_sequence(dist::ProcessGroupPtr group, parallel::context::ContextAttention attention) {

@@ -8,6 +8,13 @@
 
 namespace tessera::nn {
 
+// Causal attention of `heads` heads whose q, k and v come packed as (B, T, 3·heads·head_dim): over
+// these T tokens alone, or, with a `context` group (context parallelism), over the whole sequence the
+// group holds in parts, by ring attention or Ulysses' head exchange. -> (B, T, heads·head_dim).
+// Shared by the whole attention and its tensor-parallel shard (which holds some of the heads).
+Tensor causal_attention(const Tensor& fused_qkv, int64_t heads, const dist::ProcessGroupPtr& context,
+                        parallel::context::ContextAttention attention);
+
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(int64_t embed_dim, int64_t num_heads, float dropout = 0.0f);
@@ -17,6 +24,8 @@ class CausalSelfAttention : public Module {
   // and attention runs over the whole of it with `group`: by ring attention (ring_attention.h) or
   // by Ulysses' head exchange (ulysses.h).
   void spread_sequence(dist::ProcessGroupPtr group, parallel::context::ContextAttention attention);
+  const dist::ProcessGroupPtr& context_group() const { return context_; }  // null: not spread
+  parallel::context::ContextAttention context_attention() const { return attention_; }
   int64_t embed_dim, num_heads;
   std::shared_ptr<Linear> qkv;   // C -> 3C
   std::shared_ptr<Linear> proj;  // C -> C

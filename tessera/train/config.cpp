@@ -278,10 +278,10 @@ void check_experts_and_context(const TrainConfig& c) {
     TESSERA_CHECK(ring || c.model.heads % c.parallel.cp == 0, "[config] parallel.cp = ", c.parallel.cp,
                   " with Ulysses: model.heads (", c.model.heads, ") must be a multiple of it (each rank attends "
                   "with whole heads)");
-    TESSERA_CHECK(c.distributed.strategy == "ddp" && c.distributed.local_sgd == 0 && !uses_model_parallelism(c) &&
-                      c.parallel.ep == 1,
+    TESSERA_CHECK((c.distributed.strategy == "ddp" || c.distributed.strategy == "mesh") &&
+                      c.distributed.local_sgd == 0 && c.parallel.ep == 1,
                   "[config] parallel.cp needs distributed.strategy = 'ddp' (context parallelism over the data-parallel "
-                  "ranks), without parallel.pp / tp / ep or local SGD (not yet)");
+                  "ranks, also inside the mesh of parallel.pp / tp), without parallel.ep or local SGD (not yet)");
   }
   if (c.parallel.ep == 1) return;
   TESSERA_CHECK(m.experts > 0 && m.experts % c.parallel.ep == 0, "[config] parallel.ep = ", c.parallel.ep,
@@ -424,8 +424,9 @@ void check_settings(const TrainConfig& c) {
   if (c.parallel.sequence_parallel) {
     TESSERA_CHECK(c.parallel.tp > 1, "[config] parallel.sequence_parallel cuts the tokens over the tensor-parallel "
                   "ranks; it needs parallel.tp > 1, got ", c.parallel.tp);
-    TESSERA_CHECK(c.model.context % c.parallel.tp == 0, "[config] parallel.sequence_parallel needs model.context ",
-                  c.model.context, " to be a multiple of parallel.tp ", c.parallel.tp,
+    TESSERA_CHECK(c.model.context % (c.parallel.tp * c.parallel.cp) == 0, "[config] parallel.sequence_parallel needs "
+                  "model.context ", c.model.context, " to be a multiple of parallel.tp ", c.parallel.tp,
+                  c.parallel.cp > 1 ? " · parallel.cp " + std::to_string(c.parallel.cp) : std::string(),
                   " (each rank takes the same number of tokens)");
   }
   one_of("parallel.schedule", c.parallel.schedule, {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"});

@@ -1,5 +1,5 @@
-// Context parallelism over DDP's ranks (parallel.cp = N): the ranks form groups of N consecutive
-// ranks, each group reads the same batches (one data-parallel replica), and each rank of a group
+// Context parallelism over DDP's ranks, or the data-parallel ranks of the mesh (parallel.cp = N): the
+// ranks form groups of N consecutive ranks, each group reads the same batches (one data-parallel replica), and each rank of a group
 // keeps T/N tokens of every sequence (parallel/context/layout.h); the GPT's attention runs over the
 // group (parallel.cp_attention: ring or Ulysses), everything else is per token. DDP still averages every
 // gradient over the world: each rank's loss is the mean over its tokens, the same number on every

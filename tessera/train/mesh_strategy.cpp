@@ -56,12 +56,20 @@ MeshStrategy::MeshStrategy(const TrainConfig& config, dist::ProcessGroupPtr worl
   const auto& p = config_.parallel;
   mesh_ = std::make_unique<parallel::DeviceMesh>(
       world_, parallel::MeshShape{static_cast<int>(p.dp), static_cast<int>(p.pp), static_cast<int>(p.tp)});
+  if (p.cp > 1) {  // collective over the data-parallel group: before the trainer reads the data share
+    const auto& shape = mesh_->shape();
+    TESSERA_CHECK(shape.dp % p.cp == 0, "[model parallel] parallel.cp = ", p.cp, " cuts each sequence over that many "
+                  "data-parallel ranks of the mesh, but it has dp = ", shape.dp, " (world ", world_->size(), " / (pp ",
+                  shape.pp, " · tp ", shape.tp, ")); run a multiple of ", p.cp * shape.pp * shape.tp, " processes");
+    context_.emplace(mesh_->dp_group(), static_cast<int>(p.cp), parallel::context::context_attention(p.cp_attention));
+  }
 }
 
 MeshStrategy::~MeshStrategy() = default;
 
 std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
   const auto& p = config_.parallel;
+  if (context_) context_->spread(*full);  // before the cut: the shards and stages inherit it
   nn::LayerChain full_chain = chain_of(*full);
   for (size_t i = 0; i < full_chain.size(); ++i)
     for (auto& [name, t] : full_chain[i].module->state_dict())
@@ -94,7 +102,7 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
       probe.start_epoch(0);
       sample = probe.next();
     }
-    costs = parallel::pipeline::measured_costs(chain, sample->inputs);
+    costs = parallel::pipeline::measured_costs(chain, context_ ? context_->part_of(*sample).inputs : sample->inputs);
     Tensor t = from_vector(std::vector<float>(costs.begin(), costs.end()), {static_cast<int64_t>(costs.size())});
     world_->blocking_allreduce(t, dist::ReduceOp::Sum);
     for (size_t i = 0; i < costs.size(); ++i) costs[i] = t.data<float>()[i] / world_->size();
@@ -151,7 +159,8 @@ double MeshStrategy::forward_backward(const data::Batch& batch) {
   parallel::tensor::TensorParallelWire wire(wire_dtype(config_));
   sequence_comm_ = {};
   parallel::tensor::SequenceCommTallyScope tally(&sequence_comm_);
-  last_step_ = stage_->train_step(batch.inputs, batch.targets);
+  const data::Batch mine = context_ ? context_->part_of(batch) : batch;  // this rank's tokens of each sequence
+  last_step_ = stage_->train_step(mine.inputs, mine.targets);
   // Under sequence parallelism the LayerNorms saw only this rank's tokens: their gradients add up.
   if (!token_parameters_.empty()) parallel::tensor::sum_partial_gradients(token_parameters_, *mesh_->tp_group());
   return average_gradients_and_loss(last_step_.loss);
@@ -230,9 +239,10 @@ std::optional<EvalContribution> MeshStrategy::evaluate_batch(const data::Batch& 
   // Only the output stage (the last; the first under ZB-V) sees outputs, and its tensor-parallel
   // ranks all compute the loss (a collective with tensor parallelism): the one at tp 0 reports.
   parallel::tensor::TensorParallelWire wire(wire_dtype(config_));
-  Tensor out = stage_->forward(batch.inputs);
+  const data::Batch mine = context_ ? context_->part_of(batch) : batch;
+  Tensor out = stage_->forward(mine.inputs);
   if (!stage_->holds_output()) return std::nullopt;
-  Tensor loss = loss_of(out, batch.targets);
+  Tensor loss = loss_of(out, mine.targets);
   if (mesh_->coordinates().tp != 0) return std::nullopt;
   EvalContribution c{loss, {}};
   if (out.dim() == 2) c.output = out;
@@ -249,6 +259,13 @@ void MeshStrategy::sum_over_job(EvalSums& sums) {
   sums.correct = static_cast<int64_t>(s[1]);
   sums.weight = static_cast<int64_t>(s[2]);
   sums.samples = static_cast<int64_t>(s[3]);
+  if (context_) {  // every rank of a context group counted the whole batch, with its tokens' mean loss
+    const int n = context_->ranks();
+    sums.loss_sum /= n;
+    sums.samples /= n;
+    sums.weight /= n;
+    sums.correct /= n;
+  }
 }
 
 nn::StateDict MeshStrategy::stage_full_state() {
@@ -478,7 +495,8 @@ void MeshStrategy::add_step_metrics(nlohmann::json& record) const {
 
 std::string MeshStrategy::describe() const {
   return "[model parallel] dp " + std::to_string(mesh_->shape().dp) + " × pp " + std::to_string(mesh_->shape().pp) +
-         " × tp " + std::to_string(mesh_->shape().tp) + ", " + config_.parallel.schedule + " schedule, " +
+         " × tp " + std::to_string(mesh_->shape().tp) + (context_ ? " (" + context_->describe() + ")" : "") + ", " +
+         config_.parallel.schedule + " schedule, " +
          std::to_string(config_.parallel.microbatches) + " micro-batches; " +
          (stage_->chunks() > 1
               ? std::to_string(stage_->chunks()) + " chunks per stage, " +

@@ -12,6 +12,11 @@
 //   own parameters.
 // With dropout 0 the losses and parameters equal single-process training on the whole batch (the
 // tests check 1e-4 relative); dropout draws differ by layout.
+// Context parallelism (parallel.cp = N) inside the mesh: each N consecutive data-parallel ranks form a
+// context group that reads one batch and cuts every sequence over its ranks (context_parallelism.h);
+// the whole model is spread over the group before it is cut, so every layer, tensor-parallel shard
+// and pipeline stage attends across it. The data-parallel average over the groups' ranks is then the
+// mean over every token, as under ContextParallelStrategy.
 // Checkpoints: the stages' leaders send their parameters, gathered from their tensor-parallel
 // shards, to world rank 0, which writes the whole model under its single-process names, so
 // `tessera eval` and `tessera generate` read it as any other checkpoint. The optimizer's state goes
@@ -26,6 +31,7 @@
 #include "tessera/parallel/pipeline/pipeline_stage.h"
 #include "tessera/parallel/tensor/sequence_parallel.h"
 #include "tessera/parallel/tensor/sharding.h"
+#include "tessera/train/context_parallelism.h"
 #include "tessera/train/strategy.h"
 
 namespace tessera::train {
@@ -38,7 +44,11 @@ class MeshStrategy : public Strategy {
   std::string name() const override { return "mesh"; }
   int rank() const override { return world_->rank(); }
   int world_size() const override { return world_->size(); }
-  DataShare data_share() const override { return {mesh_->coordinates().dp, mesh_->shape().dp}; }
+  // A context group (parallel.cp ranks of the data-parallel dimension) reads one share.
+  DataShare data_share() const override {
+    return context_ ? DataShare{context_->replica(), context_->replicas()}
+                    : DataShare{mesh_->coordinates().dp, mesh_->shape().dp};
+  }
 
   std::vector<Tensor> prepare(std::shared_ptr<nn::Module> model) override;
   bool keeps_whole_model() const override { return false; }  // its stage's shards only
@@ -92,6 +102,7 @@ class MeshStrategy : public Strategy {
   dist::ProcessGroupPtr world_;
   std::shared_ptr<data::Dataset> train_set_;
   std::unique_ptr<parallel::DeviceMesh> mesh_;
+  std::optional<ContextParallelism> context_;  // parallel.cp > 1: groups of the data-parallel dimension
   std::vector<FullTensor> full_layout_;
   std::map<std::string, size_t> full_index_;  // name -> its entry in full_layout_
   std::vector<int64_t> bounds_;

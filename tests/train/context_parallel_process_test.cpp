@@ -87,7 +87,9 @@ TEST(ContextParallelTraining, LayoutsThatCannotCutTheSequenceAreRefusedByName) {
                            Refused{3, "--set parallel.cp=3 --set parallel.cp_attention=ulysses --set "
                                       "train.global_batch_size=12 --set model.context=30", "model.heads (4) must be a multiple"},
                            Refused{3, "--set parallel.cp=2 --set train.global_batch_size=12", "parallel.cp = 2 must divide the world size 3"},
-                           Refused{2, "--set parallel.cp=2 --set parallel.tp=2", "parallel.cp needs"}}) {
+                           Refused{2, "--set parallel.cp=2 --set parallel.tp=2 --set train.global_batch_size=0 --set train.batch_size=4",
+                                   "it has dp = 1 (world 2 / (pp 1 · tp 2))"},
+                           Refused{2, "--set parallel.cp=2 --set model.experts=4 --set parallel.ep=2", "parallel.cp needs"}}) {
     tessera::testing::expect_training_refused(config, dir + "/refused", r.nproc, r.set, r.fragment);
   }
 }

@@ -96,6 +96,24 @@ TEST(ModelParallelProcesses, SequenceParallelJobsEqualOneProcess) {
   EXPECT_FALSE(tessera::testing::last_step(dir + "/single").contains("tp_comm_calls"));
 }
 
+// Context parallelism inside the mesh: every sequence cut over 2 ranks of the data-parallel dimension,
+// beside tensor parallelism (ring and Ulysses, and with sequence parallelism on top) and beside a
+// pipeline; each ends where one process does.
+TEST(ModelParallelProcesses, ContextParallelInsideTheMeshEqualsOneProcess) {
+  const std::string dir = tessera::testing::fresh_dir("mpproc", "context");
+  const std::string config = write_config(dir);
+  nn::StateDict single = train(config, dir + "/single", 1, 8, "");
+  const std::string cp = "--set parallel.cp=2 ";
+  nn::StateDict tp_ring = train(config, dir + "/tp2cp2", 4, 8, cp + "--set parallel.tp=2");
+  EXPECT_LT(tessera::testing::worst_relative_error(tp_ring, single), 1e-4);
+  nn::StateDict tp_ulysses = train(config, dir + "/tp2cp2u", 4, 8, cp + "--set parallel.tp=2 --set parallel.cp_attention=ulysses");
+  EXPECT_LT(tessera::testing::worst_relative_error(tp_ulysses, single), 1e-4);
+  nn::StateDict tp_sp = train(config, dir + "/tp2cp2sp", 4, 8, cp + "--set parallel.tp=2 --set parallel.sequence_parallel=true");
+  EXPECT_LT(tessera::testing::worst_relative_error(tp_sp, single), 1e-4);
+  nn::StateDict piped = train(config, dir + "/pp2cp2", 4, 8, cp + "--set parallel.pp=2");
+  EXPECT_LT(tessera::testing::worst_relative_error(piped, single), 1e-4);
+}
+
 TEST(ModelParallelProcesses, TooFewProcessesAreRefusedClearly) {
   const std::string dir = tessera::testing::fresh_dir("mpproc", "refused");
   const std::string config = write_config(dir);

@@ -10,6 +10,14 @@ ParallelCausalSelfAttention::ParallelCausalSelfAttention(const nn::CausalSelfAtt
   TESSERA_CHECK(num_heads % world == 0, "[ParallelCausalSelfAttention] ", num_heads, " heads do not split evenly over "
                 "a tensor-parallel group of ", world, " ranks; choose a tensor-parallel size that divides the heads");
   local_heads = num_heads / world;
+  // Context parallelism of the whole layer carries over: this rank's heads attend across its group.
+  context_ = full.context_group();
+  context_attention_ = full.context_attention();
+  TESSERA_CHECK(!context_ || context_attention_ != parallel::context::ContextAttention::Ulysses ||
+                    local_heads % context_->size() == 0,
+                "[ParallelCausalSelfAttention] Ulysses: this rank's ", local_heads, " heads do not divide over the ",
+                context_->size(), " ranks of the context group; use ring attention, or a parallel.tp that leaves a "
+                "multiple of parallel.cp heads per rank");
   qkv = register_module("qkv", std::make_shared<ColumnParallelLinear>(*full.qkv, group, ColumnParallelOptions{false, 3, sequence}));
   proj = register_module("proj", std::make_shared<RowParallelLinear>(*full.proj, group, RowParallelOptions{true, sequence}));
   drop = register_module("drop", std::make_shared<nn::Dropout>(full.drop->p));
@@ -18,13 +26,9 @@ ParallelCausalSelfAttention::ParallelCausalSelfAttention(const nn::CausalSelfAtt
 Tensor ParallelCausalSelfAttention::forward(const Tensor& x) {
   TESSERA_CHECK(x.defined() && x.dim() == 3 && x.shape()[2] == embed_dim, "[ParallelCausalSelfAttention] expected "
                 "(B, T, ", embed_dim, "), got ", x.defined() ? shape_str(x.shape()) : "an undefined tensor");
-  Tensor fused = qkv->forward(x);  // (B, T, 3·local): the whole sequence, also under sequence parallelism
-  const int64_t B = x.shape()[0], T = fused.shape()[1], hd = embed_dim / num_heads, local = local_heads * hd;
-  auto parts = split(fused, local, 2);  // 3 x (B, T, local)
-  auto heads = [&](const Tensor& t) { return transpose(reshape(t, {B, T, local_heads, hd}), 1, 2); };  // (B, h, T, hd)
-  Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
-  y = reshape(transpose(y, 1, 2), {B, T, local});
-  y = proj->forward(y);
+  // qkv: (B, T, 3·local), this rank's heads of the whole sequence (also under sequence parallelism),
+  // or of this rank's part of it under context parallelism, whose attention then spans the group.
+  Tensor y = proj->forward(nn::causal_attention(qkv->forward(x), local_heads, context_, context_attention_));
   return sequence_.enabled ? sequence_parallel_dropout(y, drop->p, drop->is_training(), group_) : drop->forward(y);
 }
 

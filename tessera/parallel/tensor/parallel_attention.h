@@ -4,6 +4,7 @@
 // row-parallel Linear). Attention itself needs no communication; the projection's all-reduce joins
 // the heads. The number of heads must be divisible by the group's size. With sequence parallelism the
 // input and output are this rank's tokens (B, T/world, C); attention runs on the whole sequence.
+// A full layer spread over a context group (context parallelism) gives a shard that attends over it.
 #pragma once
 #include "tessera/nn/transformer.h"
 #include "tessera/parallel/tensor/column_parallel_linear.h"
@@ -26,6 +27,8 @@ class ParallelCausalSelfAttention : public nn::Module {
  private:
   dist::ProcessGroupPtr group_;
   SequenceParallel sequence_;
+  dist::ProcessGroupPtr context_;  // context parallelism (the full layer's spread_sequence); null: none
+  parallel::context::ContextAttention context_attention_ = parallel::context::ContextAttention::Ring;
 };
 
 }  // namespace tessera::parallel::tensor

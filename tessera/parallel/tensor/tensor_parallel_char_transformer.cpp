@@ -23,10 +23,9 @@ Tensor ParallelGptEmbedding::forward(const Tensor& ids) {
   TESSERA_CHECK(ids.defined() && ids.dtype() == DType::Int64 && ids.dim() == 2, "[TensorParallelCharTransformer] "
                 "expected int64 ids (B, T), got ", ids.defined() ? dtype_name(ids.dtype()) + std::string(" ") +
                 shape_str(ids.shape()) : "an undefined tensor");
-  const int64_t T = ids.shape()[1], context = wpe->weight.shape()[0];
-  TESSERA_CHECK(T >= 1 && T <= context, "[TensorParallelCharTransformer] sequence length ", T, " exceeds the context ",
-                context);
-  Tensor x = drop->forward(add(wte->forward(ids), wpe->forward(nn::position_ids(T, ids.device()))));  // (B, T, C) + (T, C)
+  const Tensor positions = nn::sequence_positions(ids.shape()[1], ids.device(), wpe->weight.shape()[0], part, parts,
+                                                  attention, "TensorParallelCharTransformer");
+  Tensor x = drop->forward(add(wte->forward(ids), wpe->forward(positions)));  // (B, T, C) + (T, C)
   return sequence_group_ ? scatter_to_sequence_parallel_region(x, sequence_group_) : x;
 }
 
@@ -59,6 +58,9 @@ TensorParallelCharTransformer::TensorParallelCharTransformer(const nn::CharTrans
   auto lm_head = register_module("lm_head", std::make_shared<ColumnParallelLinear>(
                                                 *head->lm_head, group_, ColumnParallelOptions{false, 1, sequence_}));
   embed_ = std::make_shared<ParallelGptEmbedding>(wte, wpe, drop, sequence_.enabled ? group_ : nullptr);
+  embed_->part = embed->part;  // context parallelism of the whole model carries over
+  embed_->parts = embed->parts;
+  embed_->attention = embed->attention;
   head_ = std::make_shared<ParallelGptHead>(ln_f, lm_head);
 }
 

@@ -35,6 +35,9 @@ class ParallelGptEmbedding : public nn::Module {
   std::shared_ptr<VocabParallelEmbedding> wte;
   std::shared_ptr<ReplicatedEmbedding> wpe;
   std::shared_ptr<nn::Dropout> drop;
+  // Context parallelism, as GptEmbedding's: the ids are part `part` of `parts` of each sequence.
+  int part = 0, parts = 1;
+  parallel::context::ContextAttention attention = parallel::context::ContextAttention::Ring;
 
  private:
   dist::ProcessGroupPtr sequence_group_;
