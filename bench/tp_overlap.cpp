@@ -17,10 +17,10 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "bench/test_hosts.h"
 #include "tessera/core/cpu_allocator.h"
 #include "tessera/dist/init.h"
 #include "tessera/dist/launcher/launcher.h"
@@ -45,18 +45,6 @@ struct Variant {
   int64_t peak_bytes = 0;  // the most tensor bytes a pass held above what was live before it
 };
 
-std::vector<int64_t> chunk_counts(const std::string& list) {
-  std::vector<int64_t> out;
-  std::stringstream ss(list);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoll(item));
-  return out;
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 int run_worker(const TpOverlapBenchOptions& o) {
   dist::InitOptions init;
   init.timeout = kTpOverlapBenchTimeout;
@@ -67,7 +55,8 @@ int run_worker(const TpOverlapBenchOptions& o) {
   std::vector<Variant> variants;
   variants.push_back({"TP (all-reduce)", false, 1, nullptr, {}, {}});
   variants.push_back({"SP, 1 chunk", true, 1, nullptr, {}, {}});
-  for (int64_t k : chunk_counts(o.chunks)) variants.push_back({"SP, " + std::to_string(k) + " chunks", true, k, nullptr, {}, {}});
+  for (const std::string& k : split_list(o.chunks))
+    variants.push_back({"SP, " + k + " chunks", true, std::stoll(k), nullptr, {}, {}});
   for (Variant& v : variants)
     v.block = std::make_shared<parallel::tensor::ParallelTransformerBlock>(
         full, group, parallel::tensor::SequenceParallel{v.sequence, v.chunks});
@@ -118,10 +107,10 @@ int run_worker(const TpOverlapBenchOptions& o) {
         comm.push_back(its_comm);
       }
       out.push_back({{"name", variants[v].name}, {"chunks", variants[v].chunks}, {"sequence", variants[v].sequence},
-                     {"median_s", median_of(seconds)},
+                     {"median_s", median(seconds)},
                      {"min_s", *std::min_element(seconds.begin(), seconds.end())},
                      {"max_s", *std::max_element(seconds.begin(), seconds.end())},
-                     {"comm_s", median_of(comm)}, {"peak_bytes", peak}});
+                     {"comm_s", median(comm)}, {"peak_bytes", peak}});
     }
     std::printf("%s\n", nlohmann::json{{"variants", out}}.dump().c_str());
   }

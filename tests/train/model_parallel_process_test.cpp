@@ -73,8 +73,8 @@ TEST(ModelParallelProcesses, PipelineAndTensorParallelJobsEqualOneProcess) {
 }
 
 // Sequence parallelism: the tokens cut over the tensor-parallel ranks, its collectives overlapped in
-// chunks (or not), alone and inside a pipeline, end where one process does; each step reports what
-// its collectives cost the compute thread.
+// chunks (or not), alone, inside a pipeline (1F1B and zero-bubble) and beside data parallelism, end
+// where one process does; each step reports what its collectives cost the compute thread.
 TEST(ModelParallelProcesses, SequenceParallelJobsEqualOneProcess) {
   const std::string dir = tessera::testing::fresh_dir("mpproc", "sequence");
   const std::string config = write_config(dir);
@@ -86,6 +86,11 @@ TEST(ModelParallelProcesses, SequenceParallelJobsEqualOneProcess) {
   EXPECT_LT(tessera::testing::worst_relative_error(plain, single), 1e-4);
   nn::StateDict piped = train(config, dir + "/pp2sp", 4, 8, sp + "--set parallel.pp=2");
   EXPECT_LT(tessera::testing::worst_relative_error(piped, single), 1e-4);
+  // Zero-bubble: the weight gradients of the gathering and scattering linears wait for the W pass.
+  nn::StateDict zero_bubble = train(config, dir + "/pp2sp_zb", 4, 8, sp + "--set parallel.pp=2 --set parallel.schedule=zb-h1");
+  EXPECT_LT(tessera::testing::worst_relative_error(zero_bubble, single), 1e-4);
+  nn::StateDict replicas = train(config, dir + "/dp2sp", 4, 4, sp);
+  EXPECT_LT(tessera::testing::worst_relative_error(replicas, single), 1e-4);
   // Per step, forward and backward, per micro-batch (2): qkv, fc (2 layers) and lm_head gather, the 4
   // projections reduce-scatter, in 3 chunks each; the backward gathers those 5 gathered inputs again,
   // and the embedding's scatter gathers its gradient once.

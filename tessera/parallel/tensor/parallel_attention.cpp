@@ -29,7 +29,7 @@ Tensor ParallelCausalSelfAttention::forward(const Tensor& x) {
   // qkv: (B, T, 3·local), this rank's heads of the whole sequence (also under sequence parallelism),
   // or of this rank's part of it under context parallelism, whose attention then spans the group.
   Tensor y = proj->forward(nn::causal_attention(qkv->forward(x), local_heads, context_, context_attention_));
-  return sequence_.enabled ? sequence_parallel_dropout(y, drop->p, drop->is_training(), group_) : drop->forward(y);
+  return dropout_of(*drop, y, sequence_, group_);
 }
 
 }  // namespace tessera::parallel::tensor

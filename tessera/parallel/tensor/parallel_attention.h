@@ -16,7 +16,7 @@ class ParallelCausalSelfAttention : public nn::Module {
  public:
   ParallelCausalSelfAttention(const nn::CausalSelfAttention& full, dist::ProcessGroupPtr group,
                               SequenceParallel sequence = {});
-  Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C), replicated
+  Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C), replicated (or this rank's tokens)
   std::string name() const override { return "ParallelCausalSelfAttention"; }
   int64_t embed_dim, num_heads;  // of the full layer
   int64_t local_heads;           // num_heads / world

@@ -18,7 +18,7 @@ ParallelMLP::ParallelMLP(const nn::Sequential& full, dist::ProcessGroupPtr group
 
 Tensor ParallelMLP::forward(const Tensor& x) {
   Tensor y = proj->forward(act->forward(fc->forward(x)));  // (..., 4C/world) inside
-  return sequence_.enabled ? sequence_parallel_dropout(y, drop->p, drop->is_training(), group_) : drop->forward(y);
+  return dropout_of(*drop, y, sequence_, group_);
 }
 
 }  // namespace tessera::parallel::tensor

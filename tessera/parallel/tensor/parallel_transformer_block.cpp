@@ -5,7 +5,8 @@
 namespace tessera::parallel::tensor {
 
 ParallelTransformerBlock::ParallelTransformerBlock(const nn::TransformerBlock& full, dist::ProcessGroupPtr group,
-                                                   SequenceParallel sequence) {
+                                                   SequenceParallel sequence)
+    : sequence_parallel_(sequence.enabled) {
   TESSERA_CHECK(full.mlp != nullptr, "[tensor parallel] a block whose MLP is a mixture of experts cannot be split "
                 "by tensor parallelism yet: spread its experts with parallel.ep instead");
   ln_1 = register_module("ln_1", replicate(*full.ln_1));
@@ -15,6 +16,7 @@ ParallelTransformerBlock::ParallelTransformerBlock(const nn::TransformerBlock& f
 }
 
 std::vector<Tensor> ParallelTransformerBlock::token_parameters() const {
+  if (!sequence_parallel_) return {};
   std::vector<Tensor> out = ln_1->parameters();
   for (const Tensor& t : ln_2->parameters()) out.push_back(t);
   for (const Tensor& bias : {attn->proj->bias, mlp->proj->bias})

@@ -6,7 +6,9 @@
 #include <functional>
 
 #include "tessera/autograd/node.h"
+#include "tessera/autograd/weight_grad_deferral.h"
 #include "tessera/ops/ops.h"
+#include "tessera/parallel/tensor/mappings.h"
 
 namespace tessera::parallel::tensor {
 namespace {
@@ -23,11 +25,11 @@ void check_sequence_input(const Tensor& x, const dist::ProcessGroupPtr& group, c
                 " on rank ", group->rank());
 }
 
-// A batch of sequences of `length` tokens cut over `world` ranks: rank r holds tokens
+// A batch of sequences of `length` tokens cut over a group's ranks: rank r holds tokens
 // [r·local, (r+1)·local) of each, so its local row i (of B·local) is row full_row(r, i) of the
 // whole (B·length) rows.
 struct TokenCut {
-  int64_t length = 0, world = 1, local = 0;
+  int64_t length = 0, local = 0;
   int64_t full_row(int rank, int64_t local_row) const {
     return (local_row / local) * length + rank * local + local_row % local;
   }
@@ -37,12 +39,12 @@ TokenCut cut_of_whole(int64_t length, const dist::ProcessGroup& group, const cha
   TESSERA_CHECK(length % group.size() == 0, "[", op, "] a sequence of ", length, " tokens does not split evenly over ",
                 "the ", group.size(), " ranks of the tensor-parallel group: with sequence parallelism the sequence "
                 "length (model.context) must be a multiple of parallel.tp");
-  return {length, group.size(), length / group.size()};
+  return {length, length / group.size()};
 }
 
-// Chunk k of `rows` rows cut in `chunks` near-equal pieces.
+// Chunk k of `rows` rows cut in `chunks` near-equal pieces (as a dimension is cut over ranks).
 std::pair<int64_t, int64_t> chunk_of(int64_t rows, int64_t chunks, int64_t k) {
-  return {rows * k / chunks, rows * (k + 1) / chunks};
+  return shard_range(rows, static_cast<int>(k), static_cast<int>(chunks));
 }
 
 // Rank q's local rows [k0, k0 + n) of a (B·T, width) matrix of whole sequences, to or from n
@@ -79,11 +81,6 @@ int64_t usable_chunks(int64_t chunks, int64_t rows) { return std::clamp<int64_t>
 // and in each chunk rank after rank, as the chunks' all-gathers deliver them.
 int64_t gathered_row(int world, int q, int64_t k0, int64_t n) { return world * k0 + q * n; }
 
-// All-gathers this rank's `rows` (R, width) in chunks, every chunk queued at once, into one
-// (world·R, width) buffer in gathered_row's order, which it returns. mine() runs on this rank's rows,
-// which need no communication, while the chunks travel; then theirs(q, k0, n, part) runs on each other
-// rank q's rows [k0, k0 + n) of each chunk as it arrives, while the later chunks still travel. With
-// one chunk nothing overlaps: the gather, then mine, then theirs.
 // An all-gather in chunks on its way: the (world·R, width) buffer in gathered_row's order and each
 // chunk's operation.
 struct PendingGather {
@@ -179,6 +176,24 @@ Tensor reduce_scatter_in_chunks(int64_t R, int64_t width, dist::ProcessGroup& gr
   return out;
 }
 
+// Under a zero-bubble schedule's DeferWeightGrads scope (autograd/weight_grad_deferral.h), queues
+// the weight (and bias) gradients for its W pass, as linear's are, and returns true: the backward
+// then returns none for them. False where nothing defers them, and the caller computes them now.
+bool deferred_to_w_pass(const Tensor& weight, const Tensor& bias,
+                        std::function<std::pair<Tensor, Tensor>()> weight_grads) {
+  autograd::WeightGradQueue* queue = autograd::deferred_weight_grads();
+  if (queue == nullptr) return false;
+  std::shared_ptr<autograd::Node> to_weight = autograd::deferrable_sink(weight);
+  std::shared_ptr<autograd::Node> to_bias = bias.defined() ? autograd::deferrable_sink(bias) : nullptr;
+  if (!to_weight || (bias.defined() && !to_bias)) return false;
+  queue->push([to_weight, to_bias, weight_grads = std::move(weight_grads)] {
+    auto [grad_w, grad_b] = weight_grads();
+    to_weight->apply(grad_w);
+    if (to_bias) to_bias->apply(grad_b);
+  });
+  return true;
+}
+
 }  // namespace
 
 SequenceCommTallyScope::SequenceCommTallyScope(SequenceCommTally* tally) : previous_(tally_now) { tally_now = tally; }
@@ -230,9 +245,8 @@ Tensor all_gather_linear(const Tensor& x, const Tensor& weight, const Tensor& bi
     };
     gather_in_chunks(rows, *group, chunks, tally, [&] { place(group->rank(), 0, B * cut.local, rows); }, place);
   }
-  const bool has_bias = bias.defined();
   return autograd::record(out, "AllGatherLinearBackward", {x, weight, bias},
-                          [group, chunks, tally, cut, B, C, N, rows, weight, has_bias](const Tensor& g) {
+                          [group, chunks, tally, cut, B, C, N, rows, weight, bias](const Tensor& g) {
     NoGradGuard no_grad;
     // The whole input again, for the weight's gradient: keeping only this rank's tokens between the
     // passes is what saves the memory (Korthikanti et al. §4.2.2); the gather travels while the
@@ -253,6 +267,11 @@ Tensor all_gather_linear(const Tensor& x, const Tensor& weight, const Tensor& bi
       const int64_t at = gathered_row(world, q, k0, n);
       return dy_gathered.slice(0, at, at + n);
     };
+    auto weight_grads = [input, dy_gathered, dy, tally, has_bias = bias.defined()] {
+      for (int64_t k = 0; k < input.chunks; ++k) wait_chunk(input, k, tally);
+      return std::pair{matmul(transpose(dy_gathered, 0, 1), input.gathered), has_bias ? sum(dy, Shape{0}) : Tensor()};
+    };
+    const bool deferred = deferred_to_w_pass(weight, bias, weight_grads);
     Tensor dw, db;
     Tensor dx = reduce_scatter_in_chunks(R, C, *group, chunks, tally, [&](int q, int64_t k0, int64_t n) {
       return matmul(rows_of(q, k0, n), weight);  // (n, C): this rank's part of rank q's input gradient
@@ -260,34 +279,32 @@ Tensor all_gather_linear(const Tensor& x, const Tensor& weight, const Tensor& bi
       Tensor own = Tensor::empty({R, C});
       for (int64_t k = 0; k < K; ++k) {
         auto [k0, k1] = chunk_of(R, K, k);
-        Tensor rows = own.slice(0, k0, k1);
-        copy_(rows, matmul(rows_of(rank, k0, k1 - k0), weight));
+        Tensor own_rows = own.slice(0, k0, k1);
+        copy_(own_rows, matmul(rows_of(rank, k0, k1 - k0), weight));
       }
       return own;
     }, [&] {
-      for (int64_t k = 0; k < input.chunks; ++k) wait_chunk(input, k, tally);
-      dw = matmul(transpose(dy_gathered, 0, 1), input.gathered);
-      if (has_bias) db = sum(dy, Shape{0});
+      if (!deferred) std::tie(dw, db) = weight_grads();
     });
     return std::vector<Tensor>{dx.view({B, cut.local, C}), dw, db};
-  }, autograd::Saves::Nothing);
+  });
 }
 
 Tensor linear_reduce_scatter(const Tensor& x, const Tensor& weight, const dist::ProcessGroupPtr& group, int64_t chunks) {
   check_sequence_input(x, group, "linear_reduce_scatter", "the whole sequence");
-  const int64_t B = x.shape()[0], K = x.shape()[2], C = weight.shape()[0];
-  TESSERA_CHECK(weight.dim() == 2 && weight.shape()[1] == K, "[linear_reduce_scatter] weight ",
-                shape_str(weight.shape()), " does not take inputs of ", K, " features");
+  const int64_t B = x.shape()[0], in = x.shape()[2], C = weight.shape()[0];
+  TESSERA_CHECK(weight.dim() == 2 && weight.shape()[1] == in, "[linear_reduce_scatter] weight ",
+                shape_str(weight.shape()), " does not take inputs of ", in, " features");
   const TokenCut cut = cut_of_whole(x.shape()[1], *group, "linear_reduce_scatter");
   SequenceCommTally* tally = tally_now;
   Tensor whole_x, out;
   {
     NoGradGuard no_grad;
-    whole_x = contiguous(x).view({B * cut.length, K});
+    whole_x = contiguous(x).view({B * cut.length, in});
     // This rank's part of the output of rank q's rows: its input features of those rows, projected.
     auto part = [&](int q, int64_t k0, int64_t n) {
-      Tensor x_rows = Tensor::empty({n, K});
-      whole_to_rows(whole_x.data<float>(), x_rows.data<float>(), K, cut, q, k0, n);
+      Tensor x_rows = Tensor::empty({n, in});
+      whole_to_rows(whole_x.data<float>(), x_rows.data<float>(), in, cut, q, k0, n);
       return linear(x_rows, weight, Tensor());  // (n, C)
     };
     out = reduce_scatter_in_chunks(B * cut.local, C, *group, chunks, tally, part,
@@ -295,21 +312,22 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& weight, const dist::
               .view({B, cut.local, C});
   }
   return autograd::record(out, "LinearReduceScatterBackward", {x, weight},
-                          [group, chunks, tally, cut, B, K, C, whole_x, weight](const Tensor& g) {
+                          [group, chunks, tally, cut, B, in, C, whole_x, weight](const Tensor& g) {
     NoGradGuard no_grad;
-    Tensor dx = Tensor::empty({B * cut.length, K});
+    Tensor dx = Tensor::empty({B * cut.length, in});
     Tensor dy = Tensor::empty({B * cut.length, C});  // the gathered output gradient, for the weight's
     const Tensor rows = contiguous(g).view({B * cut.local, C});
     // Each rank's rows of the gathered output gradient and of the input gradient.
     auto place = [&](int q, int64_t k0, int64_t n, const Tensor& dy_rows) {
       rows_to_whole(dy_rows.data<float>(), dy.data<float>(), C, cut, q, k0, n);
-      const Tensor d = contiguous(matmul(dy_rows, weight));  // (n, K)
-      rows_to_whole(d.data<float>(), dx.data<float>(), K, cut, q, k0, n);
+      const Tensor d = contiguous(matmul(dy_rows, weight));  // (n, in)
+      rows_to_whole(d.data<float>(), dx.data<float>(), in, cut, q, k0, n);
     };
     gather_in_chunks(rows, *group, chunks, tally, [&] { place(group->rank(), 0, B * cut.local, rows); }, place);
-    Tensor dw = matmul(transpose(dy, 0, 1), whole_x);
-    return std::vector<Tensor>{dx.view({B, cut.length, K}), dw};
-  }, autograd::Saves::Nothing);
+    auto weight_grads = [dy, whole_x] { return std::pair{matmul(transpose(dy, 0, 1), whole_x), Tensor()}; };
+    const Tensor dw = deferred_to_w_pass(weight, Tensor(), weight_grads) ? Tensor() : weight_grads().first;
+    return std::vector<Tensor>{dx.view({B, cut.length, in}), dw};
+  });
 }
 
 Tensor sequence_parallel_dropout(const Tensor& x, float p, bool training, const dist::ProcessGroupPtr& group) {
@@ -323,6 +341,11 @@ Tensor sequence_parallel_dropout(const Tensor& x, float p, bool training, const 
     mask = contiguous(whole.slice(1, rank * local, (rank + 1) * local));
   }
   return mul(x, mask);
+}
+
+Tensor dropout_of(nn::Dropout& drop, const Tensor& y, const SequenceParallel& sequence,
+                  const dist::ProcessGroupPtr& group) {
+  return sequence.enabled ? sequence_parallel_dropout(y, drop.p, drop.is_training(), group) : drop.forward(y);
 }
 
 void sum_partial_gradients(const std::vector<Tensor>& parameters, dist::ProcessGroup& group) {
@@ -343,8 +366,10 @@ void sum_partial_gradients(const std::vector<Tensor>& parameters, dist::ProcessG
   }
   group.blocking_allreduce(flat, dist::ReduceOp::Sum);
   int64_t at = 0;
-  for (Tensor p : parameters) {
-    p.set_grad(clone(flat.slice(0, at, at + p.numel()).view(p.shape())));
+  for (Tensor p : parameters) {  // in place where a contiguous gradient exists (it may be a bucket's slot)
+    Tensor g = p.grad();
+    if (!g.defined() || !g.is_contiguous()) p.set_grad(g = Tensor::empty(p.shape()));
+    std::copy_n(flat.data<float>() + at, p.numel(), g.data<float>());
     at += p.numel();
   }
 }

@@ -1,16 +1,17 @@
 // Sequence parallelism for the tensor-parallel transformer (Korthikanti et al. 2022, "Reducing
 // activation recomputation in large transformer models", §4.2.2; Megatron's --sequence-parallel).
 // Outside the tensor-parallel regions (LayerNorms, dropout, residual adds) each rank of the group
-// holds only its tokens [T·r/world, T·(r+1)/world) of every sequence, (B, T/world, C), so those
-// activations take 1/world of the memory and compute. Megatron's two all-reduces per layer become an
+// holds only its tokens [T·r/world, T·(r+1)/world) of every sequence, (B, T/world, C), so the
+// activations kept there take 1/world of the memory. Each of Megatron's all-reduces becomes an
 // all-gather of the tokens on the way into a column-parallel Linear and a reduce-scatter over the
-// tokens on the way out of a row-parallel one: the same bytes, now cut into pieces.
+// tokens on the way out of a row-parallel one: the same bytes, now in pieces that can overlap.
 //
 // Those pieces let the communication hide behind the matmuls (a "collective matmul", Wang et al.
 // 2023, "Overlap communication with dependent computation via decomposition in large deep learning
 // models"). The local rows are cut in `chunks`; every chunk's all-gather is queued at once on the
-// group's worker thread, and chunk k's rows are multiplied while chunk k+1's are still on the wire.
-// On the way out chunk k's reduce-scatter travels while chunk k+1's rows are computed. The backward
+// group's worker thread, this rank's own rows are multiplied first, and each chunk's rows as it
+// arrives. On the way out chunk k's reduce-scatter travels while chunk k+1's rows are computed, and
+// this rank's own part last. The backward
 // of each is the other: all_gather_linear's input gradient leaves by reduce-scatter, and
 // linear_reduce_scatter's output gradient arrives by all-gather. chunks = 1 is the plain sequence
 // (communicate, then compute), the reference for what the overlap hides.
@@ -25,6 +26,7 @@
 
 #include "tessera/core/tensor.h"
 #include "tessera/dist/process_group.h"
+#include "tessera/nn/layers.h"
 
 namespace tessera::parallel::tensor {
 
@@ -71,6 +73,11 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& weight, const dist::
 // draw: every rank draws the same mask (ranks are seeded alike) and keeps its own tokens' part, so
 // the ranks' masks are independent, as one process's are.
 Tensor sequence_parallel_dropout(const Tensor& x, float p, bool training, const dist::ProcessGroupPtr& group);
+
+// A layer's dropout `drop` of its output y: on this rank's tokens with the whole tensor's mask under
+// sequence parallelism, else as the layer would.
+Tensor dropout_of(nn::Dropout& drop, const Tensor& y, const SequenceParallel& sequence,
+                  const dist::ProcessGroupPtr& group);
 
 // Adds each parameter's gradient up over `group`, in one all-reduce (a missing gradient counts as
 // zeros and is made).

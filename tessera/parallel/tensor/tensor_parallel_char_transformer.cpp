@@ -85,6 +85,9 @@ Tensor TensorParallelCharTransformer::full_logits(const Tensor& ids) {
 
 std::vector<int64_t> TensorParallelCharTransformer::generate(std::vector<int64_t> ids, int64_t count,
                                                              float temperature, int64_t top_k, Generator& gen) {
+  TESSERA_CHECK(!sequence_.enabled, "[TensorParallelCharTransformer] generate feeds windows of every length, which "
+                "sequence parallelism cannot cut over the group; sample from a model built without it, or from the "
+                "checkpoint with `tessera generate`");
   return nn::generate_tokens(*this, [this](const Tensor& window) { return full_logits(window); }, config.context,
                              std::move(ids), count, temperature, top_k, gen);
 }

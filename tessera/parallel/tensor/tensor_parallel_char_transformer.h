@@ -67,7 +67,8 @@ class TensorParallelCharTransformer : public nn::Module {
   Tensor loss(const Tensor& ids, const Tensor& targets);
   // The gathered logits (B, T, vocab), for evaluation and generation.
   Tensor full_logits(const Tensor& ids);
-  // As CharTransformer::generate, on every rank alike (the same generator state gives the same tokens).
+  // As CharTransformer::generate, on every rank alike (the same generator state gives the same tokens);
+  // not under sequence parallelism (its windows take every length).
   std::vector<int64_t> generate(std::vector<int64_t> prompt, int64_t count, float temperature, int64_t top_k,
                                 Generator& gen);
   // The embedding (prefix ""), block i ("h.i."), the head (""), sharing this model's parameters.

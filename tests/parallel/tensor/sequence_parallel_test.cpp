@@ -207,6 +207,7 @@ TEST_P(SequenceParallelGpt, TrainsLikeTheFullModel) {
   testing::run_on_threads(world, threaded(world), [&](dist::ProcessGroup& g) {
     TensorParallelCharTransformer model(start, borrow(g), SequenceParallel{true, chunks});
     EXPECT_EQ(model.token_parameters().size(), 2u * 6 + 2);  // per block ln_1, ln_2 (2 each), 2 biases; ln_f
+    EXPECT_TRUE(TensorParallelCharTransformer(start, borrow(g)).token_parameters().empty());  // none without it
     optim::Adam opt(model.parameters(), adam);
     SequenceCommTally tally;
     for (int s = 0; s < kSteps; ++s) {
