@@ -41,7 +41,7 @@ if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" \
     -E "LongTier|MultiHost|SlurmCluster"
   # ThreadSanitizer on the code that runs its own threads (loader, allocator, store, launcher,
-  # process groups, DDP, parameter servers, pipeline stages and tensor-parallel groups as threads,
+  # process groups, DDP, parameter servers, pipeline stages and tensor- and sequence-parallel groups as threads,
   # the serving batcher). Worlds of 2 and 3 threads check the collectives' threading; 4 and 8 took two
   # minutes more here for nothing new (the other passes run them).
   # libgomp is not instrumented, so tests whose ops run on the OpenMP team would report false races;
@@ -51,5 +51,5 @@ if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   # The process group (worker and watchdog threads), DDP and its hooks run on the threaded backend.
   OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" \
     ctest --test-dir build-tsan --output-on-failure -j "$jobs" -E "LongTier|DdpTraining|PsTraining|MultiHost|SlurmCluster|world_4|world_8" \
-    -R "ShmPointToPoint|ShmSymmetric|DynamicBatcher|DataLoader|Sampler|CpuAllocator|Trainer\.ResumedRun|HashStore|PrefixStore|TcpStore|StoreConformance|StoreFromEnv|KeyValueTable|Launch|ProcessGroup|Ddp|CommHook|SyncBatchNorm|ThreadedCollectives|TcpCollectives|TcpSubgroups|TcpAllreduce|TcpMesh|HierarchicalCollectives|AllReduceSum|Ps(ShardPlan|SyncEquals|Sparse|Bounded|Faults|Checkpoint|Protocol)|Pipeline|DeviceMesh|TensorParallel|ModelParallel(Layouts|Trainer)"
+    -R "ShmPointToPoint|ShmSymmetric|DynamicBatcher|DataLoader|Sampler|CpuAllocator|Trainer\.ResumedRun|HashStore|PrefixStore|TcpStore|StoreConformance|StoreFromEnv|KeyValueTable|Launch|ProcessGroup|Ddp|CommHook|SyncBatchNorm|ThreadedCollectives|TcpCollectives|TcpSubgroups|TcpAllreduce|TcpMesh|HierarchicalCollectives|AllReduceSum|Ps(ShardPlan|SyncEquals|Sparse|Bounded|Faults|Checkpoint|Protocol)|Pipeline|DeviceMesh|TensorParallel|SequenceParallel|ModelParallel(Layouts|Trainer)"
 fi
