@@ -47,6 +47,13 @@ double ContextParallelism::mean_over_group(double value) const {
   return static_cast<double>(t.to_vector<float>()[0]) / ranks_;
 }
 
+void ContextParallelism::count_groups_once(EvalSums& sums) const {
+  sums.loss_sum /= ranks_;
+  sums.samples /= ranks_;
+  sums.weight /= ranks_;
+  sums.correct /= ranks_;
+}
+
 std::string ContextParallelism::describe() const {
   const int first = replica() * ranks_;
   return "context group " + std::to_string(replica()) + " of " + std::to_string(replicas()) + " (ranks " +

@@ -13,6 +13,7 @@
 #include "tessera/dist/process_group.h"
 #include "tessera/nn/module.h"
 #include "tessera/parallel/context/layout.h"
+#include "tessera/train/strategy.h"
 
 namespace tessera::train {
 
@@ -26,6 +27,9 @@ class ContextParallelism {
   data::Batch part_of(const data::Batch& batch) const;
   // The mean of the group's values (each rank's loss over its tokens -> the loss over the batch).
   double mean_over_group(double value) const;
+  // Evaluation sums added up over the job count each batch once per rank of a group (each rank with
+  // the mean loss of its tokens): divides them back to one replica's.
+  void count_groups_once(EvalSums& sums) const;
   int ranks() const { return ranks_; }
   int replica() const { return world_->rank() / ranks_; }
   int replicas() const { return world_->size() / ranks_; }

@@ -31,12 +31,14 @@ std::unique_ptr<Strategy> make_strategy(const TrainConfig& config, StrategyEnvir
     return std::make_unique<MeshStrategy>(config, env.group, env.train_set);
   if (env.group && env.group->size() > 1) {
     if (config.distributed.local_sgd > 0) return std::make_unique<LocalSgdStrategy>(config, env.group);
-    if (config.distributed.strategy == "zero") return std::make_unique<ZeroStrategy>(config, env.group);
+    if (config.distributed.strategy == "zero")
+      return config.parallel.cp > 1 ? std::make_unique<ContextParallel<ZeroStrategy>>(config, env.group)
+                                    : std::make_unique<ZeroStrategy>(config, env.group);
     if (config.distributed.strategy == "hsdp")
       return std::make_unique<ZeroStrategy>(config, env.group,
                                             parallel::zero::make_hybrid_groups(env.group, hsdp_shard_size(config)));
     if (config.parallel.ep > 1) return std::make_unique<ExpertParallelStrategy>(config, env.group);
-    if (config.parallel.cp > 1) return std::make_unique<ContextParallelStrategy>(config, env.group);
+    if (config.parallel.cp > 1) return std::make_unique<ContextParallel<DdpStrategy>>(config, env.group);
     return std::make_unique<DdpStrategy>(config, env.group);
   }
   TESSERA_CHECK(config.parallel.ep == 1 && config.parallel.cp == 1, "[train] parallel.ep = ", config.parallel.ep,

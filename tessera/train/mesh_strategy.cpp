@@ -259,13 +259,7 @@ void MeshStrategy::sum_over_job(EvalSums& sums) {
   sums.correct = static_cast<int64_t>(s[1]);
   sums.weight = static_cast<int64_t>(s[2]);
   sums.samples = static_cast<int64_t>(s[3]);
-  if (context_) {  // every rank of a context group counted the whole batch, with its tokens' mean loss
-    const int n = context_->ranks();
-    sums.loss_sum /= n;
-    sums.samples /= n;
-    sums.weight /= n;
-    sums.correct /= n;
-  }
+  if (context_) context_->count_groups_once(sums);
 }
 
 nn::StateDict MeshStrategy::stage_full_state() {

@@ -16,7 +16,7 @@
 // context group that reads one batch and cuts every sequence over its ranks (context_parallelism.h);
 // the whole model is spread over the group before it is cut, so every layer, tensor-parallel shard
 // and pipeline stage attends across it. The data-parallel average over the groups' ranks is then the
-// mean over every token, as under ContextParallelStrategy.
+// mean over every token, as under ContextParallel<DdpStrategy>.
 // Checkpoints: the stages' leaders send their parameters, gathered from their tensor-parallel
 // shards, to world rank 0, which writes the whole model under its single-process names, so
 // `tessera eval` and `tessera generate` read it as any other checkpoint. The optimizer's state goes

@@ -1,7 +1,8 @@
 // Context parallelism (parallel.cp) by `tessera train --nproc N`: each sequence cut over N ranks,
 // attention by ring or by Ulysses' head exchange, against one process training on the whole
 // sequences: the loss of every one of 100 steps within 1e-5 relative at CP = 2 and 4, and the
-// parameters within 1e-5 after 20 steps at CP = 2 × DP = 2; a CP checkpoint resumes in one process.
+// parameters within 1e-5 after 20 steps at CP = 2 × DP = 2 (under DDP and ZeRO-3); a CP checkpoint
+// resumes in one process.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -60,6 +61,20 @@ TEST(ContextParallelTraining, EveryStepsLossEqualsOneProcessAndTheParametersToo)
     EXPECT_LT(worst, 1e-5) << "cp " << cp << " " << attention << ": the loss over 100 steps";
     EXPECT_LT(tessera::testing::max_state_difference(single, spread), 1e-4) << "cp " << cp << " " << attention;
   }
+}
+
+// Under ZeRO (TorchTitan's FSDP with context parallelism): stage 3 shards the parameters over all four
+// ranks, two context groups of two read the batches; the result is one process's.
+TEST(ContextParallelTraining, UnderZeroStage3EqualsOneProcess) {
+  const std::string dir = tessera::testing::fresh_dir("context_parallel", "zero");
+  const std::string config = write_cp_config(dir, 20);
+  nn::StateDict single = train(config, dir + "/single", 1);
+  nn::StateDict sharded = train(config, dir + "/cp2zero3", 4, "--set parallel.cp=2 --set distributed.strategy=zero "
+                                                               "--set distributed.zero_stage=3");
+  EXPECT_LT(tessera::testing::max_state_difference(single, sharded), 1e-5);
+  const std::string log = tessera::testing::read_text(dir + "/cp2zero3.log");
+  EXPECT_NE(log.find("zero stage 3: 8032 parameters in 4 units, each cut into 4 pieces; context group 0 of 2 "
+                     "(ranks 0-1)"), std::string::npos) << log;
 }
 
 TEST(ContextParallelTraining, WithDataParallelReplicasEqualsOneProcessAndResumesInOne) {
