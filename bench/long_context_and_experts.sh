@@ -6,7 +6,9 @@
 #   2. the mixture of experts (4 layers, width 128, 8 experts, top 2) beside the dense GPT, under DDP,
 #      ZeRO-3 and parallel.ep = 2, 2 ranks, batch 32 each: tokens/s, peak memory per rank, and the
 #      all-to-all's time in the step with expert parallelism;
-#   3. `tessera bench comm --op alltoall` at the size of the experts' all-to-all, in the same run.
+#   3. `tessera bench comm --op alltoall` at the size of the experts' all-to-all, in the same run;
+#   4. context parallelism inside the mesh: TP = 2 and PP = 2 with and without CP = 2 (and sequence
+#      parallelism) at 1024 tokens: peak memory per rank and tokens/s.
 # Usage: bench/long_context_and_experts.sh [TESSERA_BINARY]   (about 5 minutes on 2 cores)
 set -euo pipefail
 tessera=${1:-build/tessera}
@@ -33,6 +35,20 @@ for layout in "1 256 ring" "1 512 ring" "1 1024 ring" "2 512 ring" "2 1024 ring"
     --set train.global_batch_size=8 --set train.max_steps=6 --set train.log_every=1 --set train.output_dir="$out" \
     >"$out.log" 2>&1
   echo "cp=$cp context=$context $attention $(last_step "$out" peak_allocated_bytes tokens_per_s)"
+done
+
+echo "# context parallelism inside the mesh: the GPT of 2 layers, width 64, context 1024, 4 sequences a step"
+for layout in "tp2|2|--set parallel.tp=2" "tp2cp2|4|--set parallel.tp=2 --set parallel.cp=2" \
+              "tp2cp2sp|4|--set parallel.tp=2 --set parallel.cp=2 --set parallel.sequence_parallel=true" \
+              "pp2|2|--set parallel.pp=2 --set parallel.microbatches=2" \
+              "pp2cp2|4|--set parallel.pp=2 --set parallel.cp=2 --set parallel.microbatches=2"; do
+  IFS='|' read -r name nproc extra <<<"$layout"
+  out="$work/mesh-$name"
+  # shellcheck disable=SC2086
+  "$tessera" train examples/char_lm.toml --nproc "$nproc" $extra --set model.layers=2 --set model.embed_dim=64 \
+    --set model.context=1024 --set model.dropout=0 --set train.batch_size=4 --set train.max_steps=8 \
+    --set train.log_every=1 --set train.output_dir="$out" >"$out.log" 2>&1
+  echo "$name $(last_step "$out" peak_allocated_bytes tokens_per_s)"
 done
 
 echo "# mixture of experts, 2 ranks"
