@@ -65,9 +65,14 @@ const nn::NamedMixtures& LocalStrategy::mixtures() const {
   return *mixtures_;
 }
 
+int64_t record_peak_allocated_bytes(nlohmann::json& record) {
+  const auto peak = static_cast<int64_t>(cpu_allocator::peak_allocated_bytes());
+  record["peak_allocated_bytes"] = peak;
+  return peak;
+}
+
 void LocalStrategy::add_step_metrics(nlohmann::json& record) const {
-  // This process's most live tensor bytes so far (what context parallelism's cut sequence saves).
-  record["peak_allocated_bytes"] = static_cast<int64_t>(cpu_allocator::peak_allocated_bytes());
+  record_peak_allocated_bytes(record);
   const nn::NamedMixtures& mixtures = this->mixtures();
   if (mixtures.empty() || mixtures.front().second->last_routing().choices == 0) return;
   // Over the mixtures (layers): the balancing loss summed, dropped choices as a share of all, the

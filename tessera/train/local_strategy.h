@@ -52,5 +52,8 @@ class LocalStrategy : public Strategy {
 int64_t max_over_job(dist::ProcessGroup& group, int64_t value);
 // Adds `sums` over `group` (counts as int64, the loss as float32: 7 digits are plenty for a report).
 void sum_eval_over(dist::ProcessGroup& group, EvalSums& sums);
+// Puts this process's most live tensor bytes so far into a step record as "peak_allocated_bytes"
+// (what context and sequence parallelism, ZeRO and pipelines save), and returns them.
+int64_t record_peak_allocated_bytes(nlohmann::json& record);
 
 }  // namespace tessera::train

@@ -5,7 +5,6 @@
 #include <set>
 #include <sstream>
 
-#include "tessera/core/cpu_allocator.h"
 #include "tessera/data/data_loader.h"
 #include "tessera/data/sampler.h"
 #include "tessera/nn/char_transformer.h"
@@ -476,8 +475,7 @@ void MeshStrategy::add_step_metrics(nlohmann::json& record) const {
   record["bubble_fraction"] = last_step_.bubble_fraction();
   record["peak_activations"] = last_step_.peak_activations;
   record["pipeline_bytes_sent"] = last_step_.bytes_sent;
-  // This process's most live tensor bytes so far (what sequence parallelism's cut tokens save).
-  record["peak_allocated_bytes"] = static_cast<int64_t>(cpu_allocator::peak_allocated_bytes());
+  record_peak_allocated_bytes(record);
   if (config_.parallel.sequence_parallel) {
     // The compute thread's waits on the sequence-parallel collectives: with tp_overlap_chunks = 1 all
     // of their time, with more the part the matmuls did not hide.

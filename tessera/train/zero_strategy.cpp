@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "tessera/core/cpu_allocator.h"
 #include "tessera/parallel/zero/sharded_checkpoint.h"
 #include "tessera/train/expert_parallelism.h"
 
@@ -85,8 +84,7 @@ void ZeroStrategy::add_step_metrics(nlohmann::json& record) const {
   record["zero_parameter_bytes"] = m.parameters;
   record["zero_gradient_bytes"] = m.gradients;
   record["zero_optimizer_state_bytes"] = m.optimizer_state;
-  const int64_t peak = static_cast<int64_t>(cpu_allocator::peak_allocated_bytes());
-  record["peak_allocated_bytes"] = peak;
+  const int64_t peak = record_peak_allocated_bytes(record);
   // The fourth category of the peak: activations, and what is in flight at the peak (a unit's
   // gradients being reduced, stage 3's gathered units) — as `tessera bench zero`'s "activ.+".
   record["zero_activation_peak_bytes"] = std::max<int64_t>(0, peak - m.total());
