@@ -279,10 +279,11 @@ void check_experts_and_context(const TrainConfig& c) {
                   " with Ulysses: model.heads (", c.model.heads, ") must be a multiple of it (each rank attends "
                   "with whole heads)");
     const std::string& s = c.distributed.strategy;
-    TESSERA_CHECK((s == "ddp" || s == "zero" || s == "mesh") && c.distributed.local_sgd == 0 && c.parallel.ep == 1,
-                  "[config] parallel.cp needs distributed.strategy = 'ddp' or 'zero' (context parallelism over the "
-                  "data-parallel ranks, also inside the mesh of parallel.pp / tp), without parallel.ep or local SGD "
-                  "(not yet)");
+    TESSERA_CHECK((s == "ddp" || s == "zero" || s == "hsdp" || s == "mesh") && c.distributed.local_sgd == 0 &&
+                      c.parallel.ep == 1,
+                  "[config] parallel.cp needs distributed.strategy = 'ddp', 'zero' or 'hsdp' (context parallelism "
+                  "over the data-parallel ranks, also inside the mesh of parallel.pp / tp), without parallel.ep or "
+                  "local SGD (not yet)");
   }
   if (c.parallel.ep == 1) return;
   TESSERA_CHECK(m.experts > 0 && m.experts % c.parallel.ep == 0, "[config] parallel.ep = ", c.parallel.ep,

@@ -1,5 +1,5 @@
-// ContextParallel<Base> (parallel.cp = N): a data-parallel strategy (DDP, or ZeRO as TorchTitan pairs
-// FSDP with context parallelism) whose replicas are groups of N ranks, each rank of a group holding
+// ContextParallel<Base> (parallel.cp = N): a data-parallel strategy (DDP, or ZeRO / HSDP as TorchTitan
+// pairs FSDP with context parallelism) whose replicas are groups of N ranks, each rank of a group holding
 // T/N tokens of every sequence the group reads (context_parallelism.h holds the groups and the cut;
 // parallel/context the attention across it). The base averages the gradients over the world as it
 // would anyway: each rank's loss is the mean over its tokens, the same number on every rank, so the
@@ -15,8 +15,10 @@ template <typename Base>
 class ContextParallel : public Base {
  public:
   // Collective over `group`: the context groups are made here, before the trainer reads the shares.
-  ContextParallel(const TrainConfig& config, dist::ProcessGroupPtr group)
-      : Base(config, group),
+  // `more` goes to the base after the config and the group (HSDP's hybrid groups).
+  template <typename... More>
+  ContextParallel(const TrainConfig& config, dist::ProcessGroupPtr group, More&&... more)
+      : Base(config, group, std::forward<More>(more)...),
         context_(group, static_cast<int>(config.parallel.cp),
                  parallel::context::context_attention(config.parallel.cp_attention)) {}
   // A group is one replica: it reads one share of each batch.

@@ -34,9 +34,12 @@ std::unique_ptr<Strategy> make_strategy(const TrainConfig& config, StrategyEnvir
     if (config.distributed.strategy == "zero")
       return config.parallel.cp > 1 ? std::make_unique<ContextParallel<ZeroStrategy>>(config, env.group)
                                     : std::make_unique<ZeroStrategy>(config, env.group);
-    if (config.distributed.strategy == "hsdp")
-      return std::make_unique<ZeroStrategy>(config, env.group,
-                                            parallel::zero::make_hybrid_groups(env.group, hsdp_shard_size(config)));
+    if (config.distributed.strategy == "hsdp") {
+      auto hybrid = parallel::zero::make_hybrid_groups(env.group, hsdp_shard_size(config));
+      if (config.parallel.cp > 1)
+        return std::make_unique<ContextParallel<ZeroStrategy>>(config, env.group, std::move(hybrid));
+      return std::make_unique<ZeroStrategy>(config, env.group, std::move(hybrid));
+    }
     if (config.parallel.ep > 1) return std::make_unique<ExpertParallelStrategy>(config, env.group);
     if (config.parallel.cp > 1) return std::make_unique<ContextParallel<DdpStrategy>>(config, env.group);
     return std::make_unique<DdpStrategy>(config, env.group);

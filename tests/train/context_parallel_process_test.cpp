@@ -64,7 +64,8 @@ TEST(ContextParallelTraining, EveryStepsLossEqualsOneProcessAndTheParametersToo)
 }
 
 // Under ZeRO (TorchTitan's FSDP with context parallelism): stage 3 shards the parameters over all four
-// ranks, two context groups of two read the batches; the result is one process's.
+// ranks (or, hybrid, over pairs of them), two context groups of two read the batches; the result is
+// one process's.
 TEST(ContextParallelTraining, UnderZeroStage3EqualsOneProcess) {
   const std::string dir = tessera::testing::fresh_dir("context_parallel", "zero");
   const std::string config = write_cp_config(dir, 20);
@@ -75,6 +76,10 @@ TEST(ContextParallelTraining, UnderZeroStage3EqualsOneProcess) {
   const std::string log = tessera::testing::read_text(dir + "/cp2zero3.log");
   EXPECT_NE(log.find("zero stage 3: 8032 parameters in 4 units, each cut into 4 pieces; context group 0 of 2 "
                      "(ranks 0-1)"), std::string::npos) << log;
+  // Hybrid: ZeRO-3 inside pairs of ranks, the pairs' copies kept equal.
+  nn::StateDict hybrid = train(config, dir + "/cp2hsdp", 4, "--set parallel.cp=2 --set distributed.strategy=hsdp "
+                                                             "--set distributed.zero_stage=3 --set distributed.hsdp_shard_size=2");
+  EXPECT_LT(tessera::testing::max_state_difference(single, hybrid), 1e-5);
 }
 
 TEST(ContextParallelTraining, WithDataParallelReplicasEqualsOneProcessAndResumesInOne) {
