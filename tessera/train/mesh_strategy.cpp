@@ -156,8 +156,8 @@ Tensor MeshStrategy::loss_of(const Tensor& output, const Tensor& targets) const 
 double MeshStrategy::forward_backward(const data::Batch& batch) {
   stage_->set_loss_scale(loss_scale_);
   parallel::tensor::TensorParallelWire wire(wire_dtype(config_));
-  sequence_comm_ = {};
-  parallel::tensor::SequenceCommTallyScope tally(&sequence_comm_);
+  tp_comm_ = {};
+  parallel::tensor::TensorParallelCommTallyScope tally(&tp_comm_);
   const data::Batch mine = context_ ? context_->part_of(batch) : batch;  // this rank's tokens of each sequence
   last_step_ = stage_->train_step(mine.inputs, mine.targets);
   // Under sequence parallelism the LayerNorms saw only this rank's tokens: their gradients add up.
@@ -476,12 +476,12 @@ void MeshStrategy::add_step_metrics(nlohmann::json& record) const {
   record["peak_activations"] = last_step_.peak_activations;
   record["pipeline_bytes_sent"] = last_step_.bytes_sent;
   record_peak_allocated_bytes(record);
-  if (config_.parallel.sequence_parallel) {
-    // The compute thread's waits on the sequence-parallel collectives: with tp_overlap_chunks = 1 all
-    // of their time, with more the part the matmuls did not hide.
-    record["tp_comm_exposed_ms"] = 1e3 * sequence_comm_.exposed_seconds;
-    record["tp_comm_calls"] = sequence_comm_.calls;
-    record["tp_comm_bytes"] = sequence_comm_.bytes;
+  if (mesh_->shape().tp > 1) {
+    // The compute thread's time in the tensor-parallel collectives (the token embedding's all-reduce
+    // included): under sequence parallelism with tp_overlap_chunks > 1, the part the matmuls did not hide.
+    record["tp_comm_exposed_ms"] = 1e3 * tp_comm_.exposed_seconds;
+    record["tp_comm_calls"] = tp_comm_.calls;
+    record["tp_comm_bytes"] = tp_comm_.bytes;
   }
 }
 

@@ -117,9 +117,9 @@ class MeshStrategy : public Strategy {
   std::function<nn::StateDict(const nn::NamedLayer&)> gather_layer_;  // tensor-parallel layer -> whole tensors
   std::function<Tensor(const Tensor&, const Tensor&)> tp_loss_;      // vocabulary-parallel cross-entropy
   // Sequence parallelism: this stage's parameters with partial gradients (summed over the
-  // tensor-parallel group after each backward), and what the last step spent on its collectives.
+  // tensor-parallel group after each backward).
   std::vector<Tensor> token_parameters_;
-  parallel::tensor::SequenceCommTally sequence_comm_;
+  parallel::tensor::TensorParallelCommTally tp_comm_;  // what the last step spent on tensor-parallel collectives
   std::unique_ptr<parallel::pipeline::PipelineStage> stage_;
   parallel::pipeline::StepStats last_step_;
   Tensor grad_flat_;  // average_gradients_and_loss's all-reduce buffer

@@ -58,6 +58,9 @@ TEST(ModelParallelProcesses, PipelineAndTensorParallelJobsEqualOneProcess) {
   EXPECT_LT(tessera::testing::worst_relative_error(dp_pp, single), 1e-4);
   nn::StateDict tp = train(config, dir + "/tp2", 2, 8, "--set parallel.tp=2 --set parallel.schedule=gpipe");
   EXPECT_LT(tessera::testing::worst_relative_error(tp, single), 1e-4);
+  // Per micro-batch (2): forward, the embedding's and the 4 projections' all-reduces; backward, those
+  // of qkv, fc (2 layers) and lm_head's input gradients.
+  EXPECT_EQ(tessera::testing::last_step(dir + "/tp2").value("tp_comm_calls", -1), 2 * (5 + 5));
   nn::StateDict interleaved = train(config, dir + "/pp2v2", 2, 8,
                                     "--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2");
   EXPECT_LT(tessera::testing::worst_relative_error(interleaved, single), 1e-4);
@@ -93,9 +96,10 @@ TEST(ModelParallelProcesses, SequenceParallelJobsEqualOneProcess) {
   EXPECT_LT(tessera::testing::worst_relative_error(replicas, single), 1e-4);
   // Per step, forward and backward, per micro-batch (2): qkv, fc (2 layers) and lm_head gather, the 4
   // projections reduce-scatter, in 3 chunks each; the backward gathers those 5 gathered inputs again,
-  // and the embedding's scatter gathers its gradient once.
+  // the embedding's scatter gathers its gradient once, and the vocabulary-parallel embedding
+  // all-reduces once.
   const nlohmann::json step = tessera::testing::last_step(dir + "/sp");
-  EXPECT_EQ(step.value("tp_comm_calls", -1), 2 * ((2 * (2 * 4 + 1) + 5) * 3 + 1)) << step.dump();
+  EXPECT_EQ(step.value("tp_comm_calls", -1), 2 * ((2 * (2 * 4 + 1) + 5) * 3 + 2)) << step.dump();
   EXPECT_GT(step.value("tp_comm_bytes", 0), 0) << step.dump();
   EXPECT_GE(step.value("tp_comm_exposed_ms", -1.0), 0.0) << step.dump();
   EXPECT_FALSE(tessera::testing::last_step(dir + "/single").contains("tp_comm_calls"));

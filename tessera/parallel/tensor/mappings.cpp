@@ -1,5 +1,7 @@
 #include "tessera/parallel/tensor/mappings.h"
 
+#include <chrono>
+
 #include "tessera/autograd/node.h"
 #include "tessera/ops/ops.h"
 #include "tessera/parallel/functional.h"
@@ -57,8 +59,29 @@ Tensor last_dim_part(const Tensor& x, int64_t begin, int64_t end) {
 }
 
 thread_local DType wire_now = DType::Float32;
+thread_local TensorParallelCommTally* tally_now = nullptr;
+
+// summed_over_ranks, its time and bytes added to `tally` (where given).
+Tensor summed_and_counted(const Tensor& x, dist::ProcessGroup& group, DType wire, TensorParallelCommTally* tally) {
+  const auto start = std::chrono::steady_clock::now();
+  Tensor y = summed_over_ranks(x, group, wire);
+  if (tally) {
+    tally->exposed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    tally->bytes += x.numel() * static_cast<int64_t>(dtype_size(wire));
+    tally->calls += 1;
+  }
+  return y;
+}
 
 }  // namespace
+
+TensorParallelCommTallyScope::TensorParallelCommTallyScope(TensorParallelCommTally* tally) : previous_(tally_now) {
+  tally_now = tally;
+}
+
+TensorParallelCommTallyScope::~TensorParallelCommTallyScope() { tally_now = previous_; }
+
+TensorParallelCommTally* tensor_parallel_tally() { return tally_now; }
 
 TensorParallelWire::TensorParallelWire(DType wire) : previous_(wire_now) {
   check_wire_dtype(wire, "[tensor parallel] activations");
@@ -90,14 +113,16 @@ Tensor copy_to_tensor_parallel_region(const Tensor& x, const dist::ProcessGroupP
     y = x.detach();  // the identity; the record below gives it its own node
   }
   const DType wire = wire_now;
-  return autograd::record(y, "CopyToTensorParallelRegionBackward", {x}, [group, wire](const Tensor& grad) {
-    return std::vector<Tensor>{summed_over_ranks(grad, *group, wire)};
+  TensorParallelCommTally* tally = tally_now;
+  return autograd::record(y, "CopyToTensorParallelRegionBackward", {x}, [group, wire, tally](const Tensor& grad) {
+    return std::vector<Tensor>{summed_and_counted(grad, *group, wire, tally)};
   }, autograd::Saves::Nothing);
 }
 
 Tensor reduce_from_tensor_parallel_region(const Tensor& x, const dist::ProcessGroupPtr& group) {
   check_input(x, group, "reduce_from_tensor_parallel_region");
-  return autograd::record(summed_over_ranks(x, *group, wire_now), "ReduceFromTensorParallelRegionBackward", {x}, [](const Tensor& grad) {
+  return autograd::record(summed_and_counted(x, *group, wire_now, tally_now), "ReduceFromTensorParallelRegionBackward", {x},
+                          [](const Tensor& grad) {
     return std::vector<Tensor>{grad};
   }, autograd::Saves::Nothing);
 }

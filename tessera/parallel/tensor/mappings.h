@@ -43,6 +43,31 @@ class TensorParallelWire {
   DType previous_;
 };
 
+// What a step spent on tensor-parallel communication, as the compute thread saw it: the time it
+// spent issuing and waiting for the collectives (the region mappings' all-reduces, and sequence
+// parallelism's all-gathers and reduce-scatters, whose chunks may hide behind the matmuls), their
+// bytes and count, forward and backward.
+struct TensorParallelCommTally {
+  double exposed_seconds = 0.0;
+  int64_t bytes = 0, calls = 0;
+};
+
+// While open, the tensor-parallel collectives issued on this thread (and their backwards, which keep
+// the tally they were issued under) add to `tally`, which must outlive the backward.
+class TensorParallelCommTallyScope {
+ public:
+  explicit TensorParallelCommTallyScope(TensorParallelCommTally* tally);
+  ~TensorParallelCommTallyScope();
+  TensorParallelCommTallyScope(const TensorParallelCommTallyScope&) = delete;
+  TensorParallelCommTallyScope& operator=(const TensorParallelCommTallyScope&) = delete;
+
+ private:
+  TensorParallelCommTally* previous_;
+};
+
+// The tally open on this thread, or null.
+TensorParallelCommTally* tensor_parallel_tally();
+
 Tensor copy_to_tensor_parallel_region(const Tensor& x, const dist::ProcessGroupPtr& group);
 Tensor reduce_from_tensor_parallel_region(const Tensor& x, const dist::ProcessGroupPtr& group);
 // (..., n_rank) on each rank -> (..., Σ n_r), rank order. The sizes n_r may differ; without

@@ -13,8 +13,6 @@
 namespace tessera::parallel::tensor {
 namespace {
 
-thread_local SequenceCommTally* tally_now = nullptr;
-
 void check_sequence_input(const Tensor& x, const dist::ProcessGroupPtr& group, const char* op, const char* what) {
   TESSERA_CHECK(group != nullptr, "[", op, "] needs a tensor-parallel process group, got null");
   TESSERA_CHECK(x.defined() && x.dtype() == DType::Float32 && x.device().is_cpu() && x.dim() == 3, "[", op,
@@ -63,13 +61,13 @@ void whole_to_rows(const float* whole, float* rows, int64_t width, const TokenCu
 // Both count: the group's worker runs above the compute threads, so a collective issued while the
 // core is busy may run at once and hold the issuing thread off its core until it is done.
 template <typename F>
-void timed(SequenceCommTally* tally, F&& what) {
+void timed(TensorParallelCommTally* tally, F&& what) {
   const auto start = std::chrono::steady_clock::now();
   what();
   if (tally) tally->exposed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void count_call(SequenceCommTally* tally, int64_t bytes) {
+void count_call(TensorParallelCommTally* tally, int64_t bytes) {
   if (!tally) return;
   tally->bytes += bytes;
   tally->calls += 1;
@@ -90,7 +88,7 @@ struct PendingGather {
 };
 
 // Queues the all-gathers of this rank's `rows` (R, width), chunk by chunk; with one chunk, waits.
-PendingGather start_gather(const Tensor& rows, dist::ProcessGroup& group, int64_t chunks, SequenceCommTally* tally) {
+PendingGather start_gather(const Tensor& rows, dist::ProcessGroup& group, int64_t chunks, TensorParallelCommTally* tally) {
   PendingGather p;
   p.rows = rows.shape()[0];
   p.chunks = usable_chunks(chunks, p.rows);
@@ -106,7 +104,7 @@ PendingGather start_gather(const Tensor& rows, dist::ProcessGroup& group, int64_
   return p;
 }
 
-void wait_chunk(const PendingGather& p, int64_t k, SequenceCommTally* tally) {
+void wait_chunk(const PendingGather& p, int64_t k, TensorParallelCommTally* tally) {
   timed(tally, [&] { p.works[k]->wait(); });
 }
 
@@ -115,7 +113,7 @@ void wait_chunk(const PendingGather& p, int64_t k, SequenceCommTally* tally) {
 // which need no communication, while the chunks travel; then theirs(q, k0, n, part) runs on each other
 // rank q's rows [k0, k0 + n) of each chunk as it arrives, while the later chunks still travel. With
 // one chunk nothing overlaps: the gather, then mine, then theirs.
-Tensor gather_in_chunks(const Tensor& rows, dist::ProcessGroup& group, int64_t chunks, SequenceCommTally* tally,
+Tensor gather_in_chunks(const Tensor& rows, dist::ProcessGroup& group, int64_t chunks, TensorParallelCommTally* tally,
                         const std::function<void()>& mine,
                         const std::function<void(int q, int64_t k0, int64_t n, const Tensor& part)>& theirs) {
   PendingGather p = start_gather(rows, group, chunks, tally);
@@ -139,7 +137,7 @@ Tensor gather_in_chunks(const Tensor& rows, dist::ProcessGroup& group, int64_t c
 // while the last chunks travel; the result is what arrived plus mine. With one chunk nothing
 // overlaps: everything is computed, then reduce-scattered.
 Tensor reduce_scatter_in_chunks(int64_t R, int64_t width, dist::ProcessGroup& group, int64_t chunks,
-                                SequenceCommTally* tally, const std::function<Tensor(int q, int64_t k0, int64_t n)>& theirs,
+                                TensorParallelCommTally* tally, const std::function<Tensor(int q, int64_t k0, int64_t n)>& theirs,
                                 const std::function<Tensor()>& mine, const std::function<void()>& meanwhile) {
   const int64_t K = usable_chunks(chunks, R);
   Tensor out = Tensor::empty({R, width});
@@ -196,10 +194,6 @@ bool deferred_to_w_pass(const Tensor& weight, const Tensor& bias,
 
 }  // namespace
 
-SequenceCommTallyScope::SequenceCommTallyScope(SequenceCommTally* tally) : previous_(tally_now) { tally_now = tally; }
-
-SequenceCommTallyScope::~SequenceCommTallyScope() { tally_now = previous_; }
-
 Tensor scatter_to_sequence_parallel_region(const Tensor& x, const dist::ProcessGroupPtr& group) {
   check_sequence_input(x, group, "scatter_to_sequence_parallel_region", "the whole sequence");
   const int64_t B = x.shape()[0], C = x.shape()[2];
@@ -210,7 +204,7 @@ Tensor scatter_to_sequence_parallel_region(const Tensor& x, const dist::ProcessG
     NoGradGuard no_grad;
     mine = contiguous(x.slice(1, rank * cut.local, (rank + 1) * cut.local));
   }
-  SequenceCommTally* tally = tally_now;
+  TensorParallelCommTally* tally = tensor_parallel_tally();
   return autograd::record(mine, "ScatterToSequenceParallelRegionBackward", {x}, [group, cut, B, C, tally](const Tensor& g) {
     NoGradGuard no_grad;
     Tensor whole = Tensor::empty({B, cut.length, C});
@@ -232,7 +226,7 @@ Tensor all_gather_linear(const Tensor& x, const Tensor& weight, const Tensor& bi
   TESSERA_CHECK(weight.dim() == 2 && weight.shape()[1] == C, "[all_gather_linear] weight ", shape_str(weight.shape()),
                 " does not take inputs of ", C, " features");
   const TokenCut cut = cut_of_whole(x.shape()[1] * group->size(), *group, "all_gather_linear");
-  SequenceCommTally* tally = tally_now;
+  TensorParallelCommTally* tally = tensor_parallel_tally();
   Tensor out = Tensor::empty({B, cut.length, N});
   Tensor rows;  // this rank's tokens, kept: the backward gathers them again for the weight's gradient
   {
@@ -296,7 +290,7 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& weight, const dist::
   TESSERA_CHECK(weight.dim() == 2 && weight.shape()[1] == in, "[linear_reduce_scatter] weight ",
                 shape_str(weight.shape()), " does not take inputs of ", in, " features");
   const TokenCut cut = cut_of_whole(x.shape()[1], *group, "linear_reduce_scatter");
-  SequenceCommTally* tally = tally_now;
+  TensorParallelCommTally* tally = tensor_parallel_tally();
   Tensor whole_x, out;
   {
     NoGradGuard no_grad;

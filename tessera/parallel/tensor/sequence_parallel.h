@@ -16,6 +16,9 @@
 // linear_reduce_scatter's output gradient arrives by all-gather. chunks = 1 is the plain sequence
 // (communicate, then compute), the reference for what the overlap hides.
 //
+// Their time, bytes and count go to the open TensorParallelCommTally (mappings.h). With one chunk the
+// time is all of theirs; with more, what the matmuls did not hide.
+//
 // The parameters used on the token shards (the LayerNorms', the row-parallel biases) get partial
 // gradients on each rank: sum_partial_gradients adds them up over the group after the backward.
 // The sequence length must divide by the group's size. Float32 CPU tensors; every rank of `group`
@@ -27,33 +30,13 @@
 #include "tessera/core/tensor.h"
 #include "tessera/dist/process_group.h"
 #include "tessera/nn/layers.h"
+#include "tessera/parallel/tensor/mappings.h"
 
 namespace tessera::parallel::tensor {
 
 struct SequenceParallel {
   bool enabled = false;
   int64_t chunks = 1;  // pieces each all-gather / reduce-scatter is cut into, to overlap with the matmuls
-};
-
-// What a step spent on the sequence-parallel collectives, as the compute thread saw it: the time it
-// spent issuing and waiting for them (with one chunk, all of their time; with more, what the matmuls
-// did not hide), their bytes and count, forward and backward.
-struct SequenceCommTally {
-  double exposed_seconds = 0.0;
-  int64_t bytes = 0, calls = 0;
-};
-
-// While open, the sequence-parallel collectives issued on this thread (and their backwards, which
-// keep the tally they were issued under) add to `tally`, which must outlive the backward.
-class SequenceCommTallyScope {
- public:
-  explicit SequenceCommTallyScope(SequenceCommTally* tally);
-  ~SequenceCommTallyScope();
-  SequenceCommTallyScope(const SequenceCommTallyScope&) = delete;
-  SequenceCommTallyScope& operator=(const SequenceCommTallyScope&) = delete;
-
- private:
-  SequenceCommTally* previous_;
 };
 
 // x (B, T, C), the same on every rank -> this rank's tokens (B, T/world, C). Backward: the token

@@ -209,10 +209,10 @@ TEST_P(SequenceParallelGpt, TrainsLikeTheFullModel) {
     EXPECT_EQ(model.token_parameters().size(), 2u * 6 + 2);  // per block ln_1, ln_2 (2 each), 2 biases; ln_f
     EXPECT_TRUE(TensorParallelCharTransformer(start, borrow(g)).token_parameters().empty());  // none without it
     optim::Adam opt(model.parameters(), adam);
-    SequenceCommTally tally;
+    TensorParallelCommTally tally;
     for (int s = 0; s < kSteps; ++s) {
       opt.zero_grad();
-      SequenceCommTallyScope scope(&tally);
+      TensorParallelCommTallyScope scope(&tally);
       Tensor loss = model.loss(ids[s], targets[s]);
       loss.backward();
       sum_partial_gradients(model.token_parameters(), g);
@@ -220,10 +220,10 @@ TEST_P(SequenceParallelGpt, TrainsLikeTheFullModel) {
       EXPECT_NEAR(loss.item<float>(), want_losses[s], 1e-4f * want_losses[s]) << "step " << s << " rank " << g.rank();
     }
     // Per step and direction: qkv, fc and lm_head gather, the two projections reduce-scatter, in K
-    // chunks each; the backward gathers the inputs of qkv, fc and lm_head again, and the embedding's
-    // scatter gathers its gradient once.
+    // chunks each; the backward gathers the inputs of qkv, fc and lm_head again, the embedding's
+    // scatter gathers its gradient once, and the vocabulary-parallel embedding all-reduces once.
     const int64_t K = std::min<int64_t>(chunks, 2 * 8 / world);
-    EXPECT_EQ(tally.calls, kSteps * ((2 * (2 * 4 + 1) + 2 * 2 + 1) * K + 1));
+    EXPECT_EQ(tally.calls, kSteps * ((2 * (2 * 4 + 1) + 2 * 2 + 1) * K + 2));
     const nn::StateDict got = model.full_state_dict();
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) expect_close(got[i].second, want[i].second, 1e-4f, got[i].first);
