@@ -112,7 +112,7 @@ TEST(MixedPrecisionTraining, Bf16PipelinesAndTensorParallelismSendBf16AndMatchOn
   // The character transformer cut into 2 stages (and 2 data-parallel replicas of them), or split
   // over 2 tensor-parallel ranks: under bf16 the activations and their gradients cross between
   // stages as bf16, the replicas' gradients are all-reduced as bf16, and so are the tensor-parallel
-  // layers' partial sums.
+  // layers' partial sums (and sequence parallelism's gathered and scattered tokens).
   const std::string dir = tessera::testing::fresh_dir("mixed-precision", "pipeline");
   const std::string corpus = dir + "/corpus.txt";
   {
@@ -155,6 +155,13 @@ TEST(MixedPrecisionTraining, Bf16PipelinesAndTensorParallelismSendBf16AndMatchOn
   EXPECT_LT(tp_error, 1e-2);
   EXPECT_LT(tessera::testing::worst_relative_error(tp_fp32, single), 1e-2);
   EXPECT_GT(tessera::testing::max_state_difference(tp, tp_fp32), 0.0);  // the bf16 wire did round
+  // Sequence parallelism's all-gathers and reduce-scatters take the same wire: half the bytes.
+  const std::string sp = "--set parallel.tp=2 --set parallel.sequence_parallel=true ";
+  const nn::StateDict tp_sp = run(dir + "/tp2sp", 2, 8, sp);
+  run(dir + "/tp2sp-fp32", 2, 8, sp + "--set distributed.reduce_dtype=fp32");
+  EXPECT_LT(tessera::testing::worst_relative_error(tp_sp, single), 1e-2);
+  EXPECT_EQ(2 * last_step(dir + "/tp2sp")["tp_comm_bytes"].get<int64_t>(),
+            last_step(dir + "/tp2sp-fp32")["tp_comm_bytes"].get<int64_t>());
   const double bf16_bytes = last_step(dir + "/pp2")["pipeline_bytes_sent"].get<double>();
   const double fp32_bytes = last_step(dir + "/pp2-fp32")["pipeline_bytes_sent"].get<double>();
   EXPECT_GT(fp32_bytes, 0);

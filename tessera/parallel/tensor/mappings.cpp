@@ -83,6 +83,8 @@ TensorParallelCommTallyScope::~TensorParallelCommTallyScope() { tally_now = prev
 
 TensorParallelCommTally* tensor_parallel_tally() { return tally_now; }
 
+DType tensor_parallel_wire() { return wire_now; }
+
 TensorParallelWire::TensorParallelWire(DType wire) : previous_(wire_now) {
   check_wire_dtype(wire, "[tensor parallel] activations");
   wire_now = wire;

@@ -28,10 +28,11 @@ std::pair<int64_t, int64_t> shard_range(int64_t size, int rank, int world);
 // end - begin of every rank's part.
 std::vector<int64_t> shard_sizes(int64_t size, int world);
 
-// The type the all-reduces of copy_to (backward) and reduce_from (forward) send on this thread:
-// float32, or bfloat16 while a TensorParallelWire(DType::BFloat16) scope is open (mixed
-// precision: the mesh strategy opens one around its steps when distributed.reduce_dtype says bf16).
-// The value at a mapping's forward also holds for its backward.
+// The type the all-reduces of copy_to (backward) and reduce_from (forward), and sequence
+// parallelism's all-gathers and reduce-scatters, send on this thread: float32, or bfloat16 while a
+// TensorParallelWire(DType::BFloat16) scope is open (mixed precision: the mesh strategy opens one
+// around its steps when distributed.reduce_dtype says bf16). The value at a mapping's forward also
+// holds for its backward.
 class TensorParallelWire {
  public:
   explicit TensorParallelWire(DType wire);
@@ -67,6 +68,9 @@ class TensorParallelCommTallyScope {
 
 // The tally open on this thread, or null.
 TensorParallelCommTally* tensor_parallel_tally();
+
+// The type tensor-parallel values travel as on this thread now (TensorParallelWire).
+DType tensor_parallel_wire();
 
 Tensor copy_to_tensor_parallel_region(const Tensor& x, const dist::ProcessGroupPtr& group);
 Tensor reduce_from_tensor_parallel_region(const Tensor& x, const dist::ProcessGroupPtr& group);

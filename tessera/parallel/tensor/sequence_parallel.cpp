@@ -81,24 +81,31 @@ int64_t gathered_row(int world, int q, int64_t k0, int64_t n) { return world * k
 
 // An all-gather in chunks on its way: the (world·R, width) buffer in gathered_row's order and each
 // chunk's operation.
+// The values travel as `wire` (mixed precision's bfloat16 halves the bytes); the ops compute in float32.
+Tensor on_wire(const Tensor& x, DType wire) { return x.dtype() == wire ? contiguous(x) : x.to(wire); }
+Tensor as_float(const Tensor& x) { return x.dtype() == DType::Float32 ? x : x.to(DType::Float32); }
+
 struct PendingGather {
-  Tensor gathered;
+  Tensor gathered;  // in the wire's type
   std::vector<dist::WorkPtr> works;
   int64_t rows = 0, chunks = 1;
 };
 
-// Queues the all-gathers of this rank's `rows` (R, width), chunk by chunk; with one chunk, waits.
-PendingGather start_gather(const Tensor& rows, dist::ProcessGroup& group, int64_t chunks, TensorParallelCommTally* tally) {
+// Queues the all-gathers of this rank's `rows` (R, width), chunk by chunk, as `wire`; with one
+// chunk, waits.
+PendingGather start_gather(const Tensor& rows, dist::ProcessGroup& group, int64_t chunks, DType wire,
+                           TensorParallelCommTally* tally) {
   PendingGather p;
   p.rows = rows.shape()[0];
   p.chunks = usable_chunks(chunks, p.rows);
   const int world = group.size();
-  p.gathered = Tensor::empty({world * p.rows, rows.shape()[1]});
+  const Tensor sent = on_wire(rows, wire);
+  p.gathered = Tensor::empty({world * p.rows, rows.shape()[1]}, wire);
   for (int64_t k = 0; k < p.chunks; ++k) {
     auto [k0, k1] = chunk_of(p.rows, p.chunks, k);
     Tensor block = p.gathered.slice(0, world * k0, world * k1);
-    timed(tally, [&] { p.works.push_back(group.allgather(rows.slice(0, k0, k1), block)); });
-    count_call(tally, block.numel() * static_cast<int64_t>(sizeof(float)));
+    timed(tally, [&] { p.works.push_back(group.allgather(sent.slice(0, k0, k1), block)); });
+    count_call(tally, block.numel() * static_cast<int64_t>(dtype_size(wire)));
   }
   if (p.chunks == 1) timed(tally, [&] { p.works[0]->wait(); });  // nothing overlaps
   return p;
@@ -108,15 +115,14 @@ void wait_chunk(const PendingGather& p, int64_t k, TensorParallelCommTally* tall
   timed(tally, [&] { p.works[k]->wait(); });
 }
 
-// All-gathers this rank's `rows` (R, width) in chunks, every chunk queued at once, into one
-// (world·R, width) buffer in gathered_row's order, which it returns. mine() runs on this rank's rows,
-// which need no communication, while the chunks travel; then theirs(q, k0, n, part) runs on each other
-// rank q's rows [k0, k0 + n) of each chunk as it arrives, while the later chunks still travel. With
-// one chunk nothing overlaps: the gather, then mine, then theirs.
-Tensor gather_in_chunks(const Tensor& rows, dist::ProcessGroup& group, int64_t chunks, TensorParallelCommTally* tally,
-                        const std::function<void()>& mine,
-                        const std::function<void(int q, int64_t k0, int64_t n, const Tensor& part)>& theirs) {
-  PendingGather p = start_gather(rows, group, chunks, tally);
+// All-gathers this rank's `rows` (R, width) in chunks, every chunk queued at once, as `wire`. mine()
+// runs on this rank's rows, which need no communication, while the chunks travel; then theirs(q, k0,
+// n, part) runs on each other rank q's rows [k0, k0 + n) of each chunk (float32) as it arrives, while
+// the later chunks still travel. With one chunk nothing overlaps: the gather, then mine, then theirs.
+void gather_in_chunks(const Tensor& rows, dist::ProcessGroup& group, int64_t chunks, DType wire,
+                      TensorParallelCommTally* tally, const std::function<void()>& mine,
+                      const std::function<void(int q, int64_t k0, int64_t n, const Tensor& part)>& theirs) {
+  PendingGather p = start_gather(rows, group, chunks, wire, tally);
   const int world = group.size();
   mine();
   for (int64_t k = 0; k < p.chunks; ++k) {
@@ -125,22 +131,22 @@ Tensor gather_in_chunks(const Tensor& rows, dist::ProcessGroup& group, int64_t c
     const int64_t n = k1 - k0;
     for (int q = 0; q < world; ++q)
       if (q != group.rank())
-        theirs(q, k0, n, p.gathered.slice(0, gathered_row(world, q, k0, n), gathered_row(world, q, k0, n) + n));
+        theirs(q, k0, n, as_float(p.gathered.slice(0, gathered_row(world, q, k0, n), gathered_row(world, q, k0, n) + n)));
   }
-  return p.gathered;
 }
 
 // Reduce-scatters partial sums over the ranks' rows, in chunks. theirs(q, k0, n) computes this
 // rank's part (n, width) of rank q's rows [k0, k0 + n) for every other rank q; each chunk is queued
 // as soon as it is computed (this rank's own slot zero), so chunk k travels while chunk k+1 is
 // computed. mine() then computes this rank's part of its own rows (R, width), and `meanwhile` runs,
-// while the last chunks travel; the result is what arrived plus mine. With one chunk nothing
-// overlaps: everything is computed, then reduce-scattered.
-Tensor reduce_scatter_in_chunks(int64_t R, int64_t width, dist::ProcessGroup& group, int64_t chunks,
+// while the last chunks travel; the result is what arrived plus mine (float32). The partial sums
+// travel, and are summed, as `wire`. With one chunk nothing overlaps: everything is computed, then
+// reduce-scattered.
+Tensor reduce_scatter_in_chunks(int64_t R, int64_t width, dist::ProcessGroup& group, int64_t chunks, DType wire,
                                 TensorParallelCommTally* tally, const std::function<Tensor(int q, int64_t k0, int64_t n)>& theirs,
                                 const std::function<Tensor()>& mine, const std::function<void()>& meanwhile) {
   const int64_t K = usable_chunks(chunks, R);
-  Tensor out = Tensor::empty({R, width});
+  Tensor out = Tensor::empty({R, width}, wire);
   std::vector<Tensor> blocks;
   std::vector<dist::WorkPtr> works;
   Tensor own;
@@ -158,9 +164,10 @@ Tensor reduce_scatter_in_chunks(int64_t R, int64_t width, dist::ProcessGroup& gr
       }
     }
     if (K == 1) own = contiguous(mine());
-    timed(tally, [&] { works.push_back(group.reduce_scatter(block, out.slice(0, k0, k1))); });
-    count_call(tally, block.numel() * static_cast<int64_t>(sizeof(float)));
-    blocks.push_back(std::move(block));
+    Tensor sent = on_wire(block, wire);
+    timed(tally, [&] { works.push_back(group.reduce_scatter(sent, out.slice(0, k0, k1))); });
+    count_call(tally, sent.numel() * static_cast<int64_t>(dtype_size(wire)));
+    blocks.push_back(std::move(sent));
   }
   if (K > 1) {
     own = contiguous(mine());
@@ -168,10 +175,11 @@ Tensor reduce_scatter_in_chunks(int64_t R, int64_t width, dist::ProcessGroup& gr
   }
   for (auto& work : works) timed(tally, [&] { work->wait(); });
   if (K == 1 && meanwhile) meanwhile();
-  float* o = out.data<float>();
+  Tensor summed = as_float(out);
+  float* o = summed.data<float>();
   const float* m = own.data<float>();
   for (int64_t i = 0; i < R * width; ++i) o[i] += m[i];
-  return out;
+  return summed;
 }
 
 // Under a zero-bubble schedule's DeferWeightGrads scope (autograd/weight_grad_deferral.h), queues
@@ -205,12 +213,13 @@ Tensor scatter_to_sequence_parallel_region(const Tensor& x, const dist::ProcessG
     mine = contiguous(x.slice(1, rank * cut.local, (rank + 1) * cut.local));
   }
   TensorParallelCommTally* tally = tensor_parallel_tally();
-  return autograd::record(mine, "ScatterToSequenceParallelRegionBackward", {x}, [group, cut, B, C, tally](const Tensor& g) {
+  const DType wire = tensor_parallel_wire();
+  return autograd::record(mine, "ScatterToSequenceParallelRegionBackward", {x}, [group, cut, B, C, tally, wire](const Tensor& g) {
     NoGradGuard no_grad;
     Tensor whole = Tensor::empty({B, cut.length, C});
     const Tensor rows = contiguous(g).view({B * cut.local, C});
     const int rank = group->rank();
-    gather_in_chunks(rows, *group, 1, tally, [&] {
+    gather_in_chunks(rows, *group, 1, wire, tally, [&] {
       rows_to_whole(rows.data<float>(), whole.data<float>(), C, cut, rank, 0, B * cut.local);
     }, [&](int q, int64_t k0, int64_t n, const Tensor& part) {
       rows_to_whole(part.data<float>(), whole.data<float>(), C, cut, q, k0, n);
@@ -227,6 +236,7 @@ Tensor all_gather_linear(const Tensor& x, const Tensor& weight, const Tensor& bi
                 " does not take inputs of ", C, " features");
   const TokenCut cut = cut_of_whole(x.shape()[1] * group->size(), *group, "all_gather_linear");
   TensorParallelCommTally* tally = tensor_parallel_tally();
+  const DType wire = tensor_parallel_wire();
   Tensor out = Tensor::empty({B, cut.length, N});
   Tensor rows;  // this rank's tokens, kept: the backward gathers them again for the weight's gradient
   {
@@ -237,15 +247,15 @@ Tensor all_gather_linear(const Tensor& x, const Tensor& weight, const Tensor& bi
       const Tensor y = contiguous(linear(input, weight, bias));  // (n, N)
       rows_to_whole(y.data<float>(), out.data<float>(), N, cut, q, k0, n);
     };
-    gather_in_chunks(rows, *group, chunks, tally, [&] { place(group->rank(), 0, B * cut.local, rows); }, place);
+    gather_in_chunks(rows, *group, chunks, wire, tally, [&] { place(group->rank(), 0, B * cut.local, rows); }, place);
   }
   return autograd::record(out, "AllGatherLinearBackward", {x, weight, bias},
-                          [group, chunks, tally, cut, B, C, N, rows, weight, bias](const Tensor& g) {
+                          [group, chunks, tally, wire, cut, B, C, N, rows, weight, bias](const Tensor& g) {
     NoGradGuard no_grad;
     // The whole input again, for the weight's gradient: keeping only this rank's tokens between the
     // passes is what saves the memory (Korthikanti et al. §4.2.2); the gather travels while the
     // input gradient is computed.
-    PendingGather input = start_gather(rows, *group, chunks, tally);
+    PendingGather input = start_gather(rows, *group, chunks, wire, tally);
     const Tensor dy = contiguous(g).view({B * cut.length, N});
     const int64_t R = B * cut.local, K = usable_chunks(chunks, R);
     const int world = group->size(), rank = group->rank();
@@ -263,11 +273,11 @@ Tensor all_gather_linear(const Tensor& x, const Tensor& weight, const Tensor& bi
     };
     auto weight_grads = [input, dy_gathered, dy, tally, has_bias = bias.defined()] {
       for (int64_t k = 0; k < input.chunks; ++k) wait_chunk(input, k, tally);
-      return std::pair{matmul(transpose(dy_gathered, 0, 1), input.gathered), has_bias ? sum(dy, Shape{0}) : Tensor()};
+      return std::pair{matmul(transpose(dy_gathered, 0, 1), as_float(input.gathered)), has_bias ? sum(dy, Shape{0}) : Tensor()};
     };
     const bool deferred = deferred_to_w_pass(weight, bias, weight_grads);
     Tensor dw, db;
-    Tensor dx = reduce_scatter_in_chunks(R, C, *group, chunks, tally, [&](int q, int64_t k0, int64_t n) {
+    Tensor dx = reduce_scatter_in_chunks(R, C, *group, chunks, wire, tally, [&](int q, int64_t k0, int64_t n) {
       return matmul(rows_of(q, k0, n), weight);  // (n, C): this rank's part of rank q's input gradient
     }, [&] {
       Tensor own = Tensor::empty({R, C});
@@ -291,6 +301,7 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& weight, const dist::
                 shape_str(weight.shape()), " does not take inputs of ", in, " features");
   const TokenCut cut = cut_of_whole(x.shape()[1], *group, "linear_reduce_scatter");
   TensorParallelCommTally* tally = tensor_parallel_tally();
+  const DType wire = tensor_parallel_wire();
   Tensor whole_x, out;
   {
     NoGradGuard no_grad;
@@ -301,12 +312,12 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& weight, const dist::
       whole_to_rows(whole_x.data<float>(), x_rows.data<float>(), in, cut, q, k0, n);
       return linear(x_rows, weight, Tensor());  // (n, C)
     };
-    out = reduce_scatter_in_chunks(B * cut.local, C, *group, chunks, tally, part,
+    out = reduce_scatter_in_chunks(B * cut.local, C, *group, chunks, wire, tally, part,
                                    [&] { return part(group->rank(), 0, B * cut.local); }, {})
               .view({B, cut.local, C});
   }
   return autograd::record(out, "LinearReduceScatterBackward", {x, weight},
-                          [group, chunks, tally, cut, B, in, C, whole_x, weight](const Tensor& g) {
+                          [group, chunks, tally, wire, cut, B, in, C, whole_x, weight](const Tensor& g) {
     NoGradGuard no_grad;
     Tensor dx = Tensor::empty({B * cut.length, in});
     Tensor dy = Tensor::empty({B * cut.length, C});  // the gathered output gradient, for the weight's
@@ -317,7 +328,7 @@ Tensor linear_reduce_scatter(const Tensor& x, const Tensor& weight, const dist::
       const Tensor d = contiguous(matmul(dy_rows, weight));  // (n, in)
       rows_to_whole(d.data<float>(), dx.data<float>(), in, cut, q, k0, n);
     };
-    gather_in_chunks(rows, *group, chunks, tally, [&] { place(group->rank(), 0, B * cut.local, rows); }, place);
+    gather_in_chunks(rows, *group, chunks, wire, tally, [&] { place(group->rank(), 0, B * cut.local, rows); }, place);
     auto weight_grads = [dy, whole_x] { return std::pair{matmul(transpose(dy, 0, 1), whole_x), Tensor()}; };
     const Tensor dw = deferred_to_w_pass(weight, Tensor(), weight_grads) ? Tensor() : weight_grads().first;
     return std::vector<Tensor>{dx.view({B, cut.length, in}), dw};

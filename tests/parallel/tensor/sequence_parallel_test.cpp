@@ -116,6 +116,36 @@ TEST(SequenceParallelOps, FiniteDifferencesAgreeAtOneRank) {
   });
 }
 
+// Under mixed precision's bfloat16 wire the same ops send half the bytes and stay within bfloat16's
+// rounding of the float32 result, forward and backward.
+TEST(SequenceParallelOps, ABfloat16WireHalvesTheBytes) {
+  constexpr int64_t B = 2, local = 3, C = 8, N = 4;
+  Generator gen(15);
+  Tensor X = randn({B, 2 * local, C}, gen), W = randn({2 * N, C}, gen);
+  testing::run_on_threads(2, threaded(2), [&](dist::ProcessGroup& g) {
+    const int r = g.rank();
+    Tensor w = contiguous(W.slice(0, r * N, (r + 1) * N));
+    Tensor want_y, want_dx;
+    int64_t want_bytes = 0;
+    for (DType wire : {DType::Float32, DType::BFloat16}) {
+      TensorParallelWire on(wire);
+      TensorParallelCommTally tally;
+      TensorParallelCommTallyScope scope(&tally);
+      Tensor x = tokens_of(X, r, 2).set_requires_grad(true);
+      Tensor y = linear_reduce_scatter(all_gather_linear(x, w, Tensor(), borrow(g), 2), transpose(w, 0, 1).contiguous(),
+                                       borrow(g), 2);
+      sum(mul(y, tokens_of(X, r, 2))).backward();
+      if (wire == DType::Float32) {
+        want_y = y.detach(), want_dx = x.grad(), want_bytes = tally.bytes;
+        continue;
+      }
+      expect_close(y, want_y, 3e-2f, "bf16 forward");
+      expect_close(x.grad(), want_dx, 3e-2f, "bf16 input gradient");
+      EXPECT_EQ(2 * tally.bytes, want_bytes);
+    }
+  });
+}
+
 // Every rank draws the whole tensor's mask and keeps its tokens' part: together the ranks apply the
 // mask one process would, and the ranks' parts differ.
 TEST(SequenceParallelOps, DropoutUsesTheWholeTensorsMask) {
