@@ -275,9 +275,10 @@ void check_experts_and_context(const TrainConfig& c) {
     TESSERA_CHECK(c.model.context % (ring ? 2 * c.parallel.cp : c.parallel.cp) == 0, "[config] parallel.cp = ",
                   c.parallel.cp, ": model.context (", c.model.context, ") must be a multiple of ",
                   ring ? "2 · parallel.cp (ring attention: two chunks per rank)" : "it (Ulysses)");
-    TESSERA_CHECK(ring || c.model.heads % c.parallel.cp == 0, "[config] parallel.cp = ", c.parallel.cp,
-                  " with Ulysses: model.heads (", c.model.heads, ") must be a multiple of it (each rank attends "
-                  "with whole heads)");
+    TESSERA_CHECK(ring || c.model.heads % (c.parallel.cp * c.parallel.tp) == 0, "[config] parallel.cp = ",
+                  c.parallel.cp, " with Ulysses: model.heads (", c.model.heads, ") must be a multiple of it",
+                  c.parallel.tp > 1 ? " · parallel.tp (each tensor-parallel rank's heads are spread)" : "",
+                  " (each rank attends with whole heads)");
     const std::string& s = c.distributed.strategy;
     TESSERA_CHECK((s == "ddp" || s == "zero" || s == "hsdp" || s == "mesh") && c.distributed.local_sgd == 0 &&
                       c.parallel.ep == 1,

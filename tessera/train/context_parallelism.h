@@ -1,9 +1,10 @@
-// Context parallelism over DDP's ranks, or the data-parallel ranks of the mesh (parallel.cp = N): the
-// ranks form groups of N consecutive ranks, each group reads the same batches (one data-parallel replica), and each rank of a group
-// keeps T/N tokens of every sequence (parallel/context/layout.h); the GPT's attention runs over the
-// group (parallel.cp_attention: ring or Ulysses), everything else is per token. DDP still averages every
-// gradient over the world: each rank's loss is the mean over its tokens, the same number on every
-// rank, so the average over the world is the mean over the global batch's tokens, one process's.
+// Context parallelism over the data-parallel ranks (parallel.cp = N): those of DDP, ZeRO or HSDP (the
+// world), or the mesh's data-parallel dimension. The ranks form groups of N consecutive ranks; each
+// group reads the same batches (one data-parallel replica), and each rank of a group keeps T/N tokens
+// of every sequence (parallel/context/layout.h). The GPT's attention runs over the group
+// (parallel.cp_attention: ring or Ulysses), everything else is per token. The strategy still
+// averages every gradient over those ranks: each rank's loss is the mean over its tokens, the same
+// number on every rank, so the average is the mean over the global batch's tokens, one process's.
 // Activations per rank fall to 1/N; attention's scores too with the ring (one (T/N)² block at a
 // time), while Ulysses holds H/N heads of the whole T × T.
 #pragma once

@@ -117,6 +117,10 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
   stage_options.wire = wire_dtype(config_);
   // Tensor-parallel partners pair their layers' collectives pass by pass: one order for all of them.
   if (mesh_->shape().tp > 1) stage_options.same_order_as = mesh_->tp_group();
+  // A context group's ranks sit in different pipelines (different dp coordinates), and their
+  // attention pairs pass by pass: zero-bubble orders, planned from each pipeline's measured times,
+  // would drift apart, so every pipeline takes rank 0's plan.
+  if (context_) stage_options.same_order_as = world_;
   stage_ = std::make_unique<parallel::pipeline::PipelineStage>(
       parallel::pipeline::stage_chunks(chain, bounds_, mesh_->coordinates().pp, static_cast<int>(p.pp),
                                        parallel::pipeline::chunk_order(schedule)),

@@ -59,6 +59,18 @@ TEST(ContextParallelTraining, EveryStepsLossEqualsOneProcessAndTheParametersToo)
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - reference[i]) / reference[i]);
     EXPECT_LT(worst, 1e-5) << "cp " << cp << " " << attention << ": the loss over 100 steps";
+    // Each epoch's evaluation too (every rank of a group counts the batch once between them).
+    const auto evals = [](const std::string& run) {
+      std::vector<double> v;
+      std::ifstream metrics(run + "/metrics.jsonl");
+      for (std::string line; std::getline(metrics, line);)
+        if (auto r = nlohmann::json::parse(line); r.value("type", "") == "epoch") v.push_back(r["eval_loss"].get<double>());
+      return v;
+    };
+    const std::vector<double> want_eval = evals(dir + "/single"), got_eval = evals(out);
+    ASSERT_EQ(got_eval.size(), want_eval.size());
+    ASSERT_FALSE(want_eval.empty());
+    for (size_t i = 0; i < got_eval.size(); ++i) EXPECT_NEAR(got_eval[i], want_eval[i], 1e-5 * want_eval[i]) << "epoch " << i + 1;
     EXPECT_LT(tessera::testing::max_state_difference(single, spread), 1e-4) << "cp " << cp << " " << attention;
   }
 }
@@ -80,6 +92,9 @@ TEST(ContextParallelTraining, UnderZeroStage3EqualsOneProcess) {
   nn::StateDict hybrid = train(config, dir + "/cp2hsdp", 4, "--set parallel.cp=2 --set distributed.strategy=hsdp "
                                                              "--set distributed.zero_stage=3 --set distributed.hsdp_shard_size=2");
   EXPECT_LT(tessera::testing::max_state_difference(single, hybrid), 1e-5);
+  const std::string hybrid_log = tessera::testing::read_text(dir + "/cp2hsdp.log");
+  EXPECT_NE(hybrid_log.find("hsdp, 2 replicas of 2 ranks, zero stage 3 inside each"), std::string::npos) << hybrid_log;
+  EXPECT_NE(hybrid_log.find("context group 0 of 2 (ranks 0-1)"), std::string::npos) << hybrid_log;
 }
 
 TEST(ContextParallelTraining, WithDataParallelReplicasEqualsOneProcessAndResumesInOne) {

@@ -117,10 +117,14 @@ TEST(ModelParallelProcesses, ContextParallelInsideTheMeshEqualsOneProcess) {
   EXPECT_LT(tessera::testing::worst_relative_error(tp_ring, single), 1e-4);
   nn::StateDict tp_ulysses = train(config, dir + "/tp2cp2u", 4, 8, cp + "--set parallel.tp=2 --set parallel.cp_attention=ulysses");
   EXPECT_LT(tessera::testing::worst_relative_error(tp_ulysses, single), 1e-4);
+  EXPECT_NE(tessera::testing::read_text(dir + "/tp2cp2u.log").find("Ulysses attention"), std::string::npos);
   nn::StateDict tp_sp = train(config, dir + "/tp2cp2sp", 4, 8, cp + "--set parallel.tp=2 --set parallel.sequence_parallel=true");
   EXPECT_LT(tessera::testing::worst_relative_error(tp_sp, single), 1e-4);
   nn::StateDict piped = train(config, dir + "/pp2cp2", 4, 8, cp + "--set parallel.pp=2");
   EXPECT_LT(tessera::testing::worst_relative_error(piped, single), 1e-4);
+  // Zero-bubble orders are planned from measured passes: the context partners' pipelines share one.
+  nn::StateDict zero_bubble = train(config, dir + "/pp2cp2zb", 4, 8, cp + "--set parallel.pp=2 --set parallel.schedule=zb-h1");
+  EXPECT_LT(tessera::testing::worst_relative_error(zero_bubble, single), 1e-4);
 }
 
 TEST(ModelParallelProcesses, TooFewProcessesAreRefusedClearly) {

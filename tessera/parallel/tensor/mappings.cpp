@@ -65,7 +65,7 @@ thread_local TensorParallelCommTally* tally_now = nullptr;
 Tensor summed_and_counted(const Tensor& x, dist::ProcessGroup& group, DType wire, TensorParallelCommTally* tally) {
   const auto start = std::chrono::steady_clock::now();
   Tensor y = summed_over_ranks(x, group, wire);
-  if (tally) {
+  if (tally) {  // summed_over_ranks sends x as `wire`
     tally->exposed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     tally->bytes += x.numel() * static_cast<int64_t>(dtype_size(wire));
     tally->calls += 1;

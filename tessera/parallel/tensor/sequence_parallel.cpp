@@ -105,7 +105,7 @@ PendingGather start_gather(const Tensor& rows, dist::ProcessGroup& group, int64_
     auto [k0, k1] = chunk_of(p.rows, p.chunks, k);
     Tensor block = p.gathered.slice(0, world * k0, world * k1);
     timed(tally, [&] { p.works.push_back(group.allgather(sent.slice(0, k0, k1), block)); });
-    count_call(tally, block.numel() * static_cast<int64_t>(dtype_size(wire)));
+    count_call(tally, block.numel() * static_cast<int64_t>(dtype_size(block.dtype())));
   }
   if (p.chunks == 1) timed(tally, [&] { p.works[0]->wait(); });  // nothing overlaps
   return p;
@@ -147,8 +147,7 @@ Tensor reduce_scatter_in_chunks(int64_t R, int64_t width, dist::ProcessGroup& gr
                                 const std::function<Tensor()>& mine, const std::function<void()>& meanwhile) {
   const int64_t K = usable_chunks(chunks, R);
   Tensor out = Tensor::empty({R, width}, wire);
-  std::vector<Tensor> blocks;
-  std::vector<dist::WorkPtr> works;
+  std::vector<dist::WorkPtr> works;  // (the group keeps each chunk's tensors until it has run)
   Tensor own;
   for (int64_t k = 0; k < K; ++k) {
     auto [k0, k1] = chunk_of(R, K, k);
@@ -166,8 +165,7 @@ Tensor reduce_scatter_in_chunks(int64_t R, int64_t width, dist::ProcessGroup& gr
     if (K == 1) own = contiguous(mine());
     Tensor sent = on_wire(block, wire);
     timed(tally, [&] { works.push_back(group.reduce_scatter(sent, out.slice(0, k0, k1))); });
-    count_call(tally, sent.numel() * static_cast<int64_t>(dtype_size(wire)));
-    blocks.push_back(std::move(sent));
+    count_call(tally, sent.numel() * static_cast<int64_t>(dtype_size(sent.dtype())));
   }
   if (K > 1) {
     own = contiguous(mine());
