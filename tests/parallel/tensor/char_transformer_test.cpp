@@ -16,17 +16,8 @@ namespace {
 using namespace parallel::tensor;
 using testing::borrow;
 using testing::expect_close;
+using testing::small_config;
 using testing::threaded;
-
-nn::CharTransformerConfig small_config() {
-  nn::CharTransformerConfig c;
-  c.vocab_size = 13;  // 6 + 7 rows over two ranks
-  c.context = 8;
-  c.embed_dim = 16;
-  c.heads = 4;
-  c.layers = 2;
-  return c;
-}
 
 std::unique_ptr<nn::CharTransformer> make_full(uint64_t seed) {
   manual_seed(seed);

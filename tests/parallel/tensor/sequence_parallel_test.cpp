@@ -18,6 +18,7 @@ namespace {
 using namespace parallel::tensor;
 using testing::borrow;
 using testing::expect_close;
+using testing::small_config;
 using testing::threaded;
 
 // Rank r's tokens of (B, T, C): [T·r/world, T·(r+1)/world) of dimension 1.
@@ -191,16 +192,6 @@ TEST(SequenceParallelOps, ErrorsNameTheOpAndTheSizes) {
     testing::expect_error<ValueError>([&] { all_gather_linear(zeros({1, 2, 4}), zeros({2, 3}), Tensor(), group, 1); },
                                       {"[all_gather_linear]", "weight [2, 3]", "4 features"});
   });
-}
-
-nn::CharTransformerConfig small_config() {
-  nn::CharTransformerConfig c;
-  c.vocab_size = 13;
-  c.context = 8;
-  c.embed_dim = 16;
-  c.heads = 4;
-  c.layers = 2;
-  return c;
 }
 
 class SequenceParallelGpt : public ::testing::TestWithParam<Case> {};

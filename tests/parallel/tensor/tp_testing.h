@@ -9,10 +9,23 @@
 #include <string>
 
 #include "parallel/threaded_group.h"
+#include "tessera/nn/char_transformer.h"
 #include "tessera/nn/module.h"
 #include "tessera/parallel/tensor/sharding.h"
 
 namespace tessera::testing {
+
+// The small GPT the tensor-parallel tests cut: 13 vocabulary rows (6 + 7 over two ranks), context 8,
+// width 16, 4 heads, 2 layers.
+inline nn::CharTransformerConfig small_config() {
+  nn::CharTransformerConfig c;
+  c.vocab_size = 13;
+  c.context = 8;
+  c.embed_dim = 16;
+  c.heads = 4;
+  c.layers = 2;
+  return c;
+}
 
 // |got - want| <= tol · max(1, |want|) elementwise, shapes equal.
 inline void expect_close(const Tensor& got, const Tensor& want, float tol, const std::string& what) {
