@@ -101,7 +101,7 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
       probe.start_epoch(0);
       sample = probe.next();
     }
-    costs = parallel::pipeline::measured_costs(chain, context_ ? context_->part_of(*sample).inputs : sample->inputs);
+    costs = parallel::pipeline::measured_costs(chain, tokens_of_this_rank(*sample).inputs);
     Tensor t = from_vector(std::vector<float>(costs.begin(), costs.end()), {static_cast<int64_t>(costs.size())});
     world_->blocking_allreduce(t, dist::ReduceOp::Sum);
     for (size_t i = 0; i < costs.size(); ++i) costs[i] = t.data<float>()[i] / world_->size();
@@ -149,6 +149,10 @@ std::vector<Tensor> MeshStrategy::prepare(std::shared_ptr<nn::Module> full) {
   return stage_->parameters();
 }
 
+data::Batch MeshStrategy::tokens_of_this_rank(const data::Batch& batch) const {
+  return context_ ? context_->part_of(batch) : batch;
+}
+
 Tensor MeshStrategy::loss_of(const Tensor& output, const Tensor& targets) const {
   if (config_.parallel.tp > 1) {  // logits sharded over the vocabulary
     const int64_t v = output.shape().back();
@@ -162,7 +166,7 @@ double MeshStrategy::forward_backward(const data::Batch& batch) {
   parallel::tensor::TensorParallelWire wire(wire_dtype(config_));
   tp_comm_ = {};
   parallel::tensor::TensorParallelCommTallyScope tally(&tp_comm_);
-  const data::Batch mine = context_ ? context_->part_of(batch) : batch;  // this rank's tokens of each sequence
+  const data::Batch mine = tokens_of_this_rank(batch);
   last_step_ = stage_->train_step(mine.inputs, mine.targets);
   // Under sequence parallelism the LayerNorms saw only this rank's tokens: their gradients add up.
   if (!token_parameters_.empty()) parallel::tensor::sum_partial_gradients(token_parameters_, *mesh_->tp_group());
@@ -242,7 +246,7 @@ std::optional<EvalContribution> MeshStrategy::evaluate_batch(const data::Batch& 
   // Only the output stage (the last; the first under ZB-V) sees outputs, and its tensor-parallel
   // ranks all compute the loss (a collective with tensor parallelism): the one at tp 0 reports.
   parallel::tensor::TensorParallelWire wire(wire_dtype(config_));
-  const data::Batch mine = context_ ? context_->part_of(batch) : batch;
+  const data::Batch mine = tokens_of_this_rank(batch);
   Tensor out = stage_->forward(mine.inputs);
   if (!stage_->holds_output()) return std::nullopt;
   Tensor loss = loss_of(out, mine.targets);

@@ -87,6 +87,8 @@ class MeshStrategy : public Strategy {
   };
 
   Tensor loss_of(const Tensor& output, const Tensor& targets) const;
+  // The batch as this rank reads it: its part of every sequence under context parallelism.
+  data::Batch tokens_of_this_rank(const data::Batch& batch) const;
   // A tensor of this rank under its whole-model name, as the boxes of the whole tensor it holds, each
   // with the part of `local` that holds it (one box for a whole tensor; a tensor-parallel shard has one
   // per block of its split dimension).
