@@ -24,5 +24,6 @@ Command add_trace_command(CLI::App& app);
 Command add_data_command(CLI::App& app);
 Command add_devices_command(CLI::App& app);
 Command add_checkpoint_command(CLI::App& app);
+Command add_plan_command(CLI::App& app);
 
 }  // namespace tessera::cli

@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
       tessera::cli::add_doctor_command(app), tessera::cli::add_tune_command(app),
       tessera::cli::add_serve_command(app), tessera::cli::add_report_command(app),
       tessera::cli::add_trace_command(app), tessera::cli::add_data_command(app),
-      tessera::cli::add_devices_command(app), tessera::cli::add_checkpoint_command(app)};
+      tessera::cli::add_devices_command(app), tessera::cli::add_checkpoint_command(app),
+      tessera::cli::add_plan_command(app)};
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) tessera::set_num_threads(threads);

@@ -21,16 +21,15 @@ std::string seconds(int64_t us) {
   return buf;
 }
 
-// The description without its " #n" (what must agree across ranks for the same n).
-std::string call_of(const json& entry) {
+}  // namespace
+
+std::string flight_call_of(const json& entry) {
   std::string d = entry.value("description", "");
   const size_t hash = d.find(" #");
   if (hash == std::string::npos) return d;
   const size_t end = d.find(' ', hash + 2);
   return d.substr(0, hash) + (end == std::string::npos ? "" : d.substr(end));
 }
-
-}  // namespace
 
 std::vector<json> read_flight_records(const std::string& dir) {
   namespace fs = std::filesystem;
@@ -82,7 +81,7 @@ std::string analyze_flight_records(const std::vector<json>& records) {
     std::map<uint64_t, std::map<std::string, std::vector<std::pair<int, std::string>>>> calls;
     for (const auto& [rank, m] : by_rank)
       for (const auto& e : (*m)["entries"])
-        calls[e.value("sequence", uint64_t{0})][call_of(e)].emplace_back(rank, e.value("call_site", ""));
+        calls[e.value("sequence", uint64_t{0})][flight_call_of(e)].emplace_back(rank, e.value("call_site", ""));
     for (const auto& [sequence, variants] : calls) {
       if (variants.size() < 2) continue;
       report += concat("  DESYNC at collective #", sequence, ": the ranks called different collectives:\n");

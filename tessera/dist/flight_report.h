@@ -13,6 +13,10 @@ namespace tessera::dist {
 // Every rank-*.json of `dir` that is a flight record; ValueError naming the directory when none is.
 std::vector<nlohmann::json> read_flight_records(const std::string& dir);
 
+// An entry's call without its number: "allreduce (sum, float32 x 10)" (what the ranks must agree on
+// for the same number, and what a plan of the job predicts: tessera plan).
+std::string flight_call_of(const nlohmann::json& entry);
+
 // The report, a line per finding; "" never (a group whose ranks all finished says so).
 std::string analyze_flight_records(const std::vector<nlohmann::json>& records);
 

@@ -86,7 +86,7 @@ bool same_call(const detail::CallKey& a, const detail::CallKey& b) {
 }  // namespace
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Communicator> communicator, std::shared_ptr<Store> store,
-                           ProcessGroupOptions options, std::vector<int> global_ranks)
+                           ProcessGroupOptions options, std::vector<int> global_ranks, const std::string& lineage)
     : communicator_(std::move(communicator)), store_(std::move(store)), options_(options) {
   TESSERA_CHECK(communicator_ != nullptr, "[ProcessGroup] communicator is null");
   TESSERA_CHECK(store_ != nullptr, "[ProcessGroup] store is null");
@@ -100,6 +100,7 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Communicator> communicator, std::shar
   TESSERA_CHECK(static_cast<int>(global_ranks.size()) == size_, "[ProcessGroup] ", global_ranks.size(),
                 " global ranks for a group of ", size_);
   global_ranks_ = std::move(global_ranks);
+  name_ = flight_group_name(global_ranks_, lineage);
   // Which machine each rank runs on, for failure reports (describe_stragglers) across hosts.
   try {
     store_->set(concat("host/", rank_), this_host());
@@ -373,7 +374,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks) {
   enqueue_task(std::move(task))->wait();
   std::vector<int> global;
   for (int r : ranks) global.push_back(global_ranks_[static_cast<size_t>(r)]);
-  return std::make_shared<ProcessGroup>(std::move(child), group_store, options_, std::move(global));
+  return std::make_shared<ProcessGroup>(std::move(child), group_store, options_, std::move(global),
+                                        concat(name_, "/", id));
 }
 
 }  // namespace tessera::dist

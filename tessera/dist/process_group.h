@@ -67,6 +67,8 @@ struct ProcessGroupOptions {
 };
 
 class ProcessGroup;
+// A group's name (ProcessGroup::name) from its global ranks and lineage (process_group_flight.cpp).
+std::string flight_group_name(const std::vector<int>& global_ranks, const std::string& lineage);
 // The groups SIGUSR2 makes write their flight record (process_group_flight.cpp).
 void register_flight_group(const ProcessGroup* group);
 void unregister_flight_group(const ProcessGroup* group);
@@ -75,8 +77,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup>, public I
  public:
   // `store` is private to this group (a PrefixStore) and reachable by all its ranks; `global_ranks`
   // maps this group's ranks to the world's (empty: the identity).
+  // `lineage`: how the group was made ("" for a world; new_group passes its parent's name and the
+  // split's number), so that two groups of the same ranks (a world of 2 and its pipeline's group of
+  // the same 2) keep apart in flight records.
   ProcessGroup(std::unique_ptr<Communicator> communicator, std::shared_ptr<Store> store,
-               ProcessGroupOptions options, std::vector<int> global_ranks = {});
+               ProcessGroupOptions options, std::vector<int> global_ranks = {}, const std::string& lineage = "");
   // Waits for the queued operations (each bounded by the timeout), then stops the threads.
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
@@ -88,6 +93,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup>, public I
   // Whether the backend takes buffers on `device` (every backend takes the CPU's).
   bool takes(Device device) const { return communicator_->takes(device); }
   const std::vector<int>& global_ranks() const { return global_ranks_; }
+  // The same on every member, and different for every group of a job: "g<size>-<first>to<last>-<hash>".
+  const std::string& name() const { return name_; }
 
   // The flight record (flight_recorder.h): this group's last collectives as JSON, with `reason`.
   nlohmann::json flight_record(const std::string& reason) const;
@@ -96,6 +103,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup>, public I
   void dump_flight_record(const std::string& reason) const;
   // Every live group of this process writes its record (SIGUSR2).
   static void dump_all_flight_records(const std::string& reason);
+  // Every live group's record, as that writes them (tessera plan reads its dry run's ones so; a
+  // real run's come from the files).
+  static std::vector<nlohmann::json> all_flight_records(const std::string& reason);
   Milliseconds timeout() const { return options_.timeout; }
   // Seconds the group's worker thread has spent running operations (the communication time that
   // DDP's overlap report compares with the time backward waited for it).
@@ -220,6 +230,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup>, public I
   int rank_ = 0;
   int size_ = 1;
   std::vector<int> global_ranks_;
+  std::string name_;
   std::atomic<uint64_t> next_sequence_{0};
   std::atomic<int64_t> busy_ns_{0};
   uint64_t groups_created_ = 0;

@@ -11,6 +11,7 @@
 #include "tessera/dist/launcher/slurm_env.h"
 #include "tessera/io/checkpoint.h"
 #include "tessera/train/ps_job.h"
+#include "tessera/util/settings.h"
 
 namespace tessera::train {
 
@@ -86,6 +87,8 @@ RunOutcome run(const TrainConfig& config, const RunOptions& options) {
     previous_term = std::signal(SIGTERM, on_stop_signal);
   }
   outcome.fit = trainer->fit();
+  // The whole run's collectives, for `tessera plan --compare-flight` (the ring keeps the newest 512).
+  if (env_flag("TESSERA_FLIGHT_AT_END", false)) dist::ProcessGroup::dump_all_flight_records("end of training");
   if (options.stop_on_signals) {
     std::signal(SIGINT, previous_int);
     std::signal(SIGTERM, previous_term);

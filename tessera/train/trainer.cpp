@@ -263,6 +263,24 @@ double Trainer::train_step(const data::Batch& batch) {
   return loss;
 }
 
+void Trainer::claim_run() {
+  if (run_id_.empty()) resumed_ ? agree_on_run_id() : claim_output_dir();
+}
+
+bool Trainer::agree_on_stopping() {
+  return strategy_->any_rank(stop_requested_) || (config_.train.max_steps > 0 && step_ >= config_.train.max_steps);
+}
+
+std::optional<data::Batch> Trainer::next_batch() {
+  if (!reading_batches_) {
+    loader_->start_epoch(epoch_, batch_in_epoch_);
+    reading_batches_ = true;
+  }
+  std::optional<data::Batch> batch = loader_->next();
+  if (batch) ++batch_in_epoch_;
+  return batch;
+}
+
 FitResult Trainer::fit() {
   // The timeline ([observability] trace): this rank's spans, written however fit ends.
   struct TraceWriter {
@@ -309,7 +327,7 @@ void Trainer::save_after_losing_a_peer() {
 FitResult Trainer::fit_epochs() {
   const auto& run = config_.train;
   const bool lead = rank() == 0;  // the rank that reports and writes
-  if (run_id_.empty()) resumed_ ? agree_on_run_id() : claim_output_dir();
+  claim_run();
   std::optional<MetricsLog> metrics;
   std::optional<observe::TensorBoardWriter> tensorboard;
   // Every metrics.jsonl record also goes to TensorBoard when asked ([observability] tensorboard).
@@ -384,7 +402,7 @@ FitResult Trainer::fit_epochs() {
       // The stop flag's all-reduce comes first: once it completes, every rank has finished this
       // step's optimizer update, so a step in the metrics or in the elastic agent's count is one every
       // surviving replica holds (a survivors' save keeps it; none is lost or done twice).
-      const bool stop = strategy_->any_rank(stop_requested_) || (run.max_steps > 0 && step_ >= run.max_steps);
+      const bool stop = agree_on_stopping();
       if (elastic_) elastic_->stepped(step_);
       if (lead) {
         progress.step(batch_in_epoch_ - 1, step_, loss, optimizer_->lr(), rate);

@@ -88,6 +88,16 @@ class Trainer {
   // One optimizer step on one batch (this replica's share): forward, backward, clipping, optimizer,
   // schedule. Returns the loss the strategy reports. What fit runs each step; benchmarks call it.
   double train_step(const data::Batch& batch);
+  // What fit does first: agree on the run's id, and on a fresh run claim output_dir (refusing
+  // another run's checkpoints). Collective; once per run.
+  void claim_run();
+  // Whether the job stops after the step just taken (a stop request on any rank, or max_steps):
+  // one tiny all-reduce that every rank makes after every step of fit. Collective.
+  bool agree_on_stopping();
+  // The next batch of this replica's share, as fit reads them from the run's position (nullopt at
+  // the epoch's end). For callers that step without fit: tessera plan's dry run.
+  std::optional<data::Batch> next_batch();
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
   // `progress`, when given, counts this rank's batches (tessera eval's bar).
   EvalResult evaluate(TaskProgress* progress = nullptr);  // collective
   // Saves a checkpoint of the current state now; returns its directory (on rank 0; "" elsewhere).
@@ -163,6 +173,7 @@ class Trainer {
   std::unique_ptr<optim::GradScaler> scaler_;  // train.precision = "fp16" only
   std::unique_ptr<BackgroundSaver> saver_;      // train.checkpoint_async only
   int64_t step_ = 0, epoch_ = 0, batch_in_epoch_ = 0;
+  bool reading_batches_ = false;  // next_batch has started the loader's epoch
   // The process's memory budget before train.memory_budget_mb set this run's; restored by the
   // destructor, so that one run's budget never binds the next work of the process (tune, Python).
   std::optional<size_t> budget_before_;

@@ -61,6 +61,10 @@ constexpr std::array kSettings{
             "directory where each rank's process groups write their flight record (the last collectives) when one "
             "is stuck, fails, or on SIGUSR2; tessera trace analyze DIR reads them",
             kUser},
+    Setting{"TESSERA_FLIGHT_AT_END", "0",
+            "1: tessera train also writes every process group's flight record when training ends (what tessera plan "
+            "--compare-flight checks a plan against)",
+            kUser, kFlag},
     Setting{"TESSERA_COLLECTIVE_CHECK", "1",
             "0 turns off the always-on check that every rank called the same collectives (fingerprints compared "
             "about once a second through the store)",

@@ -1,0 +1,241 @@
+#include "tessera/dist/backends/dry/dry_communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "tessera/core/error.h"
+#include "tessera/core/storage.h"
+
+namespace tessera::dist {
+
+using tessera::detail::concat;
+
+void DryLog::set_phase(std::string phase) {
+  std::lock_guard lock(mu_);
+  phase_ = std::move(phase);
+}
+
+void DryLog::add(DryCall call) {
+  std::lock_guard lock(mu_);
+  call.phase = phase_;
+  calls_.push_back(std::move(call));
+}
+
+std::vector<DryCall> DryLog::calls() const {
+  std::lock_guard lock(mu_);
+  return calls_;
+}
+
+void DryLog::add_symmetric(const void* data, size_t bytes) {
+  std::lock_guard lock(mu_);
+  symmetric_.emplace_back(data, bytes);
+}
+
+std::vector<std::pair<const void*, size_t>> DryLog::symmetric() const {
+  std::lock_guard lock(mu_);
+  return symmetric_;
+}
+
+void DryMailbox::post(const std::string& key, const Buffer& data) {
+  std::lock_guard lock(mu_);
+  if (sealed_) return;
+  Message m;
+  m.bytes = data.nbytes();
+  if (m.bytes <= kKeptBytes) m.payload.assign(static_cast<const char*>(data.data), static_cast<const char*>(data.data) + m.bytes);
+  messages_[key].push_back(std::move(m));
+  arrived_.notify_all();
+}
+
+void DryMailbox::take(const std::string& key, Buffer data, bool wait, Deadline deadline) {
+  std::unique_lock lock(mu_);
+  size_t& next = read_[key];
+  auto there = [&] {
+    auto it = messages_.find(key);
+    return it != messages_.end() && next < it->second.size();
+  };
+  if (wait)
+    while (!there()) {
+      if (!aborted_.empty()) throw Error(concat("[dry] no message ", key, ": ", aborted_));
+      if (arrived_.wait_until(lock, deadline) == std::cv_status::timeout && !there())
+        throw TimeoutError(concat("[dry] message ", key, " never came"));
+    }
+  if (!there()) {
+    if (data.count > 0) std::memset(data.data, 0, data.nbytes());
+    return;
+  }
+  const Message& m = messages_[key][next++];
+  TESSERA_CHECK(m.bytes == data.nbytes(), "[dry] message ", key, " holds ", m.bytes, " bytes; the receiver expects ",
+                data.nbytes());
+  if (m.bytes == 0) return;
+  if (m.payload.empty()) std::memset(data.data, 0, m.bytes);
+  else std::memcpy(data.data, m.payload.data(), m.bytes);
+}
+
+void DryMailbox::seal() {
+  std::lock_guard lock(mu_);
+  sealed_ = true;
+}
+
+void DryMailbox::rewind() {
+  std::lock_guard lock(mu_);
+  read_.clear();
+}
+
+void DryMailbox::abort(const std::string& why) {
+  std::lock_guard lock(mu_);
+  if (aborted_.empty()) aborted_ = why;
+  arrived_.notify_all();
+}
+
+namespace {
+
+class DoneTransfer : public PendingTransfer {
+ public:
+  void wait(Deadline) override {}
+};
+
+// data = factor × data, by doubling and adding with the reduction kernel every backend shares, so
+// every dtype works as in a real sum of `factor` equal parts (log2(factor) passes).
+void multiply_in_place(Buffer data, int64_t factor) {
+  if (factor <= 1 || data.count == 0) return;
+  std::vector<char> once(data.nbytes());
+  std::memcpy(once.data(), data.data, data.nbytes());
+  int top = 62;
+  while (((factor >> top) & 1) == 0) --top;
+  for (int bit = top - 1; bit >= 0; --bit) {
+    reduce_into(data.data, data.data, data.count, data.dtype, ReduceOp::Sum);
+    if ((factor >> bit) & 1) reduce_into(data.data, once.data(), data.count, data.dtype, ReduceOp::Sum);
+  }
+}
+
+// A receive: the message is taken from the mailbox when the receiver waits for it.
+class MailboxTransfer : public PendingTransfer {
+ public:
+  MailboxTransfer(std::shared_ptr<DryMailbox> mailbox, std::string key, Buffer data, bool wait)
+      : mailbox_(std::move(mailbox)), key_(std::move(key)), data_(data), wait_(wait) {}
+  void wait(Deadline deadline) override { mailbox_->take(key_, data_, wait_, deadline); }
+
+ private:
+  std::shared_ptr<DryMailbox> mailbox_;
+  std::string key_;
+  Buffer data_;
+  bool wait_;
+};
+
+// What the ranks of one dry world share: the log of this rank's calls and the mailbox.
+struct DryWorld {
+  std::shared_ptr<DryLog> log;
+  std::shared_ptr<DryMailbox> mailbox;
+  bool wait_for_messages = false;
+};
+
+class DryCommunicator : public Communicator {
+ public:
+  DryCommunicator(int rank, std::vector<int> global_ranks, DryWorld world)
+      : rank_(rank), global_ranks_(std::move(global_ranks)), world_(std::move(world)), log_(world_.log) {}
+
+  const char* backend_name() const override { return "dry"; }
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(global_ranks_.size()); }
+  bool reduces_average() const override { return true; }
+
+  void allreduce(Buffer data, ReduceOp op, Deadline) override {
+    record("allreduce", data.dtype, data.count);
+    if (op == ReduceOp::Sum) multiply_in_place(data, size());
+  }
+  void broadcast(Buffer data, int root, Deadline) override { record("broadcast", data.dtype, data.count, root); }
+  void reduce(Buffer data, ReduceOp op, int root, Deadline) override {
+    record("reduce", data.dtype, data.count, root);
+    if (op == ReduceOp::Sum) multiply_in_place(data, size());
+  }
+  void allgather(Buffer input, Buffer output, std::span<const int64_t> counts, Deadline) override {
+    record("allgather", output.dtype, output.count);
+    // Every peer's part is this rank's (as much of it as the part holds; zeros past it).
+    const size_t element = dtype_size(input.dtype);
+    char* out = static_cast<char*>(output.data);
+    for (int64_t part : counts) {
+      const int64_t copied = std::min(part, input.count);
+      if (copied > 0) std::memcpy(out, input.data, static_cast<size_t>(copied) * element);
+      if (part > copied) std::memset(out + copied * static_cast<int64_t>(element), 0, static_cast<size_t>(part - copied) * element);
+      out += part * static_cast<int64_t>(element);
+    }
+  }
+  void reduce_scatter(Buffer input, Buffer output, std::span<const int64_t> counts, ReduceOp op, Deadline) override {
+    record("reduce_scatter", input.dtype, input.count);
+    const int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank_, int64_t{0});
+    if (output.count > 0)
+      std::memcpy(output.data, static_cast<char*>(input.data) + offset * static_cast<int64_t>(dtype_size(input.dtype)),
+                  output.nbytes());
+    if (op == ReduceOp::Sum) multiply_in_place(output, size());
+  }
+  void alltoall(Buffer input, Buffer output, Deadline) override {
+    record("alltoall", input.dtype, input.count);
+    // Block r comes from rank r, which (being this rank) sends this rank's own block.
+    const size_t block = input.nbytes() / static_cast<size_t>(size());
+    const char* own = static_cast<const char*>(input.data) + static_cast<size_t>(rank_) * block;
+    for (int r = 0; r < size(); ++r) std::memmove(static_cast<char*>(output.data) + static_cast<size_t>(r) * block, own, block);
+  }
+  void barrier(Deadline) override { record("barrier", DType::Float32, 0); }
+
+  std::unique_ptr<PendingTransfer> post_send(Buffer data, int peer, int tag) override {
+    record("send", data.dtype, data.count, peer);
+    world_.mailbox->post(message_key(rank_, peer, tag), data);
+    return std::make_unique<DoneTransfer>();
+  }
+  std::unique_ptr<PendingTransfer> post_recv(Buffer data, int peer, int tag) override {
+    record("recv", data.dtype, data.count, peer);
+    return std::make_unique<MailboxTransfer>(world_.mailbox, message_key(peer, rank_, tag), data,
+                                             world_.wait_for_messages);
+  }
+
+  // Ordinary memory from the tensor allocator, so the plan counts it as a real job's shm buckets are
+  // (and the plan can find it again: DryLog::symmetric).
+  std::shared_ptr<void> allocate_symmetric(size_t bytes, Deadline) override {
+    std::shared_ptr<Storage> storage = Storage::allocate(bytes, cpu_device());
+    if (bytes > 0) std::memset(storage->data(), 0, bytes);
+    log_->add_symmetric(storage->data(), bytes);
+    return std::shared_ptr<void>(storage, storage->data());
+  }
+
+  std::unique_ptr<Communicator> split(std::span<const int> ranks, std::shared_ptr<Store>, Milliseconds) override {
+    std::vector<int> members;
+    for (int r : ranks) members.push_back(global_ranks_[static_cast<size_t>(r)]);
+    const int index = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin());
+    TESSERA_ASSERT(index < static_cast<int>(ranks.size()), "[dry] split without this rank");
+    return std::make_unique<DryCommunicator>(index, std::move(members), world_);
+  }
+
+ private:
+  // `peer`: a rank of this group (translated to the world's), or -1.
+  void record(const char* op, DType dtype, int64_t elements, int peer = -1) {
+    log_->add(DryCall{"", op, dtype, elements, global_ranks_,
+                      peer < 0 ? -1 : global_ranks_[static_cast<size_t>(peer)]});
+  }
+
+  // "group 0,2 from 0 to 2 tag 7" (global ranks).
+  std::string message_key(int from, int to, int tag) const {
+    std::string group;
+    for (int r : global_ranks_) group += (group.empty() ? "" : ",") + std::to_string(r);
+    return concat("group ", group, " from ", global_ranks_[static_cast<size_t>(from)], " to ",
+                  global_ranks_[static_cast<size_t>(to)], " tag ", tag);
+  }
+
+  int rank_;
+  std::vector<int> global_ranks_;
+  DryWorld world_;
+  std::shared_ptr<DryLog> log_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_dry_communicator(int rank, int size, std::shared_ptr<DryLog> log,
+                                                    std::shared_ptr<DryMailbox> mailbox, bool wait_for_messages) {
+  TESSERA_CHECK(size >= 1 && rank >= 0 && rank < size, "[dry] rank ", rank, " of a world of ", size);
+  std::vector<int> world(static_cast<size_t>(size));
+  std::iota(world.begin(), world.end(), 0);
+  return std::make_unique<DryCommunicator>(rank, std::move(world),
+                                           DryWorld{std::move(log), std::move(mailbox), wait_for_messages});
+}
+
+}  // namespace tessera::dist
