@@ -79,9 +79,14 @@ MemoryPlan held_memory(train::Trainer& trainer, const dist::DryLog& log, int64_t
   m.parameters = new_storage_bytes(params, counted);
   m.gradients = new_storage_bytes(gradients_of(params), counted);
   m.optimizer_state = new_storage_bytes(state, counted);
-  for (const auto& [data, bytes] : log.symmetric())
-    if (counted.insert(data).second) m.communication_buffers += static_cast<int64_t>(bytes);
-  m.other = std::max<int64_t>(0, resident - m.parameters - m.gradients - m.optimizer_state - m.communication_buffers);
+  // Gradients that live in shared memory are not in the allocator's figures (resident, peak).
+  int64_t outside_allocator = 0;
+  for (const dist::DryLog::SymmetricBuffer& b : log.symmetric()) {
+    if (b.shared) outside_allocator += static_cast<int64_t>(b.bytes);
+    if (counted.insert(b.data).second) m.communication_buffers += static_cast<int64_t>(b.bytes);
+  }
+  const int64_t held = m.parameters + m.gradients + m.optimizer_state + m.communication_buffers - outside_allocator;
+  m.other = std::max<int64_t>(0, resident - held);
   return m;
 }
 
@@ -121,7 +126,8 @@ dist::ProcessGroupPtr dry_group(int rank, const PlanOptions& options, std::share
   group_options.timeout = std::chrono::milliseconds(300000);
   group_options.collective_check = false;  // no peers to compare with; the plan compares the ranks itself
   return std::make_shared<dist::ProcessGroup>(
-      dist::make_dry_communicator(rank, options.world, std::move(log), std::move(mailbox), wait_for_messages),
+      dist::make_dry_communicator(rank, options.world, std::move(log), std::move(mailbox), wait_for_messages,
+                                  options.hosts > 1 ? options.world / options.hosts : 0),
       std::make_shared<dist::HashStore>(group_options.timeout), group_options);
 }
 

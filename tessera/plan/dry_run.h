@@ -32,7 +32,9 @@ struct PlanOptions {
 // Bytes this rank holds, by what they are for. parameters, gradients and optimizer_state are the
 // tensors' storages (each counted once); communication_buffers the symmetric buffers strategies ask
 // the backend for (DDP's buckets) that hold no gradients; other what else stays between steps (the
-// data sets, ZeRO's flat buffers, caches); activations what the last step added at its peak.
+// data sets, caches); activations what the last step added at its peak (ZeRO-3's gathered units
+// among them). A group inside one host keeps its symmetric buffers in shared memory, which the
+// tensor allocator, and so peak (a real run's peak_allocated_bytes), does not count.
 struct MemoryPlan {
   int64_t parameters = 0, gradients = 0, optimizer_state = 0, communication_buffers = 0, other = 0, activations = 0;
   int64_t peak = 0;  // the most live tensor bytes from the start of setup to the end of the last step

@@ -1,6 +1,7 @@
 #include "tessera/dist/backends/dry/dry_communicator.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -27,12 +28,12 @@ std::vector<DryCall> DryLog::calls() const {
   return calls_;
 }
 
-void DryLog::add_symmetric(const void* data, size_t bytes) {
+void DryLog::add_symmetric(SymmetricBuffer buffer) {
   std::lock_guard lock(mu_);
-  symmetric_.emplace_back(data, bytes);
+  symmetric_.push_back(buffer);
 }
 
-std::vector<std::pair<const void*, size_t>> DryLog::symmetric() const {
+std::vector<DryLog::SymmetricBuffer> DryLog::symmetric() const {
   std::lock_guard lock(mu_);
   return symmetric_;
 }
@@ -128,6 +129,7 @@ struct DryWorld {
   std::shared_ptr<DryLog> log;
   std::shared_ptr<DryMailbox> mailbox;
   bool wait_for_messages = false;
+  int ranks_per_host = 0;  // 0: every rank on one host
 };
 
 class DryCommunicator : public Communicator {
@@ -189,12 +191,16 @@ class DryCommunicator : public Communicator {
                                              world_.wait_for_messages);
   }
 
-  // Ordinary memory from the tensor allocator, so the plan counts it as a real job's shm buckets are
-  // (and the plan can find it again: DryLog::symmetric).
   std::shared_ptr<void> allocate_symmetric(size_t bytes, Deadline) override {
+    if (one_host()) {  // shared memory, as shm maps it: not the tensor allocator's
+      std::shared_ptr<void> memory(std::calloc(std::max<size_t>(bytes, 1), 1), std::free);
+      TESSERA_CHECK(memory != nullptr, "[dry] could not allocate ", bytes, " bytes of symmetric memory");
+      log_->add_symmetric({memory.get(), bytes, true});
+      return memory;
+    }
     std::shared_ptr<Storage> storage = Storage::allocate(bytes, cpu_device());
     if (bytes > 0) std::memset(storage->data(), 0, bytes);
-    log_->add_symmetric(storage->data(), bytes);
+    log_->add_symmetric({storage->data(), bytes, false});
     return std::shared_ptr<void>(storage, storage->data());
   }
 
@@ -211,6 +217,13 @@ class DryCommunicator : public Communicator {
   void record(const char* op, DType dtype, int64_t elements, int peer = -1) {
     log_->add(DryCall{"", op, dtype, elements, global_ranks_,
                       peer < 0 ? -1 : global_ranks_[static_cast<size_t>(peer)]});
+  }
+
+  bool one_host() const {
+    if (world_.ranks_per_host <= 0) return true;
+    for (int r : global_ranks_)
+      if (r / world_.ranks_per_host != global_ranks_.front() / world_.ranks_per_host) return false;
+    return true;
   }
 
   // "group 0,2 from 0 to 2 tag 7" (global ranks).
@@ -230,12 +243,13 @@ class DryCommunicator : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_dry_communicator(int rank, int size, std::shared_ptr<DryLog> log,
-                                                    std::shared_ptr<DryMailbox> mailbox, bool wait_for_messages) {
+                                                    std::shared_ptr<DryMailbox> mailbox, bool wait_for_messages,
+                                                    int ranks_per_host) {
   TESSERA_CHECK(size >= 1 && rank >= 0 && rank < size, "[dry] rank ", rank, " of a world of ", size);
   std::vector<int> world(static_cast<size_t>(size));
   std::iota(world.begin(), world.end(), 0);
   return std::make_unique<DryCommunicator>(rank, std::move(world),
-                                           DryWorld{std::move(log), std::move(mailbox), wait_for_messages});
+                                           DryWorld{std::move(log), std::move(mailbox), wait_for_messages, ranks_per_host});
 }
 
 }  // namespace tessera::dist

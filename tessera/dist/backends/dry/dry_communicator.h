@@ -39,15 +39,21 @@ class DryLog {
   void add(DryCall call);
   std::vector<DryCall> calls() const;
   // The communication buffers strategies asked for as symmetric memory (DDP's buckets), by address,
-  // so that the plan can tell them from the gradients that live in them.
-  void add_symmetric(const void* data, size_t bytes);
-  std::vector<std::pair<const void*, size_t>> symmetric() const;
+  // so that the plan can tell them from the gradients that live in them. `shared`: outside the
+  // tensor allocator, as the shm backend's are (a group inside one host).
+  struct SymmetricBuffer {
+    const void* data = nullptr;
+    size_t bytes = 0;
+    bool shared = false;
+  };
+  void add_symmetric(SymmetricBuffer buffer);
+  std::vector<SymmetricBuffer> symmetric() const;
 
  private:
   mutable std::mutex mu_;
   std::string phase_ = "setup";
   std::vector<DryCall> calls_;
-  std::vector<std::pair<const void*, size_t>> symmetric_;
+  std::vector<SymmetricBuffer> symmetric_;
 };
 
 // The messages dry ranks send each other. A pipeline's stage sends a header (the activation's
@@ -85,9 +91,12 @@ class DryMailbox {
   std::string aborted_;
 };
 
-// Rank `rank` of a dry world of `size` ranks. Its messages go through `mailbox`; `wait_for_messages`:
-// the ranks run at once (see DryMailbox).
+// Rank `rank` of a dry world of `size` ranks, `ranks_per_host` on each host (0: all on one). Its
+// messages go through `mailbox`; `wait_for_messages`: the ranks run at once (see DryMailbox). A
+// group inside one host gets its symmetric memory outside the tensor allocator, as over shm; a group
+// across hosts from the allocator, as the ordinary zeros a real job's tcp groups get.
 std::unique_ptr<Communicator> make_dry_communicator(int rank, int size, std::shared_ptr<DryLog> log,
-                                                    std::shared_ptr<DryMailbox> mailbox, bool wait_for_messages);
+                                                    std::shared_ptr<DryMailbox> mailbox, bool wait_for_messages,
+                                                    int ranks_per_host = 0);
 
 }  // namespace tessera::dist
