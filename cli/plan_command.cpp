@@ -2,6 +2,8 @@
 // the job's dry run at N ranks on this one machine (tessera/plan/job_plan.h): memory per rank by
 // category, each step's collectives, the bytes on each kind of link, and the proof that every rank
 // issues the same collectives. --compare-flight checks the plan against a real run's flight records.
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -38,7 +40,7 @@ Command add_plan_command(CLI::App& app) {
   return {cmd, [o]() -> int {
     train::TrainConfig config = train::load_config(o->config);
     for (const auto& s : o->overrides) train::apply_override(config, s);
-    const bool progress = o->plan.world > 1;
+    const bool progress = o->plan.world > 1 && ::isatty(2);  // a bar for people, not for logs
     plan::JobPlan job = plan::make_plan(config, o->plan, o->config, [&](int r) {
       if (!progress) return;
       if (r < 0) std::fprintf(stderr, "[plan] every rank at once, for the messages between stages\n");

@@ -51,5 +51,5 @@ if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   # The process group (worker and watchdog threads), DDP and its hooks run on the threaded backend.
   OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" \
     ctest --test-dir build-tsan --output-on-failure -j "$jobs" -E "LongTier|DdpTraining|PsTraining|MultiHost|SlurmCluster|world_4|world_8" \
-    -R "ShmPointToPoint|ShmSymmetric|DynamicBatcher|DataLoader|Sampler|CpuAllocator|Trainer\.ResumedRun|HashStore|PrefixStore|TcpStore|StoreConformance|StoreFromEnv|KeyValueTable|Launch|ProcessGroup|Ddp|CommHook|SyncBatchNorm|ThreadedCollectives|TcpCollectives|TcpSubgroups|TcpAllreduce|TcpMesh|HierarchicalCollectives|AllReduceSum|Ps(ShardPlan|SyncEquals|Sparse|Bounded|Faults|Checkpoint|Protocol)|Pipeline|DeviceMesh|TensorParallel|SequenceParallel|ModelParallel(Layouts|Trainer)"
+    -R "ShmPointToPoint|ShmSymmetric|DynamicBatcher|DataLoader|Sampler|CpuAllocator|Trainer\.ResumedRun|HashStore|PrefixStore|TcpStore|StoreConformance|StoreFromEnv|KeyValueTable|Launch|ProcessGroup|Ddp|CommHook|SyncBatchNorm|ThreadedCollectives|TcpCollectives|TcpSubgroups|TcpAllreduce|TcpMesh|HierarchicalCollectives|AllReduceSum|Ps(ShardPlan|SyncEquals|Sparse|Bounded|Faults|Checkpoint|Protocol)|Pipeline|DeviceMesh|TensorParallel|SequenceParallel|ModelParallel(Layouts|Trainer)|DryCommunicator|JobPlan"
 fi

@@ -1,4 +1,5 @@
-// tessera.train.run (the trainer `tessera train` runs, on a TOML config's text) and tessera.save /
+// tessera.train.run (the trainer `tessera train` runs, on a TOML config's text), tessera.train.plan
+// (`tessera plan`'s dry run) and tessera.save /
 // tessera.load (safetensors files of named tensors, PyTorch's state_dict layout).
 #include <pybind11/stl.h>
 
@@ -7,6 +8,7 @@
 #include "python/src/bindings.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/train/config.h"
+#include "tessera/plan/job_plan.h"
 #include "tessera/train/run.h"
 
 namespace tessera::python {
@@ -36,6 +38,27 @@ void bind_train(py::module_& m) {
           }
           return result;
         }, py::arg("toml_text"), py::arg("source"), py::arg("overrides"), py::arg("resume"));
+
+  // tessera.train.plan: the plan's JSON (plan_json) with its printed report under "report".
+  m.def("_plan", [](const std::string& toml_text, const std::string& source, const std::vector<std::string>& overrides,
+                    int world, int hosts, int steps) {
+          train::TrainConfig config = toml_text.empty() ? train::load_config(source) : train::parse_config(toml_text, source);
+          for (const auto& o : overrides) train::apply_override(config, o);
+          plan::PlanOptions options;
+          options.world = world;
+          options.hosts = hosts;
+          options.steps = steps;
+          std::string text;
+          {
+            py::gil_scoped_release release;
+            const plan::JobPlan job = plan::make_plan(config, options, source);
+            nlohmann::json j = plan::plan_json(job);
+            j["report"] = plan::plan_text(job);
+            text = j.dump();
+          }
+          return text;
+        }, py::arg("toml_text"), py::arg("source"), py::arg("overrides"), py::arg("world"), py::arg("hosts"),
+        py::arg("steps"));
 
   m.def("_save", [](const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata) {

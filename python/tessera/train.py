@@ -1,9 +1,11 @@
-"""tessera.train.run(config): the trainer of `tessera train`, from Python.
+"""tessera.train.run(config): the trainer of `tessera train`, from Python; tessera.train.plan(config,
+world): `tessera plan`'s dry run of the same job at `world` ranks.
 
 `config` is a path to a TOML file, TOML text, or a dict of sections ({"model": {"type": "mlp"}, ...});
 `overrides` are "section.key=value" strings as `--set` takes. Inside a job (tessera run, mpirun,
 srun) each process runs its part; alone, it trains in this process. Returns a dict with steps,
 loss, accuracy and the checkpoint written."""
+import json as _json
 import os as _os
 
 from ._tessera import train as _native
@@ -35,16 +37,27 @@ def _to_toml(config, prefix=""):
     return "\n".join(lines)
 
 
-def run(config, overrides=(), resume=""):
+def _config_text(config, caller):
     if isinstance(config, dict):
-        text, source = _to_toml(config), "<dict>"
-    elif isinstance(config, (str, _os.PathLike)) and _os.path.isfile(config):
-        text, source = "", str(config)  # read by the C++ loader, which knows the file's directory
-    elif isinstance(config, str) and "=" in config:
-        text, source = config, "<string>"
-    else:
-        raise FileNotFoundError(f"tessera.train.run: no config file {config!r} (pass a path, TOML text or a dict)")
+        return _to_toml(config), "<dict>"
+    if isinstance(config, (str, _os.PathLike)) and _os.path.isfile(config):
+        return "", str(config)  # read by the C++ loader, which knows the file's directory
+    if isinstance(config, str) and "=" in config:
+        return config, "<string>"
+    raise FileNotFoundError(f"tessera.train.{caller}: no config file {config!r} (pass a path, TOML text or a dict)")
+
+
+def run(config, overrides=(), resume=""):
+    text, source = _config_text(config, "run")
     return _native._run(text, source, [str(o) for o in overrides], resume)
 
 
-__all__ = ["run"]
+def plan(config, world, hosts=1, steps=3, overrides=()):
+    """The job's dry run at `world` ranks spread over `hosts` on this machine, as `tessera plan`:
+    a dict with each rank's memory by category, each phase's collectives and bytes per link,
+    "sequences_agree", and "report" (the printed plan)."""
+    text, source = _config_text(config, "plan")
+    return _json.loads(_native._plan(text, source, [str(o) for o in overrides], int(world), int(hosts), int(steps)))
+
+
+__all__ = ["run", "plan"]

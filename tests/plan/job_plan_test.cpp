@@ -80,6 +80,30 @@ TEST(JobPlan, ADifferentCallUnderOneNumberIsNamedWithBothRanks) {
   EXPECT_THROW(compare_with_flight_records(plan, records, compared), ValueError);
 }
 
+// A pipeline's stages wait for each other's headers: the ranks first run at once (threads) to pass
+// them, then one at a time. Interleaved stages send back from the last stage to the first, so the
+// one-at-a-time runs alone could never have them.
+TEST(JobPlan, PipelineStagesGetEachOthersHeadersAndEveryStageIsMeasured) {
+  const std::string dir = tessera::testing::fresh_dir("plan", "pipeline");
+  {
+    std::ofstream out(dir + "/corpus.txt");
+    for (int i = 0; i < 60; ++i) out << "all the world's a stage, and all the men and women merely players\n";
+  }
+  std::ofstream(dir + "/gpt.toml") << "[model]\nname = \"transformer\"\nlayers = 4\nheads = 2\nembed_dim = 16\ncontext = 8\n"
+                                   << "[data]\ndataset = \"text\"\npath = \"" << dir << "/corpus.txt\"\n"
+                                   << "[train]\nepochs = 1\nthreads = 1\nbatch_size = 4\n"
+                                   << "[parallel]\npp = 2\nschedule = \"interleaved\"\nvirtual_stages = 2\nmicrobatches = 4\n";
+  const JobPlan plan = plan_of(train::load_config(dir + "/gpt.toml"), 2);
+  EXPECT_EQ(sequence_disagreement(plan), "");
+  for (const RankPlan& r : plan.ranks) {
+    EXPECT_GT(r.memory.activations, 0) << r.rank;
+    int64_t sends = 0;
+    for (const dist::DryCall& c : r.calls) sends += c.phase == plan.reported_step() && c.op == "send";
+    // 4 micro-batches through 2 chunks each way: at least a header and a payload per activation.
+    EXPECT_GE(sends, 2 * 4) << r.rank;
+  }
+}
+
 TEST(JobPlan, LayoutsThatCannotBePlannedAreRefusedByName) {
   const std::string dir = tessera::testing::fresh_dir("plan", "refused");
   train::TrainConfig ps = mlp_config(dir, "ddp");

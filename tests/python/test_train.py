@@ -56,3 +56,20 @@ def test_a_bad_config_names_the_key(tmp_path):
         tessera.train.run(config)
     with pytest.raises(FileNotFoundError):
         tessera.train.run("no/such/config.toml")
+
+
+def test_plan_a_zero3_job_at_four_ranks_from_python(tmp_path):
+    config = mlp_config(tmp_path)
+    config["data"] = {"dataset": "synthetic", "samples": 512, "test_samples": 64, "classes": 4}
+    config["train"]["global_batch_size"] = 32
+    one = tessera.train.plan(config, world=1)
+    four = tessera.train.plan(config, world=4, hosts=2, overrides=["distributed.strategy=zero", "distributed.zero_stage=3"])
+    assert four["world"] == 4 and four["hosts"] == 2 and four["sequences_agree"]
+    assert [r["host"] for r in four["ranks"]] == [0, 0, 1, 1]
+    whole = one["ranks"][0]["memory"]["parameters"]
+    for r in four["ranks"]:
+        assert abs(r["memory"]["parameters"] - whole / 4) <= 64  # each unit cut in 4, padded
+        step = r["phases"]["step 3"]
+        assert any(c["call"].startswith("reduce_scatter") for c in step["collectives"])
+    assert "every rank of every process group issues the same collectives" in four["report"]
+    assert not os.path.exists(tmp_path / "run")  # a plan writes nothing where the job would
