@@ -153,6 +153,18 @@ struct TpOverlapBenchOptions {
 // overlapped) and plain TP, one GPT block's forward and backward: the share of the communication hidden.
 int tp_overlap(const TpOverlapBenchOptions& options);
 
+struct PlanBenchOptions {
+  // model:layout:world, layout one of ddp, zero1, zero2, zero3, mesh-dpXppYtpZ.
+  std::string layouts =
+      "mlp:ddp:2,mlp:zero1:2,mlp:zero3:2,mlp:mesh-dp1pp2tp1:2,mlp:ddp:4,mlp:zero3:4,"
+      "gpt:ddp:2,gpt:zero3:2,gpt:mesh-dp1pp2tp1:2,gpt:mesh-dp1pp1tp2:2,gpt:ddp:4,gpt:mesh-dp1pp2tp2:4,gpt:mesh-dp2pp1tp2:4";
+  int steps = 30;
+  std::string dir;  // where the runs write ("": under the system's temp)
+};
+// tessera plan --predict against real jobs of each layout: predicted and measured step times, the
+// error, its mean and the rank correlation per world size.
+int plan(const PlanBenchOptions& options);
+
 struct ServeBenchOptions {
   std::string checkpoint;            // a run or checkpoint directory (the CNN of examples/cnn.toml)
   std::string batches = "1,8,32,64";  // bench infer: batch sizes

@@ -1,4 +1,4 @@
-// tessera bench train-step | matmul | comm | ddp | ps | zero | model-parallel | tp-overlap | infer | serve
+// tessera bench train-step | matmul | comm | ddp | ps | zero | model-parallel | tp-overlap | plan | infer | serve
 #include "bench/bench.h"
 #include "cli/commands.h"
 
@@ -175,6 +175,16 @@ Command add_bench_command(CLI::App& app) {
   tpo->add_option("--warmup", to->warmup, "Untimed rounds first")->capture_default_str()->check(CLI::Range(0, 100000));
   tpo->add_flag("--worker", to->worker, "Internal: one rank of the measured job")->group("");
 
+  auto plo = std::make_shared<bench::PlanBenchOptions>();
+  auto* plb = bench->add_subcommand("plan", "tessera plan --predict against real jobs: predicted and measured step "
+                                            "times, their error and rank correlation");
+  plb->add_option("--layouts", plo->layouts, "Comma-separated model:layout:world (ddp, zero1-3, mesh-dpXppYtpZ)")
+      ->capture_default_str();
+  plb->add_option("--steps", plo->steps, "Steps of each real run (the step time: the median from step 6)")
+      ->capture_default_str()
+      ->check(CLI::Range(10, 100000));
+  plb->add_option("--dir", plo->dir, "Where the runs write (default: under the system's temp)");
+
   auto so = std::make_shared<bench::ServeBenchOptions>();
   auto* infer = bench->add_subcommand("infer", "Offline batched inference samples/s of a checkpoint's model");
   infer->add_option("checkpoint", so->checkpoint, "A run or checkpoint directory")->required();
@@ -205,6 +215,7 @@ Command add_bench_command(CLI::App& app) {
     if (serve->parsed()) return bench::serve(*so);
     if (mpb->parsed()) return bench::model_parallel(*mo);
     if (tpo->parsed()) return bench::tp_overlap(*to);
+    if (plb->parsed()) return bench::plan(*plo);
     if (train_step->parsed()) return bench::train_step(*ts);
     if (psb->parsed()) return bench::ps(*pb);
     if (zb->parsed()) return bench::zero(*zo);

@@ -5,11 +5,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <thread>
 
 #include "cli/commands.h"
 #include "tessera/dist/flight_report.h"
 #include "tessera/io/atomic_file.h"
+#include "tessera/plan/cost_model.h"
 #include "tessera/plan/job_plan.h"
+#include "tessera/plan/layout_search.h"
 #include "tessera/train/config.h"
 
 namespace tessera::cli {
@@ -23,6 +26,10 @@ Command add_plan_command(CLI::App& app) {
     plan::PlanOptions plan;
     double link_gbit = 0;
     std::string json_path, compare_dir;
+    bool predict = false, search = false;
+    double memory_mib = 0;
+    double latency_us = 50;
+    int cores = 0;
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("config", o->config, "The training config (TOML), as tessera train takes it")->required();
@@ -34,12 +41,35 @@ Command add_plan_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--steps", o->plan.steps, "Training steps after the setup (default 3; the last is reported)")
       ->check(CLI::Range(1, 100));
+  cmd->add_flag("--predict", o->predict, "Also predict the step's time (cost model: tessera/plan/cost_model.h)");
+  cmd->add_flag("--search", o->search, "Plan and predict every layout at this world size, fastest first");
+  cmd->add_option("--memory-mib", o->memory_mib, "With --search: the memory per rank a layout must fit in")
+      ->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--latency-us", o->latency_us, "The network's one-way latency per hop, for --predict (default 50)")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--cores", o->cores, "Cores per host, for --predict (default this machine's)")->check(CLI::Range(1, 4096));
   cmd->add_option("--json", o->json_path, "Also write the whole plan (every rank, phase and collective) as JSON");
   cmd->add_option("--compare-flight", o->compare_dir,
                   "A real run's flight records (TESSERA_FLIGHT_AT_END=1): check the plan's collectives against them");
   return {cmd, [o]() -> int {
     train::TrainConfig config = train::load_config(o->config);
     for (const auto& s : o->overrides) train::apply_override(config, s);
+    auto cost_inputs = [&] {
+      plan::CostInputs inputs;
+      inputs.shared_memory = plan::calibrate_shared_memory();
+      inputs.network = {o->latency_us * 1e-6, o->link_gbit * 1e9 / 8};
+      inputs.cores_per_host = o->cores > 0 ? o->cores : static_cast<int>(std::thread::hardware_concurrency());
+      return inputs;
+    };
+    if (o->search) {
+      const auto memory = static_cast<int64_t>(o->memory_mib * 1024 * 1024);
+      const auto results = plan::search_layouts(config, o->plan, cost_inputs(), memory, [](const plan::Candidate& c) {
+        if (::isatty(2)) std::fprintf(stderr, "[plan] %s\n", c.name.c_str());
+      });
+      std::printf("tessera plan --search: %s at %d ranks on %d host(s)%s", o->config.c_str(), o->plan.world,
+                  o->plan.hosts, plan::search_text(results, memory, o->config, o->plan).c_str());
+      return results.empty() || !results.front().refused.empty() || !results.front().fits ? 1 : 0;
+    }
     const bool progress = o->plan.world > 1 && ::isatty(2);  // a bar for people, not for logs
     plan::JobPlan job = plan::make_plan(config, o->plan, o->config, [&](int r) {
       if (!progress) return;
@@ -49,7 +79,16 @@ Command add_plan_command(CLI::App& app) {
     if (progress) std::fprintf(stderr, "\n");
     job.link_gbit = o->link_gbit;
     std::printf("%s", plan::plan_text(job).c_str());
-    if (!o->json_path.empty()) io::write_file_atomic(o->json_path, plan::plan_json(job).dump(1) + "\n");
+    nlohmann::json j = plan::plan_json(job);
+    if (o->predict) {
+      const plan::CostInputs inputs = cost_inputs();
+      const plan::StepPrediction p = plan::predict_step(job, config, inputs);
+      std::printf("%s", plan::prediction_text(p, inputs).c_str());
+      j["prediction"] = {{"step_s", p.step_s}, {"slowest_rank", p.slowest_rank}, {"compute_s", p.compute_s},
+                         {"communication_s", p.communication_s}, {"bubble_s", p.bubble_s},
+                         {"contention", p.contention}, {"rank_step_s", p.rank_step_s}};
+    }
+    if (!o->json_path.empty()) io::write_file_atomic(o->json_path, j.dump(1) + "\n");
     int status = plan::sequence_disagreement(job).empty() ? 0 : 1;
     if (!o->compare_dir.empty()) {
       int64_t compared = 0;

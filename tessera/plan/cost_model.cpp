@@ -1,0 +1,182 @@
+#include "tessera/plan/cost_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <set>
+#include <thread>
+
+#include "tessera/core/error.h"
+#include "tessera/dist/backends/backend.h"
+#include "tessera/dist/store/hash_store.h"
+#include "tessera/parallel/pipeline/schedule.h"
+#include "tessera/util/thread_pool.h"
+
+namespace tessera::plan {
+
+namespace {
+
+using tessera::detail::concat;
+
+// Seconds per all-reduce of `bytes` between the two ranks (rank 0's mean over `iterations`).
+double time_allreduce(dist::Communicator& comm, size_t bytes, int iterations) {
+  std::vector<float> data(bytes / sizeof(float), 1.0f);
+  const dist::Buffer buffer{data.data(), static_cast<int64_t>(data.size()), DType::Float32};
+  auto deadline = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(60); };
+  for (int i = 0; i < 3; ++i) comm.allreduce(buffer, dist::ReduceOp::Sum, deadline());
+  comm.barrier(deadline());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) comm.allreduce(buffer, dist::ReduceOp::Sum, deadline());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
+}
+
+// Hops a call's algorithm makes one after another (each paying a latency), within a host and across.
+struct Hops {
+  int64_t within = 0, between = 0;
+};
+
+Hops hops_of(const dist::DryCall& call, const HostLayout& layout) {
+  const int64_t n = static_cast<int64_t>(call.group.size());
+  std::set<int> hosts;
+  std::vector<int64_t> per_host(static_cast<size_t>(layout.hosts), 0);
+  for (int r : call.group) {
+    hosts.insert(layout.host_of(r));
+    ++per_host[static_cast<size_t>(layout.host_of(r))];
+  }
+  const bool across = hosts.size() > 1;
+  const std::string& op = call.op;
+  if (op == "send") return across ? Hops{0, 1} : Hops{1, 0};
+  if (op == "recv" || n == 1) return {};
+  if (op == "allreduce" || op == "reduce" || op == "barrier") {
+    if (!across) return {2 * (n - 1), 0};
+    const int64_t p = *std::max_element(per_host.begin(), per_host.end());
+    return {2 * (p - 1), 2 * (static_cast<int64_t>(hosts.size()) - 1)};
+  }
+  // Rings and chains over flat TCP once the group crosses hosts: every hop is a TCP one.
+  return across ? Hops{0, n - 1} : Hops{n - 1, 0};
+}
+
+// The call's time for rank `me`: a collective is as slow as its slowest member; a message costs its sender.
+double call_seconds(const dist::DryCall& call, int me, const HostLayout& layout, const CostInputs& in) {
+  if (call.op == "recv") return 0;  // the sender's cost; a stage's waiting is the bubble's
+  auto transfer = [&](int member) {
+    const LinkBytes b = bytes_sent(call, member, layout);
+    return static_cast<double>(b.within_host) / in.shared_memory.bytes_per_s +
+           (b.between_hosts > 0 ? static_cast<double>(b.between_hosts) / in.network.bytes_per_s : 0.0);
+  };
+  double slowest = 0;
+  if (call.op == "send") slowest = transfer(me);
+  else
+    for (int m : call.group) slowest = std::max(slowest, transfer(m));
+  const Hops hops = hops_of(call, layout);
+  return static_cast<double>(hops.within) * in.shared_memory.latency_s +
+         static_cast<double>(hops.between) * in.network.latency_s + slowest;
+}
+
+std::string ms(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
+  return buf;
+}
+
+}  // namespace
+
+LinkRate calibrate_shared_memory() {
+  auto store = std::make_shared<dist::HashStore>(std::chrono::milliseconds(60000));
+  constexpr size_t kSmall = 4096, kLarge = 4 << 20;
+  double small = 0, large = 0;
+  std::exception_ptr failure;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        dist::BackendContext context;
+        context.store = store;
+        context.rank = r;
+        context.size = 2;
+        context.local_size = 2;
+        context.timeout = std::chrono::milliseconds(60000);
+        auto comm = dist::make_shm_communicator(context);
+        const double s = time_allreduce(*comm, kSmall, 400), l = time_allreduce(*comm, kLarge, 20);
+        if (r == 0) {
+          small = s;
+          large = l;
+        }
+      } catch (...) {
+        if (r == 0) failure = std::current_exception();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  if (failure) std::rethrow_exception(failure);
+  LinkRate rate;
+  rate.latency_s = small / 2;  // a ring all-reduce of 2 ranks: 2 hops
+  // Each rank sends 2(n-1)/n of the buffer: the buffer itself at n = 2.
+  rate.bytes_per_s = static_cast<double>(kLarge) / std::max(large - small, 1e-9);
+  return rate;
+}
+
+StepPrediction predict_step(const JobPlan& plan, const train::TrainConfig& config, const CostInputs& inputs) {
+  TESSERA_CHECK(inputs.shared_memory.bytes_per_s > 0, "[plan] no shared-memory rate to predict with");
+  TESSERA_CHECK(plan.options.hosts == 1 || inputs.network.bytes_per_s > 0, "[plan] --predict over ",
+                plan.options.hosts, " hosts needs the network's rate: give --link GBIT");
+  TESSERA_CHECK(inputs.cores_per_host >= 1, "[plan] cores per host must be at least 1");
+  const HostLayout layout = plan.layout();
+  const std::string step = plan.reported_step();
+  const int64_t ranks_per_host = plan.options.world / plan.options.hosts;
+  const int64_t threads = std::min<int64_t>(config.train.threads > 0 ? config.train.threads : num_threads(),
+                                            inputs.cores_per_host);
+  StepPrediction p;
+  p.contention = std::max(1.0, static_cast<double>(ranks_per_host * threads) / inputs.cores_per_host);
+  double bubble = 0;
+  if (config.parallel.pp > 1) {
+    const auto kind = parallel::pipeline::parse_schedule(config.parallel.schedule);
+    const int chunks = kind == parallel::pipeline::ScheduleKind::ZeroBubbleV ? 2
+                       : kind == parallel::pipeline::ScheduleKind::Interleaved
+                           ? static_cast<int>(config.parallel.virtual_stages)
+                           : 1;
+    bubble = parallel::pipeline::theoretical_bubble(kind, static_cast<int>(config.parallel.pp),
+                                                    config.parallel.microbatches, chunks);
+  }
+  for (const RankPlan& r : plan.ranks) {
+    const double compute = (r.step_seconds.empty() ? 0.0 : r.step_seconds.back()) * p.contention;
+    double communication = 0;
+    for (const dist::DryCall& call : r.calls)
+      if (call.phase == step) communication += call_seconds(call, r.rank, layout, inputs);
+    const double idle = bubble > 0 ? compute / (1 - bubble) - compute : 0.0;
+    const double total = compute + idle + communication;
+    p.rank_step_s.push_back(total);
+    if (total > p.step_s) {
+      p.step_s = total;
+      p.slowest_rank = r.rank;
+      p.compute_s = compute;
+      p.communication_s = communication;
+      p.bubble_s = idle;
+    }
+  }
+  return p;
+}
+
+std::string prediction_text(const StepPrediction& p, const CostInputs& in) {
+  std::string out = concat("\npredicted step: ", ms(p.step_s), " (the slowest, rank ", p.slowest_rank, ": compute ",
+                           ms(p.compute_s));
+  if (p.contention > 1) {
+    char f[32];
+    std::snprintf(f, sizeof f, "%.2f", p.contention);
+    out += concat(" with the host's cores shared (x", f, ")");
+  }
+  out += concat(", communication ", ms(p.communication_s));
+  if (p.bubble_s > 0) out += concat(", pipeline bubble ", ms(p.bubble_s));
+  char rates[256];
+  std::snprintf(rates, sizeof rates, ")\n  from: shared memory %.1f us a hop, %.2f GB/s (measured here)", in.shared_memory.latency_s * 1e6,
+                in.shared_memory.bytes_per_s / 1e9);
+  out += rates;
+  if (in.network.bytes_per_s > 0) {
+    std::snprintf(rates, sizeof rates, "; network %.1f us a hop, %.3f GB/s", in.network.latency_s * 1e6,
+                  in.network.bytes_per_s / 1e9);
+    out += rates;
+  }
+  out += concat("; ", in.cores_per_host, " cores per host\n");
+  return out;
+}
+
+}  // namespace tessera::plan

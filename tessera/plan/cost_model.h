@@ -1,0 +1,57 @@
+// `tessera plan --predict`: a step's time from the dry run (job_plan.h) and a few measured rates.
+//
+//   step = the slowest rank's  compute x contention  +  communication  (a pipeline: over 1 - bubble)
+//
+// - compute: the rank's step as the dry run timed it on this machine (its collectives cost nothing
+//   there), at the real shapes. Ranks that share a host share its cores: with R ranks of T threads
+//   on C cores, each runs max(1, R·T / C) times slower (the dominant term on 2-core machines).
+// - communication: every collective of the step, each as slow as its slowest member: per hop a
+//   link's latency, plus the bytes that member sends within its host at shared memory's rate and
+//   between hosts at the network's (link_bytes.h says how many of each, and the algorithm how many
+//   hops: 2(n-1) for a ring all-reduce, 2(p-1) + 2(H-1) hierarchical, n-1 for gathers, scatters,
+//   all-to-all and a broadcast's chain). Point-to-point messages cost one hop and their bytes.
+//   Nothing is assumed hidden behind compute: on these machines the collectives' copies run on the
+//   same cores (docs/distributed.md, "Planning a job", has the measured error that leaves).
+// - a pipeline of P stages with M micro-batches (and v chunks) idles its theoretical bubble.
+// Shared memory's rates are measured here, in this process (calibrate_shared_memory); the network's
+// come from --link and --latency-us (tessera doctor measures them between real hosts).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "tessera/plan/job_plan.h"
+
+namespace tessera::plan {
+
+struct LinkRate {
+  double latency_s = 0;     // per hop
+  double bytes_per_s = 0;
+};
+
+struct CostInputs {
+  LinkRate shared_memory;  // within a host
+  LinkRate network;        // between hosts
+  int cores_per_host = 1;
+};
+
+// Shared memory's latency and rate on this machine: all-reduces of 4 KiB and 4 MiB between two
+// threads over the shm backend, the smaller's time per hop as the latency, the larger's bytes per
+// second of what each rank sends.
+LinkRate calibrate_shared_memory();
+
+struct StepPrediction {
+  double step_s = 0;           // the job's step (every rank waits for the slowest)
+  int slowest_rank = 0;
+  // The slowest rank's parts.
+  double compute_s = 0, communication_s = 0, bubble_s = 0;
+  double contention = 1;       // the compute's slow-down from sharing cores
+  std::vector<double> rank_step_s;
+};
+
+// The job's step time; `config` the one planned (threads, pipeline schedule).
+StepPrediction predict_step(const JobPlan& plan, const train::TrainConfig& config, const CostInputs& inputs);
+
+// What --predict prints.
+std::string prediction_text(const StepPrediction& prediction, const CostInputs& inputs);
+
+}  // namespace tessera::plan
