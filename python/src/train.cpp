@@ -4,10 +4,12 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <thread>
 
 #include "python/src/bindings.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/train/config.h"
+#include "tessera/plan/cost_model.h"
 #include "tessera/plan/job_plan.h"
 #include "tessera/train/run.h"
 
@@ -41,7 +43,7 @@ void bind_train(py::module_& m) {
 
   // tessera.train.plan: the plan's JSON (plan_json) with its printed report under "report".
   m.def("_plan", [](const std::string& toml_text, const std::string& source, const std::vector<std::string>& overrides,
-                    int world, int hosts, int steps) {
+                    int world, int hosts, int steps, bool predict, double link_gbit, double latency_us, int cores) {
           train::TrainConfig config = toml_text.empty() ? train::load_config(source) : train::parse_config(toml_text, source);
           for (const auto& o : overrides) train::apply_override(config, o);
           plan::PlanOptions options;
@@ -54,11 +56,22 @@ void bind_train(py::module_& m) {
             const plan::JobPlan job = plan::make_plan(config, options, source);
             nlohmann::json j = plan::plan_json(job);
             j["report"] = plan::plan_text(job);
+            if (predict) {
+              plan::CostInputs inputs;
+              inputs.shared_memory = plan::calibrate_shared_memory();
+              inputs.network = {latency_us * 1e-6, link_gbit * 1e9 / 8};
+              inputs.cores_per_host = cores > 0 ? cores : static_cast<int>(std::thread::hardware_concurrency());
+              const plan::StepPrediction p = plan::predict_step(job, config, inputs);
+              j["prediction"] = {{"step_s", p.step_s}, {"slowest_rank", p.slowest_rank}, {"compute_s", p.compute_s},
+                                 {"communication_s", p.communication_s}, {"bubble_s", p.bubble_s},
+                                 {"contention", p.contention}};
+              j["report"] = j["report"].get<std::string>() + plan::prediction_text(p, inputs);
+            }
             text = j.dump();
           }
           return text;
         }, py::arg("toml_text"), py::arg("source"), py::arg("overrides"), py::arg("world"), py::arg("hosts"),
-        py::arg("steps"));
+        py::arg("steps"), py::arg("predict"), py::arg("link_gbit"), py::arg("latency_us"), py::arg("cores"));
 
   m.def("_save", [](const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata) {

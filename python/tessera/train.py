@@ -52,12 +52,14 @@ def run(config, overrides=(), resume=""):
     return _native._run(text, source, [str(o) for o in overrides], resume)
 
 
-def plan(config, world, hosts=1, steps=3, overrides=()):
+def plan(config, world, hosts=1, steps=3, overrides=(), predict=False, link_gbit=0.0, latency_us=50.0, cores=0):
     """The job's dry run at `world` ranks spread over `hosts` on this machine, as `tessera plan`:
     a dict with each rank's memory by category, each phase's collectives and bytes per link,
-    "sequences_agree", and "report" (the printed plan)."""
+    "sequences_agree", and "report" (the printed plan). predict=True adds "prediction" (the step's
+    time and its parts, as --predict; link_gbit is needed across hosts)."""
     text, source = _config_text(config, "plan")
-    return _json.loads(_native._plan(text, source, [str(o) for o in overrides], int(world), int(hosts), int(steps)))
+    return _json.loads(_native._plan(text, source, [str(o) for o in overrides], int(world), int(hosts), int(steps),
+                                     bool(predict), float(link_gbit), float(latency_us), int(cores)))
 
 
 __all__ = ["run", "plan"]

@@ -72,4 +72,6 @@ def test_plan_a_zero3_job_at_four_ranks_from_python(tmp_path):
         step = r["phases"]["step 3"]
         assert any(c["call"].startswith("reduce_scatter") for c in step["collectives"])
     assert "every rank of every process group issues the same collectives" in four["report"]
+    predicted = tessera.train.plan(config, world=2, predict=True)["prediction"]
+    assert predicted["step_s"] >= predicted["compute_s"] > 0
     assert not os.path.exists(tmp_path / "run")  # a plan writes nothing where the job would
