@@ -29,6 +29,8 @@ namespace {
 namespace fs = std::filesystem;
 using tessera::detail::concat;
 
+constexpr int64_t kPlanMlpBatch = 128, kPlanGptBatch = 16;  // samples (sequences) per step, over the job
+
 struct Layout {
   std::string name, model;
   int world = 1;
@@ -46,6 +48,8 @@ Layout parse_layout(const std::string& text) {
                 text, "'");
   Layout l{text, model, std::stoi(world), {}};
   TESSERA_CHECK(model == "mlp" || model == "gpt", "[bench plan] model ", model, " is not mlp or gpt");
+  TESSERA_CHECK(l.world >= 1, "[bench plan] world ", l.world, " in '", text, "'");
+  int replicas = l.world;
   if (kind == "ddp") {
   } else if (kind == "zero1" || kind == "zero2" || kind == "zero3") {
     l.sets = {"distributed.strategy=zero", concat("distributed.zero_stage=", kind.back())};
@@ -53,11 +57,17 @@ Layout parse_layout(const std::string& text) {
     int dp = 1, pp = 1, tp = 1;
     TESSERA_CHECK(std::sscanf(kind.c_str(), "mesh-dp%dpp%dtp%d", &dp, &pp, &tp) == 3, "[bench plan] ", kind,
                   " is not mesh-dpXppYtpZ");
+    TESSERA_CHECK(dp * pp * tp == l.world, "[bench plan] ", kind, " is not ", l.world, " ranks");
     l.sets = {"distributed.strategy=mesh", concat("parallel.dp=", dp), concat("parallel.pp=", pp),
               concat("parallel.tp=", tp)};
+    replicas = dp;
   } else {
     throw ValueError(concat("[bench plan] layout ", kind, " is not ddp, zero1-3 or mesh-dpXppYtpZ"));
   }
+  // Every layout of a model trains the same global batch, each replica its share.
+  const int64_t global = model == "mlp" ? kPlanMlpBatch : kPlanGptBatch;
+  TESSERA_CHECK(global % replicas == 0, "[bench plan] ", replicas, " replicas cannot share a batch of ", global);
+  l.sets.push_back(concat("train.batch_size=", global / replicas));
   return l;
 }
 
@@ -72,12 +82,12 @@ std::string write_configs(const fs::path& dir, int steps) {
                                   << "[data]\ndataset = \"synthetic\"\nsamples = 16384\ntest_samples = 64\nclasses = 10\n"
                                   << "[optimizer]\nname = \"adam\"\nlr = 0.001\n"
                                   << "[train]\nepochs = 1\nmax_steps = " << steps
-                                  << "\nthreads = 1\nlog_every = 1000\nglobal_batch_size = 128\n";
+                                  << "\nthreads = 1\nlog_every = 1000\n";
   std::ofstream(dir / "gpt.toml") << "[model]\nname = \"transformer\"\nlayers = 4\nheads = 4\nembed_dim = 128\ncontext = 64\n"
                                   << "dropout = 0.0\n[data]\ndataset = \"text\"\npath = \"" << (dir / "corpus.txt").string()
                                   << "\"\n[optimizer]\nname = \"adamw\"\nlr = 0.001\n"
                                   << "[train]\nepochs = 1\nmax_steps = " << steps
-                                  << "\nthreads = 1\nlog_every = 1000\nglobal_batch_size = 16\n[parallel]\nmicrobatches = 4\n";
+                                  << "\nthreads = 1\nlog_every = 1000\n[parallel]\nmicrobatches = 4\n";
   return dir.string();
 }
 
@@ -139,8 +149,14 @@ int plan(const PlanBenchOptions& o) {
     for (const auto& s : l.sets) train::apply_override(config, s);
     plan::PlanOptions po;
     po.world = l.world;
-    const plan::JobPlan job = plan::make_plan(config, po, config_path);
-    const plan::StepPrediction p = plan::predict_step(job, config, inputs);
+    po.steps = 6;  // the compute: the median of steps 2-6
+    plan::StepPrediction p;
+    try {
+      p = plan::predict_step(plan::make_plan(config, po, config_path), config, inputs);
+    } catch (const std::exception& e) {
+      std::printf("%-24s the plan failed: %s\n", l.name.c_str(), e.what());
+      continue;
+    }
     const fs::path out = dir / ("run-" + std::to_string(&l - layouts.data()));
     fs::remove_all(out);
     std::string cmd = concat(self, " train ", config_path, " --nproc ", l.world, " --set train.output_dir=", out.string());

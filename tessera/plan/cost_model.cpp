@@ -73,6 +73,15 @@ double call_seconds(const dist::DryCall& call, int me, const HostLayout& layout,
          static_cast<double>(hops.between) * in.network.latency_s + slowest;
 }
 
+// The median of the rank's steps after the first (which pays for first calls and allocations).
+double steady_step_seconds(const RankPlan& r) {
+  std::vector<double> steps(r.step_seconds.begin() + (r.step_seconds.size() > 1 ? 1 : 0), r.step_seconds.end());
+  if (steps.empty()) return 0;
+  std::sort(steps.begin(), steps.end());
+  const size_t n = steps.size();
+  return n % 2 ? steps[n / 2] : (steps[n / 2 - 1] + steps[n / 2]) / 2;
+}
+
 std::string ms(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
@@ -138,7 +147,7 @@ StepPrediction predict_step(const JobPlan& plan, const train::TrainConfig& confi
                                                     config.parallel.microbatches, chunks);
   }
   for (const RankPlan& r : plan.ranks) {
-    const double compute = (r.step_seconds.empty() ? 0.0 : r.step_seconds.back()) * p.contention;
+    const double compute = steady_step_seconds(r) * p.contention;
     double communication = 0;
     for (const dist::DryCall& call : r.calls)
       if (call.phase == step) communication += call_seconds(call, r.rank, layout, inputs);

@@ -3,7 +3,7 @@
 //   step = the slowest rank's  compute x contention  +  communication  (a pipeline: over 1 - bubble)
 //
 // - compute: the rank's step as the dry run timed it on this machine (its collectives cost nothing
-//   there), at the real shapes. Ranks that share a host share its cores: with R ranks of T threads
+//   there), at the real shapes: the median of its steps after the first (--steps 6 for a steadier one). Ranks that share a host share its cores: with R ranks of T threads
 //   on C cores, each runs max(1, R·T / C) times slower (the dominant term on 2-core machines).
 // - communication: every collective of the step, each as slow as its slowest member: per hop a
 //   link's latency, plus the bytes that member sends within its host at shared memory's rate and

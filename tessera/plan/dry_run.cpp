@@ -139,7 +139,10 @@ data::Batch next_batch(train::Trainer& trainer, const PlanOptions& options) {
 
 }  // namespace
 
-bool needs_message_exchange(const train::TrainConfig& config) { return config.parallel.pp > 1; }
+bool needs_message_exchange(const train::TrainConfig& config) {
+  return train::uses_model_parallelism(config) || config.distributed.strategy == "mesh" || config.parallel.cp > 1 ||
+         config.parallel.ep > 1;
+}
 
 void exchange_messages(const train::TrainConfig& config, const PlanOptions& options, std::shared_ptr<dist::DryMailbox> mailbox) {
   check_options(config, options);

@@ -8,9 +8,9 @@
 //     same records a real run writes), each marked with the phase it was issued in;
 //   - every call the backend saw, point-to-point included, for the bytes per link (link_bytes.h);
 //   - each step's time on this machine (the compute: the dry backend's calls cost nothing).
-// The ranks run one after another in this process, so each rank's peak is its own. A pipeline's
-// stages need each other's headers: its ranks first run all at once, as threads, to collect them
-// (exchange_messages).
+// The ranks run one after another in this process, so each rank's peak is its own. A model-parallel
+// job's ranks need each other's messages and small facts (a pipeline's headers, the vocabulary
+// shards' sizes): its ranks first run all at once, as threads, to collect them (exchange_messages).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -55,8 +55,9 @@ struct RankPlan {
 RankPlan dry_run_rank(const train::TrainConfig& config, const PlanOptions& options, int rank,
                       std::shared_ptr<dist::DryMailbox> mailbox);
 
-// Whether the ranks' runs need each other's messages (a pipeline's stage headers), so that
-// exchange_messages must run first.
+// Whether the ranks' runs need each other's messages and small collectives (a pipeline's stage
+// headers, the vocabulary shards' sizes): every model-parallel layout (mesh, PP, TP, CP, EP), so
+// that exchange_messages must run first.
 bool needs_message_exchange(const train::TrainConfig& config);
 // Every rank at once, one thread each, on the dry backend with messages delivered through `mailbox`
 // (the same setup and steps as dry_run_rank, nothing measured), so that the one-at-a-time runs find

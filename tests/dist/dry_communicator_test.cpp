@@ -99,6 +99,38 @@ TEST(DryCommunicator, MessagesArriveWhenRanksRunTogetherAndAreReplayedWhenAlone)
   EXPECT_THROW(alone->post_recv(buffer_of(wrong, DType::Int64), 0, 5)->wait(soon()), ValueError);
 }
 
+// Facts that differ from rank to rank (the vocabulary shards' sizes): small collectives are exact
+// where the ranks run at once, and each rank's result is kept for its run alone; a large one moves
+// nothing either way.
+TEST(DryCommunicator, SmallCollectivesAreExactTogetherAndReplayedAlone) {
+  auto mailbox = std::make_shared<DryMailbox>();
+  std::vector<std::vector<int64_t>> gathered(2, std::vector<int64_t>(2, -1));
+  std::vector<std::vector<float>> summed(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      auto comm = make_dry_communicator(r, 2, std::make_shared<DryLog>(), mailbox, true);
+      std::vector<int64_t> mine{14 - r};  // 27 columns cut in 2
+      comm->allgather(buffer_of(mine, DType::Int64), buffer_of(gathered[r], DType::Int64), std::vector<int64_t>{1, 1},
+                      soon());
+      summed[r] = {static_cast<float>(r + 1), 10.0f};
+      comm->allreduce(buffer_of(summed[r], DType::Float32), ReduceOp::Avg, soon());
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(gathered[r], (std::vector<int64_t>{14, 13})) << r;
+    EXPECT_EQ(summed[r], (std::vector<float>{1.5f, 10.0f})) << r;
+  }
+  mailbox->seal();
+  auto alone = make_dry_communicator(1, 2, std::make_shared<DryLog>(), mailbox, false);
+  std::vector<int64_t> mine{13}, again(2, -1);
+  alone->allgather(buffer_of(mine, DType::Int64), buffer_of(again, DType::Int64), std::vector<int64_t>{1, 1}, soon());
+  EXPECT_EQ(again, (std::vector<int64_t>{14, 13}));
+  std::vector<float> big(4096, 1.0f);  // 16 KiB: dry (this rank's value, times 2 for a sum)
+  alone->allreduce(buffer_of(big, DType::Float32), ReduceOp::Sum, soon());
+  EXPECT_EQ(big[0], 2.0f);
+}
+
 TEST(DryCommunicator, AWaitingReceiveFailsWhenTheSenderFailedOrAtItsDeadline) {
   auto mailbox = std::make_shared<DryMailbox>();
   auto b = make_dry_communicator(1, 2, std::make_shared<DryLog>(), mailbox, true);

@@ -104,6 +104,24 @@ TEST(JobPlan, PipelineStagesGetEachOthersHeadersAndEveryStageIsMeasured) {
   }
 }
 
+// An odd vocabulary cut over TP = 2 gives the ranks shards of different sizes, which the loss
+// gathers: each rank must see both, as in the real job, or its targets fall outside its vocabulary.
+TEST(JobPlan, TensorParallelRanksSeeEachOthersShardsOfAnOddVocabulary) {
+  const std::string dir = tessera::testing::fresh_dir("plan", "odd_vocabulary");
+  {
+    std::ofstream out(dir + "/corpus.txt");
+    for (int i = 0; i < 80; ++i) out << "abcd\n";  // 5 symbols
+  }
+  std::ofstream(dir + "/gpt.toml") << "[model]\nname = \"transformer\"\nlayers = 2\nheads = 2\nembed_dim = 16\ncontext = 8\n"
+                                   << "[data]\ndataset = \"text\"\npath = \"" << dir << "/corpus.txt\"\n"
+                                   << "[train]\nepochs = 1\nthreads = 1\nbatch_size = 4\n"
+                                   << "[parallel]\ntp = 2\n";
+  const JobPlan plan = plan_of(train::load_config(dir + "/gpt.toml"), 2);
+  EXPECT_EQ(sequence_disagreement(plan), "");
+  ASSERT_EQ(plan.ranks.size(), 2u);
+  EXPECT_NE(plan.ranks[0].memory.parameters, plan.ranks[1].memory.parameters);  // 3 and 2 columns of lm_head
+}
+
 TEST(JobPlan, LayoutsThatCannotBePlannedAreRefusedByName) {
   const std::string dir = tessera::testing::fresh_dir("plan", "refused");
   train::TrainConfig ps = mlp_config(dir, "ddp");

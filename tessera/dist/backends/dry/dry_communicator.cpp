@@ -73,6 +73,24 @@ void DryMailbox::take(const std::string& key, Buffer data, bool wait, Deadline d
   else std::memcpy(data.data, m.payload.data(), m.bytes);
 }
 
+void DryMailbox::publish(const std::string& key, const void* data, size_t bytes) {
+  std::lock_guard lock(mu_);
+  if (sealed_) return;
+  published_[key].assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+  arrived_.notify_all();
+}
+
+std::optional<std::vector<char>> DryMailbox::read(const std::string& key, bool wait, Deadline deadline) {
+  std::unique_lock lock(mu_);
+  while (!published_.count(key)) {
+    if (!wait) return std::nullopt;
+    if (!aborted_.empty()) throw Error(concat("[dry] no message ", key, ": ", aborted_));
+    if (arrived_.wait_until(lock, deadline) == std::cv_status::timeout && !published_.count(key))
+      throw TimeoutError(concat("[dry] message ", key, " never came"));
+  }
+  return published_[key];
+}
+
 void DryMailbox::seal() {
   std::lock_guard lock(mu_);
   sealed_ = true;
@@ -134,25 +152,41 @@ struct DryWorld {
 
 class DryCommunicator : public Communicator {
  public:
-  DryCommunicator(int rank, std::vector<int> global_ranks, DryWorld world)
-      : rank_(rank), global_ranks_(std::move(global_ranks)), world_(std::move(world)), log_(world_.log) {}
+  // `lineage`: the world's "w", a split's its parent's and its number ("w/0"), so that two groups of
+  // the same ranks keep their messages apart.
+  DryCommunicator(int rank, std::vector<int> global_ranks, DryWorld world, std::string lineage)
+      : rank_(rank), global_ranks_(std::move(global_ranks)), world_(std::move(world)), log_(world_.log),
+        lineage_(std::move(lineage)) {}
 
   const char* backend_name() const override { return "dry"; }
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(global_ranks_.size()); }
   bool reduces_average() const override { return true; }
 
-  void allreduce(Buffer data, ReduceOp op, Deadline) override {
+  void allreduce(Buffer data, ReduceOp op, Deadline deadline) override {
     record("allreduce", data.dtype, data.count);
+    if (small_exchange(data, data, deadline, [&](const Inputs& in) { reduce_inputs(in, 0, data, op); })) return;
     if (op == ReduceOp::Sum) multiply_in_place(data, size());
   }
-  void broadcast(Buffer data, int root, Deadline) override { record("broadcast", data.dtype, data.count, root); }
-  void reduce(Buffer data, ReduceOp op, int root, Deadline) override {
+  void broadcast(Buffer data, int root, Deadline deadline) override {
+    record("broadcast", data.dtype, data.count, root);
+    small_exchange(data, data, deadline, [&](const Inputs& in) { copy_part(in, root, 0, data); });
+  }
+  void reduce(Buffer data, ReduceOp op, int root, Deadline deadline) override {
     record("reduce", data.dtype, data.count, root);
+    if (small_exchange(data, data, deadline, [&](const Inputs& in) { reduce_inputs(in, 0, data, op); })) return;
     if (op == ReduceOp::Sum) multiply_in_place(data, size());
   }
-  void allgather(Buffer input, Buffer output, std::span<const int64_t> counts, Deadline) override {
+  void allgather(Buffer input, Buffer output, std::span<const int64_t> counts, Deadline deadline) override {
     record("allgather", output.dtype, output.count);
+    if (small_exchange(input, output, deadline, [&](const Inputs& in) {
+          int64_t at = 0;
+          for (int r = 0; r < size(); ++r) {
+            copy_part(in, r, 0, output.slice(at, counts[static_cast<size_t>(r)]));
+            at += counts[static_cast<size_t>(r)];
+          }
+        }))
+      return;
     // Every peer's part is this rank's (as much of it as the part holds; zeros past it).
     const size_t element = dtype_size(input.dtype);
     char* out = static_cast<char*>(output.data);
@@ -163,16 +197,22 @@ class DryCommunicator : public Communicator {
       out += part * static_cast<int64_t>(element);
     }
   }
-  void reduce_scatter(Buffer input, Buffer output, std::span<const int64_t> counts, ReduceOp op, Deadline) override {
+  void reduce_scatter(Buffer input, Buffer output, std::span<const int64_t> counts, ReduceOp op, Deadline deadline) override {
     record("reduce_scatter", input.dtype, input.count);
     const int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank_, int64_t{0});
+    if (small_exchange(input, output, deadline, [&](const Inputs& in) { reduce_inputs(in, offset, output, op); })) return;
     if (output.count > 0)
       std::memcpy(output.data, static_cast<char*>(input.data) + offset * static_cast<int64_t>(dtype_size(input.dtype)),
                   output.nbytes());
     if (op == ReduceOp::Sum) multiply_in_place(output, size());
   }
-  void alltoall(Buffer input, Buffer output, Deadline) override {
+  void alltoall(Buffer input, Buffer output, Deadline deadline) override {
     record("alltoall", input.dtype, input.count);
+    const int64_t per_rank = input.count / size();
+    if (small_exchange(input, output, deadline, [&](const Inputs& in) {
+          for (int r = 0; r < size(); ++r) copy_part(in, r, rank_ * per_rank, output.slice(r * per_rank, per_rank));
+        }))
+      return;
     // Block r comes from rank r, which (being this rank) sends this rank's own block.
     const size_t block = input.nbytes() / static_cast<size_t>(size());
     const char* own = static_cast<const char*>(input.data) + static_cast<size_t>(rank_) * block;
@@ -209,7 +249,7 @@ class DryCommunicator : public Communicator {
     for (int r : ranks) members.push_back(global_ranks_[static_cast<size_t>(r)]);
     const int index = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin());
     TESSERA_ASSERT(index < static_cast<int>(ranks.size()), "[dry] split without this rank");
-    return std::make_unique<DryCommunicator>(index, std::move(members), world_);
+    return std::make_unique<DryCommunicator>(index, std::move(members), world_, concat(lineage_, "/", splits_++));
   }
 
  private:
@@ -217,6 +257,58 @@ class DryCommunicator : public Communicator {
   void record(const char* op, DType dtype, int64_t elements, int peer = -1) {
     log_->add(DryCall{"", op, dtype, elements, global_ranks_,
                       peer < 0 ? -1 : global_ranks_[static_cast<size_t>(peer)]});
+  }
+
+  using Inputs = std::vector<std::vector<char>>;  // every member's input, by rank in the group
+
+  // A small collective (at most DryMailbox::kKeptBytes in or out) gets its exact result: computed by
+  // `exact` from every member's input where the ranks run at once (and kept for this rank), taken
+  // from what was kept where it runs alone. Returns false where neither applies (dry semantics).
+  template <typename Exact>
+  bool small_exchange(Buffer input, Buffer output, Deadline deadline, Exact exact) {
+    const uint64_t number = collectives_++;  // every collective, so that both runs number them alike
+    if (std::max(input.nbytes(), output.nbytes()) * static_cast<size_t>(size()) > DryMailbox::kKeptBytes ||
+        size() == 1)
+      return false;
+    const std::string id = concat(group_text(), " #", number);
+    const int me = global_ranks_[static_cast<size_t>(rank_)];
+    if (!world_.wait_for_messages) {
+      std::optional<std::vector<char>> kept = world_.mailbox->read(concat(id, " result of ", me), false, deadline);
+      if (!kept || kept->size() != output.nbytes()) return false;
+      if (!kept->empty()) std::memcpy(output.data, kept->data(), kept->size());
+      return true;
+    }
+    world_.mailbox->publish(concat(id, " from ", me), input.data, input.nbytes());
+    Inputs inputs;
+    for (int r : global_ranks_) inputs.push_back(*world_.mailbox->read(concat(id, " from ", r), true, deadline));
+    exact(inputs);
+    world_.mailbox->publish(concat(id, " result of ", me), output.data, output.nbytes());
+    return true;
+  }
+
+  // out = the reduction over the members of their inputs' elements [offset, offset + out.count).
+  void reduce_inputs(const Inputs& in, int64_t offset, Buffer out, ReduceOp op) const {
+    if (out.count == 0) return;
+    const size_t element = dtype_size(out.dtype), at = static_cast<size_t>(offset) * element;
+    std::vector<char> result(in[0].begin() + static_cast<std::ptrdiff_t>(at),
+                             in[0].begin() + static_cast<std::ptrdiff_t>(at + out.nbytes()));
+    const ReduceOp each = op == ReduceOp::Avg ? ReduceOp::Sum : op;
+    for (size_t r = 1; r < in.size(); ++r) reduce_into(result.data(), in[r].data() + at, out.count, out.dtype, each);
+    std::memcpy(out.data, result.data(), out.nbytes());
+    if (op == ReduceOp::Avg) divide_in_place(out, size());
+  }
+
+  // out = member `from`'s input elements [offset, offset + out.count).
+  static void copy_part(const Inputs& in, int from, int64_t offset, Buffer out) {
+    if (out.count == 0) return;
+    std::memcpy(out.data, in[static_cast<size_t>(from)].data() + offset * static_cast<int64_t>(dtype_size(out.dtype)),
+                out.nbytes());
+  }
+
+  std::string group_text() const {
+    std::string group;
+    for (int r : global_ranks_) group += (group.empty() ? "" : ",") + std::to_string(r);
+    return concat("group ", lineage_, " of ", group);
   }
 
   bool one_host() const {
@@ -228,9 +320,7 @@ class DryCommunicator : public Communicator {
 
   // "group 0,2 from 0 to 2 tag 7" (global ranks).
   std::string message_key(int from, int to, int tag) const {
-    std::string group;
-    for (int r : global_ranks_) group += (group.empty() ? "" : ",") + std::to_string(r);
-    return concat("group ", group, " from ", global_ranks_[static_cast<size_t>(from)], " to ",
+    return concat(group_text(), " from ", global_ranks_[static_cast<size_t>(from)], " to ",
                   global_ranks_[static_cast<size_t>(to)], " tag ", tag);
   }
 
@@ -238,6 +328,8 @@ class DryCommunicator : public Communicator {
   std::vector<int> global_ranks_;
   DryWorld world_;
   std::shared_ptr<DryLog> log_;
+  std::string lineage_;
+  uint64_t collectives_ = 0, splits_ = 0;
 };
 
 }  // namespace
@@ -249,7 +341,8 @@ std::unique_ptr<Communicator> make_dry_communicator(int rank, int size, std::sha
   std::vector<int> world(static_cast<size_t>(size));
   std::iota(world.begin(), world.end(), 0);
   return std::make_unique<DryCommunicator>(rank, std::move(world),
-                                           DryWorld{std::move(log), std::move(mailbox), wait_for_messages, ranks_per_host});
+                                           DryWorld{std::move(log), std::move(mailbox), wait_for_messages, ranks_per_host},
+                                           "w");
 }
 
 }  // namespace tessera::dist

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,7 +63,12 @@ class DryLog {
 // run one at a time, a receive takes what the sender posted in an earlier run (or zeros of the
 // right size where there is none: a message whose values the receiver does not look at). Only
 // messages of up to kKeptBytes keep their bytes (headers); larger ones arrive as zeros, as the dry
-// backend moves no payloads. Thread-safe.
+// backend moves no payloads.
+// Small collectives carry such facts too (the sizes of the vocabulary's shards that the tensor-
+// parallel loss gathers), which differ from rank to rank, so "every peer is this rank" would be
+// wrong for them: when the ranks run at once, a collective of at most kKeptBytes is computed from
+// every member's real input (published here), and each rank's result is kept for its run alone.
+// Thread-safe.
 class DryMailbox {
  public:
   static constexpr size_t kKeptBytes = 4096;
@@ -78,6 +84,11 @@ class DryMailbox {
   // Every waiting and later take fails with `why` (a rank's run failed: its messages will not come).
   void abort(const std::string& why);
 
+  // Values that many read, each kept under its own key: the inputs and results of small collectives
+  // (below). publish is ignored once sealed; read waits like take (or returns nullopt without `wait`).
+  void publish(const std::string& key, const void* data, size_t bytes);
+  std::optional<std::vector<char>> read(const std::string& key, bool wait, Deadline deadline);
+
  private:
   struct Message {
     size_t bytes = 0;
@@ -87,6 +98,7 @@ class DryMailbox {
   std::condition_variable arrived_;
   std::map<std::string, std::vector<Message>> messages_;
   std::map<std::string, size_t> read_;
+  std::map<std::string, std::vector<char>> published_;
   bool sealed_ = false;
   std::string aborted_;
 };
