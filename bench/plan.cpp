@@ -140,7 +140,7 @@ int plan(const PlanBenchOptions& o) {
   inputs.cores_per_host = static_cast<int>(std::thread::hardware_concurrency());
   std::printf("tessera bench plan: %d steps per real run, %d cores; shared memory %.1f us a hop, %.2f GB/s\n",
               o.steps, inputs.cores_per_host, inputs.shared_memory.latency_s * 1e6, inputs.shared_memory.bytes_per_s / 1e9);
-  std::printf("%-24s %12s %12s %8s   %s\n", "layout", "predicted", "measured", "error", "predicted parts (compute, communication, bubble)");
+  std::printf("%-24s %12s %12s %8s   %s\n", "layout", "predicted", "measured", "error", "predicted parts (compute, waiting for cores, bubble, communication)");
   std::map<int, std::pair<std::vector<double>, std::vector<double>>> by_world;
   std::vector<double> errors;
   for (const Layout& l : layouts) {
@@ -164,8 +164,9 @@ int plan(const PlanBenchOptions& o) {
     const CommandOutput run = run_capture(cmd + " 2>&1", 1800);
     const double real = run.ok ? measured_step(out / "metrics.jsonl") : std::nan("");
     const double error = (p.step_s - real) / real;
-    std::printf("%-24s %9.2f ms %9.2f ms %+7.1f%%   %.2f, %.2f, %.2f ms%s\n", l.name.c_str(), p.step_s * 1e3, real * 1e3,
-                100 * error, p.compute_s * 1e3, p.communication_s * 1e3, p.bubble_s * 1e3, run.ok ? "" : "  (the run failed)");
+    std::printf("%-24s %9.2f ms %9.2f ms %+7.1f%%   %.2f, %.2f, %.2f, %.2f ms%s\n", l.name.c_str(), p.step_s * 1e3,
+                real * 1e3, 100 * error, p.compute_s * 1e3, p.sharing_s * 1e3, p.bubble_s * 1e3, p.communication_s * 1e3,
+                run.ok ? "" : "  (the run failed)");
     std::fflush(stdout);
     if (!std::isfinite(real)) continue;
     errors.push_back(std::fabs(error));

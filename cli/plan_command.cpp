@@ -86,7 +86,7 @@ Command add_plan_command(CLI::App& app) {
       std::printf("%s", plan::prediction_text(p, inputs).c_str());
       j["prediction"] = {{"step_s", p.step_s}, {"slowest_rank", p.slowest_rank}, {"compute_s", p.compute_s},
                          {"communication_s", p.communication_s}, {"bubble_s", p.bubble_s},
-                         {"contention", p.contention}, {"rank_step_s", p.rank_step_s}};
+                         {"sharing_s", p.sharing_s}, {"rank_step_s", p.rank_step_s}};
     }
     if (!o->json_path.empty()) io::write_file_atomic(o->json_path, j.dump(1) + "\n");
     int status = plan::sequence_disagreement(job).empty() ? 0 : 1;

@@ -64,7 +64,7 @@ void bind_train(py::module_& m) {
               const plan::StepPrediction p = plan::predict_step(job, config, inputs);
               j["prediction"] = {{"step_s", p.step_s}, {"slowest_rank", p.slowest_rank}, {"compute_s", p.compute_s},
                                  {"communication_s", p.communication_s}, {"bubble_s", p.bubble_s},
-                                 {"contention", p.contention}};
+                                 {"sharing_s", p.sharing_s}};
               j["report"] = j["report"].get<std::string>() + plan::prediction_text(p, inputs);
             }
             text = j.dump();

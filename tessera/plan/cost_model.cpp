@@ -131,11 +131,9 @@ StepPrediction predict_step(const JobPlan& plan, const train::TrainConfig& confi
   TESSERA_CHECK(inputs.cores_per_host >= 1, "[plan] cores per host must be at least 1");
   const HostLayout layout = plan.layout();
   const std::string step = plan.reported_step();
-  const int64_t ranks_per_host = plan.options.world / plan.options.hosts;
   const int64_t threads = std::min<int64_t>(config.train.threads > 0 ? config.train.threads : num_threads(),
                                             inputs.cores_per_host);
   StepPrediction p;
-  p.contention = std::max(1.0, static_cast<double>(ranks_per_host * threads) / inputs.cores_per_host);
   double bubble = 0;
   if (config.parallel.pp > 1) {
     const auto kind = parallel::pipeline::parse_schedule(config.parallel.schedule);
@@ -146,20 +144,29 @@ StepPrediction predict_step(const JobPlan& plan, const train::TrainConfig& confi
     bubble = parallel::pipeline::theoretical_bubble(kind, static_cast<int>(config.parallel.pp),
                                                     config.parallel.microbatches, chunks);
   }
+  // Each host's work in core-seconds: its ranks' compute times their threads.
+  std::vector<double> host_work(static_cast<size_t>(plan.options.hosts), 0.0);
+  for (const RankPlan& r : plan.ranks)
+    host_work[static_cast<size_t>(layout.host_of(r.rank))] += steady_step_seconds(r) * static_cast<double>(threads);
   for (const RankPlan& r : plan.ranks) {
-    const double compute = steady_step_seconds(r) * p.contention;
+    const double compute = steady_step_seconds(r);
+    // A rank's compute ends no sooner than its host's cores can do all the host's work, nor than
+    // its pipeline's critical path (its own passes and the bubble's idling) allows; an idle stage's
+    // cores go to its neighbours, so the two overlap rather than add.
+    const double cores_done = host_work[static_cast<size_t>(layout.host_of(r.rank))] / inputs.cores_per_host;
+    const double path_done = bubble > 0 ? compute / (1 - bubble) : compute;
     double communication = 0;
     for (const dist::DryCall& call : r.calls)
       if (call.phase == step) communication += call_seconds(call, r.rank, layout, inputs);
-    const double idle = bubble > 0 ? compute / (1 - bubble) - compute : 0.0;
-    const double total = compute + idle + communication;
+    const double total = std::max(cores_done, path_done) + communication;
     p.rank_step_s.push_back(total);
     if (total > p.step_s) {
       p.step_s = total;
       p.slowest_rank = r.rank;
       p.compute_s = compute;
+      p.sharing_s = cores_done > path_done ? cores_done - compute : 0.0;
+      p.bubble_s = cores_done > path_done ? 0.0 : path_done - compute;
       p.communication_s = communication;
-      p.bubble_s = idle;
     }
   }
   return p;
@@ -168,16 +175,12 @@ StepPrediction predict_step(const JobPlan& plan, const train::TrainConfig& confi
 std::string prediction_text(const StepPrediction& p, const CostInputs& in) {
   std::string out = concat("\npredicted step: ", ms(p.step_s), " (the slowest, rank ", p.slowest_rank, ": compute ",
                            ms(p.compute_s));
-  if (p.contention > 1) {
-    char f[32];
-    std::snprintf(f, sizeof f, "%.2f", p.contention);
-    out += concat(" with the host's cores shared (x", f, ")");
-  }
-  out += concat(", communication ", ms(p.communication_s));
+  if (p.sharing_s > 0) out += concat(", waiting for the host's cores ", ms(p.sharing_s));
   if (p.bubble_s > 0) out += concat(", pipeline bubble ", ms(p.bubble_s));
+  out += concat(", communication ", ms(p.communication_s));
   char rates[256];
-  std::snprintf(rates, sizeof rates, ")\n  from: shared memory %.1f us a hop, %.2f GB/s (measured here)", in.shared_memory.latency_s * 1e6,
-                in.shared_memory.bytes_per_s / 1e9);
+  std::snprintf(rates, sizeof rates, ")\n  from: shared memory %.1f us a hop, %.2f GB/s (measured here)",
+                in.shared_memory.latency_s * 1e6, in.shared_memory.bytes_per_s / 1e9);
   out += rates;
   if (in.network.bytes_per_s > 0) {
     std::snprintf(rates, sizeof rates, "; network %.1f us a hop, %.3f GB/s", in.network.latency_s * 1e6,

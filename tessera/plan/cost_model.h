@@ -1,18 +1,21 @@
 // `tessera plan --predict`: a step's time from the dry run (job_plan.h) and a few measured rates.
+// For each rank (the job's step is its slowest rank's: they meet in every collective):
 //
-//   step = the slowest rank's  compute x contention  +  communication  (a pipeline: over 1 - bubble)
+//   step = max(its host's work / the host's cores,  its compute / (1 - bubble))  +  communication
 //
 // - compute: the rank's step as the dry run timed it on this machine (its collectives cost nothing
-//   there), at the real shapes: the median of its steps after the first (--steps 6 for a steadier one). Ranks that share a host share its cores: with R ranks of T threads
-//   on C cores, each runs max(1, R·T / C) times slower (the dominant term on 2-core machines).
+//   there), at the real shapes: the median of its steps after the first (--steps 6 for steadier).
+// - the host's work: its ranks' compute times their threads, in core-seconds. Ranks that share a
+//   host share its cores (the dominant term on 2-core machines), and a pipeline stage idling in its
+//   bubble leaves its cores to the others, so the two bounds overlap instead of adding.
+// - bubble: a pipeline of P stages with M micro-batches (and v chunks) idles its theoretical share.
 // - communication: every collective of the step, each as slow as its slowest member: per hop a
 //   link's latency, plus the bytes that member sends within its host at shared memory's rate and
 //   between hosts at the network's (link_bytes.h says how many of each, and the algorithm how many
 //   hops: 2(n-1) for a ring all-reduce, 2(p-1) + 2(H-1) hierarchical, n-1 for gathers, scatters,
-//   all-to-all and a broadcast's chain). Point-to-point messages cost one hop and their bytes.
-//   Nothing is assumed hidden behind compute: on these machines the collectives' copies run on the
-//   same cores (docs/distributed.md, "Planning a job", has the measured error that leaves).
-// - a pipeline of P stages with M micro-batches (and v chunks) idles its theoretical bubble.
+//   all-to-all and a broadcast's chain). Point-to-point messages cost their sender one hop and their
+//   bytes. Nothing is assumed hidden behind compute: on these machines the collectives' copies run on
+//   the same cores (docs/distributed.md, "Planning a job", has the error that leaves).
 // Shared memory's rates are measured here, in this process (calibrate_shared_memory); the network's
 // come from --link and --latency-us (tessera doctor measures them between real hosts).
 #pragma once
@@ -42,9 +45,9 @@ LinkRate calibrate_shared_memory();
 struct StepPrediction {
   double step_s = 0;           // the job's step (every rank waits for the slowest)
   int slowest_rank = 0;
-  // The slowest rank's parts.
-  double compute_s = 0, communication_s = 0, bubble_s = 0;
-  double contention = 1;       // the compute's slow-down from sharing cores
+  // The slowest rank's parts: its compute, its wait for the host's cores (the other ranks' work)
+  // or else its pipeline's idling, and its communication.
+  double compute_s = 0, sharing_s = 0, bubble_s = 0, communication_s = 0;
   std::vector<double> rank_step_s;
 };
 

@@ -50,14 +50,16 @@ TEST(CostModel, ARingInsideAHostCostsItsHopsAndItsBytes) {
   const StepPrediction p = predict_step(plan_with(2, 1, 10, 250000), one_thread(), rates(2));
   // 2 hops of 1 us; each rank sends 2(n-1)/n of 1 MB = 1 MB at 1 GB/s: 1 ms.
   EXPECT_NEAR(p.communication_s, 2e-6 + 1e-3, 1e-9);
-  EXPECT_DOUBLE_EQ(p.contention, 1.0);
+  EXPECT_DOUBLE_EQ(p.sharing_s, 0.0);  // 2 ranks of 1 thread on 2 cores
   EXPECT_NEAR(p.step_s, 10e-3 + 2e-6 + 1e-3, 1e-9);
 }
 
 TEST(CostModel, RanksSharingCoresComputeSlowerAndHostsPayTheNetwork) {
   const StepPrediction shared = predict_step(plan_with(4, 1, 10, 0), one_thread(), rates(2));
-  EXPECT_DOUBLE_EQ(shared.contention, 2.0);  // 4 ranks of 1 thread on 2 cores
-  EXPECT_NEAR(shared.compute_s, 20e-3, 1e-12);
+  // 4 ranks of 1 thread on 2 cores: the host's 40 core-ms take 20 ms; each rank waits 10 for cores.
+  EXPECT_NEAR(shared.compute_s, 10e-3, 1e-12);
+  EXPECT_NEAR(shared.sharing_s, 10e-3, 1e-12);
+  EXPECT_NEAR(shared.step_s, 20e-3 + 6e-6, 1e-12);  // and an empty all-reduce's 2(n-1) hops
   // 2 hosts of 2: within each host 2(p-1) = 2 hops and 2(p-1)/p of the buffer; the leaders 2(H-1) = 2
   // network hops and 2(H-1)/H of it over the network (rank 0: 1 MB at 1 GB/s + 1 MB at 100 MB/s).
   const StepPrediction two = predict_step(plan_with(4, 2, 10, 250000), one_thread(), rates(4));
@@ -75,6 +77,10 @@ TEST(CostModel, APipelineIdlesItsScheduledBubble) {
   const StepPrediction p = predict_step(plan_with(2, 1, 10, 0), c, rates(2));
   // (P-1)/(M+P-1) = 1/5 of the step idle: 10 ms of compute become 12.5.
   EXPECT_NEAR(p.bubble_s, 2.5e-3, 1e-9);
+  // On one core the two stages' 20 core-ms take longer than the critical path: no bubble shows.
+  const StepPrediction one_core = predict_step(plan_with(2, 1, 10, 0), c, rates(1));
+  EXPECT_NEAR(one_core.step_s, 20e-3 + 2e-6, 1e-9);
+  EXPECT_DOUBLE_EQ(one_core.bubble_s, 0.0);
 }
 
 TEST(CostModel, SharedMemoryIsMeasuredHere) {

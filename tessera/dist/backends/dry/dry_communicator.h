@@ -1,11 +1,14 @@
-// The dry backend: what `tessera plan` (train/plan/) runs a job's strategies on, one rank at a time,
-// with no peers and no wire. Every call returns at once and leaves this rank's buffers as if every
-// peer were this rank (a sum is N times this rank's value, an average or a broadcast leaves it, a
-// gather repeats this rank's part), so the strategies take the paths, shapes and sizes they take in
-// a real job of that size, and no value grows or vanishes on the way. Each call is written to a
-// DryLog (op, dtype, elements, the group's global ranks, the peer), which the planner turns into
-// bytes on each kind of link (plan/link_bytes.h); the process group above it keeps its flight record
-// as it does over any backend, which is what the plan compares with a real run's.
+// The dry backend: what `tessera plan` (tessera/plan/) runs a job's strategies on, one rank at a
+// time, with no peers and no wire. Every call returns at once and leaves this rank's buffers as if
+// every peer were this rank (a sum is N times this rank's value, an average or a broadcast leaves
+// it, a gather repeats this rank's part), so the strategies take the paths, shapes and sizes they
+// take in a real job of that size, and no value grows or vanishes on the way. A sum is scaled only
+// where it is small (at most DryMailbox::kKeptBytes): a large payload keeps this rank's values,
+// since scaling it would cost the rank time that a real backend does not spend on its compute.
+// Each call is written to a DryLog (op, dtype, elements, the group's global ranks, the peer), which
+// the planner turns into bytes on each kind of link (plan/link_bytes.h); the process group above
+// keeps its flight record as it does over any backend, which is what the plan compares with a real
+// run's.
 #pragma once
 #include <condition_variable>
 #include <map>
