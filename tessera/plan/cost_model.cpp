@@ -106,7 +106,12 @@ LinkRate calibrate_shared_memory() {
         context.local_size = 2;
         context.timeout = std::chrono::milliseconds(60000);
         auto comm = dist::make_shm_communicator(context);
-        const double s = time_allreduce(*comm, kSmall, 400), l = time_allreduce(*comm, kLarge, 20);
+        // The best of three rounds: a round that another process interrupted says nothing of the link.
+        double s = 1e9, l = 1e9;
+        for (int round = 0; round < 3; ++round) {
+          s = std::min(s, time_allreduce(*comm, kSmall, 200));
+          l = std::min(l, time_allreduce(*comm, kLarge, 10));
+        }
         if (r == 0) {
           small = s;
           large = l;

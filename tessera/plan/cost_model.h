@@ -38,8 +38,8 @@ struct CostInputs {
 };
 
 // Shared memory's latency and rate on this machine: all-reduces of 4 KiB and 4 MiB between two
-// threads over the shm backend, the smaller's time per hop as the latency, the larger's bytes per
-// second of what each rank sends.
+// threads over the shm backend (the best of three rounds), the smaller's time per hop as the
+// latency, the larger's bytes per second of what each rank sends.
 LinkRate calibrate_shared_memory();
 
 struct StepPrediction {
