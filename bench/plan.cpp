@@ -138,8 +138,11 @@ int plan(const PlanBenchOptions& o) {
   plan::CostInputs inputs;
   inputs.shared_memory = plan::calibrate_shared_memory();
   inputs.cores_per_host = static_cast<int>(std::thread::hardware_concurrency());
-  std::printf("tessera bench plan: %d steps per real run, %d cores; shared memory %.1f us a hop, %.2f GB/s\n",
-              o.steps, inputs.cores_per_host, inputs.shared_memory.latency_s * 1e6, inputs.shared_memory.bytes_per_s / 1e9);
+  inputs.core_sharing_slowdown = plan::calibrate_core_sharing();
+  std::printf("tessera bench plan: %d steps per real run, %d cores (each %.2fx slower when all are busy); shared memory "
+              "%.1f us a hop, %.2f GB/s\n",
+              o.steps, inputs.cores_per_host, inputs.core_sharing_slowdown, inputs.shared_memory.latency_s * 1e6,
+              inputs.shared_memory.bytes_per_s / 1e9);
   std::printf("%-24s %12s %12s %8s   %s\n", "layout", "predicted", "measured", "error", "predicted parts (compute, waiting for cores, bubble, communication)");
   std::map<int, std::pair<std::vector<double>, std::vector<double>>> by_world;
   std::vector<double> errors;

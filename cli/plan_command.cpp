@@ -59,6 +59,7 @@ Command add_plan_command(CLI::App& app) {
       inputs.shared_memory = plan::calibrate_shared_memory();
       inputs.network = {o->latency_us * 1e-6, o->link_gbit * 1e9 / 8};
       inputs.cores_per_host = o->cores > 0 ? o->cores : static_cast<int>(std::thread::hardware_concurrency());
+      inputs.core_sharing_slowdown = plan::calibrate_core_sharing();
       return inputs;
     };
     if (o->search) {

@@ -61,6 +61,7 @@ void bind_train(py::module_& m) {
               inputs.shared_memory = plan::calibrate_shared_memory();
               inputs.network = {latency_us * 1e-6, link_gbit * 1e9 / 8};
               inputs.cores_per_host = cores > 0 ? cores : static_cast<int>(std::thread::hardware_concurrency());
+              inputs.core_sharing_slowdown = plan::calibrate_core_sharing();
               const plan::StepPrediction p = plan::predict_step(job, config, inputs);
               j["prediction"] = {{"step_s", p.step_s}, {"slowest_rank", p.slowest_rank}, {"compute_s", p.compute_s},
                                  {"communication_s", p.communication_s}, {"bubble_s", p.bubble_s},

@@ -10,6 +10,8 @@
 #include "tessera/dist/backends/backend.h"
 #include "tessera/dist/store/hash_store.h"
 #include "tessera/parallel/pipeline/schedule.h"
+#include "tessera/core/rng.h"
+#include "tessera/ops/ops.h"
 #include "tessera/util/thread_pool.h"
 
 namespace tessera::plan {
@@ -129,6 +131,42 @@ LinkRate calibrate_shared_memory() {
   return rate;
 }
 
+namespace {
+
+// Seconds for `rounds` rounds of a training step's two kinds of work at one thread: a 256 x 256
+// matmul (compute) and the sum of two 4 MiB tensors (memory traffic).
+double time_step_like_work(int rounds) {
+  adopt_num_threads();
+  Generator gen(7);
+  const Tensor a = randn({256, 256}, gen), b = randn({256, 256}, gen), big = randn({1 << 20}, gen);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < rounds; ++i) {
+    Tensor c = matmul(a, b);
+    Tensor d = add(big, big);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+double calibrate_core_sharing() {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int before = num_threads();
+  set_num_threads(1);
+  constexpr int kRounds = 40;
+  double alone = 1e9, together = 1e9;
+  for (int round = 0; round < 3; ++round) {  // the best of three, as for the links
+    alone = std::min(alone, time_step_like_work(kRounds));
+    std::vector<double> each(static_cast<size_t>(cores));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < cores; ++t) threads.emplace_back([&, t] { each[static_cast<size_t>(t)] = time_step_like_work(kRounds); });
+    for (auto& t : threads) t.join();
+    together = std::min(together, *std::max_element(each.begin(), each.end()));
+  }
+  set_num_threads(before);
+  return std::max(1.0, together / alone);
+}
+
 StepPrediction predict_step(const JobPlan& plan, const train::TrainConfig& config, const CostInputs& inputs) {
   TESSERA_CHECK(inputs.shared_memory.bytes_per_s > 0, "[plan] no shared-memory rate to predict with");
   TESSERA_CHECK(plan.options.hosts == 1 || inputs.network.bytes_per_s > 0, "[plan] --predict over ",
@@ -152,9 +190,17 @@ StepPrediction predict_step(const JobPlan& plan, const train::TrainConfig& confi
   // Each host's work in core-seconds: its ranks' compute times their threads.
   std::vector<double> host_work(static_cast<size_t>(plan.options.hosts), 0.0);
   for (const RankPlan& r : plan.ranks)
-    host_work[static_cast<size_t>(layout.host_of(r.rank))] += steady_step_seconds(r) * static_cast<double>(threads);
+    host_work[static_cast<size_t>(layout.host_of(r.rank))] += steady_step_seconds(r) * static_cast<double>(threads) *
+                                                              (plan.options.world / plan.options.hosts * threads >=
+                                                                       inputs.cores_per_host
+                                                                   ? inputs.core_sharing_slowdown
+                                                                   : 1.0);
+  // A host whose cores are all busy runs each one slower than a lone rank did in the dry run.
+  const double slowdown = plan.options.world / plan.options.hosts * threads >= inputs.cores_per_host
+                              ? inputs.core_sharing_slowdown
+                              : 1.0;
   for (const RankPlan& r : plan.ranks) {
-    const double compute = steady_step_seconds(r);
+    const double compute = steady_step_seconds(r) * slowdown;
     // A rank's compute ends no sooner than its host's cores can do all the host's work, nor than
     // its pipeline's critical path (its own passes and the bubble's idling) allows; an idle stage's
     // cores go to its neighbours, so the two overlap rather than add.
@@ -192,7 +238,10 @@ std::string prediction_text(const StepPrediction& p, const CostInputs& in) {
                   in.network.bytes_per_s / 1e9);
     out += rates;
   }
-  out += concat("; ", in.cores_per_host, " cores per host\n");
+  char sharing[64];
+  std::snprintf(sharing, sizeof sharing, "; %d cores per host, each %.2fx slower when all are busy\n", in.cores_per_host,
+                in.core_sharing_slowdown);
+  out += sharing;
   return out;
 }
 

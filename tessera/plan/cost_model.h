@@ -7,7 +7,9 @@
 //   there), at the real shapes: the median of its steps after the first (--steps 6 for steadier).
 // - the host's work: its ranks' compute times their threads, in core-seconds. Ranks that share a
 //   host share its cores (the dominant term on 2-core machines), and a pipeline stage idling in its
-//   bubble leaves its cores to the others, so the two bounds overlap instead of adding.
+//   bubble leaves its cores to the others, so the two bounds overlap instead of adding. Where the
+//   host's every core is busy, each computes slower than the lone dry-run rank did (its caches and
+//   memory bandwidth shared): the measured core-sharing slow-down multiplies the compute.
 // - bubble: a pipeline of P stages with M micro-batches (and v chunks) idles its theoretical share.
 // - communication: every collective of the step, each as slow as its slowest member: per hop a
 //   link's latency, plus the bytes that member sends within its host at shared memory's rate and
@@ -35,7 +37,14 @@ struct CostInputs {
   LinkRate shared_memory;  // within a host
   LinkRate network;        // between hosts
   int cores_per_host = 1;
+  // How much slower a core computes when every core of its host is busy than when it computes
+  // alone, as the dry run's ranks did (shared caches and memory bandwidth; calibrate_core_sharing).
+  double core_sharing_slowdown = 1;
 };
+
+// The slow-down above, measured here: a step's kinds of work (a matmul and a sum of 4 MiB tensors)
+// at one thread, alone and then on every core at once (the best of three rounds of each).
+double calibrate_core_sharing();
 
 // Shared memory's latency and rate on this machine: all-reduces of 4 KiB and 4 MiB between two
 // threads over the shm backend (the best of three rounds), the smaller's time per hop as the
