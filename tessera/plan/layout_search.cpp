@@ -46,17 +46,28 @@ std::vector<SearchResult> search_layouts(const train::TrainConfig& config, const
                                          const CostInputs& inputs, int64_t memory_per_rank,
                                          const std::function<void(const Candidate&)>& on_candidate) {
   std::vector<SearchResult> results;
-  // Every layout trains the same global batch: the config's, else what DDP at this world would.
-  train::TrainConfig same_batch = config;
-  if (same_batch.train.global_batch_size == 0)
-    same_batch.train.global_batch_size = same_batch.train.batch_size * options.world;
+  // Every layout trains the config's global batch: train.global_batch_size, else train.batch_size
+  // times the config's own replicas at this world (its dp for a mesh, every rank otherwise).
+  int64_t global = config.train.global_batch_size;
+  if (global == 0) {
+    const bool mesh = config.distributed.strategy == "mesh" || train::uses_model_parallelism(config);
+    const int64_t replicas = mesh ? options.world / (config.parallel.pp * config.parallel.tp * config.parallel.cp)
+                                  : options.world;
+    global = config.train.batch_size * std::max<int64_t>(1, replicas);
+  }
   for (const Candidate& c : candidate_layouts(options)) {
     if (on_candidate) on_candidate(c);
     SearchResult r;
     r.candidate = c;
     try {
-      train::TrainConfig layout = same_batch;
+      train::TrainConfig layout = config;
+      layout.parallel.cp = 1;  // the candidates are DP, ZeRO, HSDP and DP x PP x TP
       for (const std::string& s : c.sets) train::apply_override(layout, s);
+      // A mesh's replicas each take train.batch_size (it has no global_batch_size); the rest share one.
+      const int64_t replicas = layout.distributed.strategy == "mesh" ? layout.parallel.dp : options.world;
+      TESSERA_CHECK(global % replicas == 0, "[plan] ", replicas, " replicas cannot share the global batch of ", global);
+      layout.train.global_batch_size = layout.distributed.strategy == "mesh" ? 0 : global;
+      layout.train.batch_size = global / replicas;
       const JobPlan job = make_plan(layout, options, "");
       for (const RankPlan& rank : job.ranks) r.peak = std::max(r.peak, rank.memory.peak);
       r.fits = memory_per_rank <= 0 || r.peak <= memory_per_rank;

@@ -27,8 +27,8 @@ struct SearchResult {
   StepPrediction prediction;
 };
 
-// `memory_per_rank`: bytes (0: any). Every layout trains the config's global batch (without one,
-// train.batch_size x world, DDP's at this world). Results in ranked order: fitting layouts by predicted step,
+// `memory_per_rank`: bytes (0: any). Every layout trains the config's global batch (without
+// train.global_batch_size: train.batch_size times the config's own replicas at this world). Results in ranked order: fitting layouts by predicted step,
 // then those that do not fit, then the refused. `on_candidate` before each (progress).
 std::vector<SearchResult> search_layouts(const train::TrainConfig& config, const PlanOptions& options,
                                          const CostInputs& inputs, int64_t memory_per_rank,
