@@ -4,10 +4,12 @@
 // issues the same collectives. --compare-flight checks the plan against a real run's flight records.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
 #include "cli/commands.h"
+#include "tessera/core/error.h"
 #include "tessera/dist/flight_report.h"
 #include "tessera/io/atomic_file.h"
 #include "tessera/plan/cost_model.h"
@@ -58,11 +60,15 @@ Command add_plan_command(CLI::App& app) {
       plan::CostInputs inputs;
       inputs.shared_memory = plan::calibrate_shared_memory();
       inputs.network = {o->latency_us * 1e-6, o->link_gbit * 1e9 / 8};
-      inputs.cores_per_host = o->cores > 0 ? o->cores : static_cast<int>(std::thread::hardware_concurrency());
+      inputs.cores_per_host = o->cores > 0 ? o->cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       inputs.core_sharing_slowdown = plan::calibrate_core_sharing();
       return inputs;
     };
     if (o->search) {
+      TESSERA_CHECK(o->json_path.empty() && o->compare_dir.empty(), "[plan] --json and --compare-flight are for one "
+                    "layout's plan, not --search");
+      TESSERA_CHECK(o->plan.hosts == 1 || o->link_gbit > 0, "[plan] --search over ", o->plan.hosts,
+                    " hosts needs the network's rate: give --link GBIT");
       const auto memory = static_cast<int64_t>(o->memory_mib * 1024 * 1024);
       const auto results = plan::search_layouts(config, o->plan, cost_inputs(), memory, [](const plan::Candidate& c) {
         if (::isatty(2)) std::fprintf(stderr, "[plan] %s\n", c.name.c_str());
@@ -71,6 +77,9 @@ Command add_plan_command(CLI::App& app) {
                   o->plan.hosts, plan::search_text(results, memory, o->config, o->plan).c_str());
       return results.empty() || !results.front().refused.empty() || !results.front().fits ? 1 : 0;
     }
+    // Read before planning: nothing the plan writes can then stand in for the run's records.
+    std::vector<nlohmann::json> run_records;
+    if (!o->compare_dir.empty()) run_records = dist::read_flight_records(o->compare_dir);
     const bool progress = o->plan.world > 1 && ::isatty(2);  // a bar for people, not for logs
     plan::JobPlan job = plan::make_plan(config, o->plan, o->config, [&](int r) {
       if (!progress) return;
@@ -93,9 +102,12 @@ Command add_plan_command(CLI::App& app) {
     int status = plan::sequence_disagreement(job).empty() ? 0 : 1;
     if (!o->compare_dir.empty()) {
       int64_t compared = 0;
-      const std::string differences =
-          plan::compare_with_flight_records(job, dist::read_flight_records(o->compare_dir), compared);
-      if (differences.empty()) {
+      const std::string differences = plan::compare_with_flight_records(job, run_records, compared);
+      if (compared == 0) {
+        std::printf("the run in %s shares no collective number with the plan (its records keep only the newest 512: "
+                    "compare a run of a few steps)\n", o->compare_dir.c_str());
+        status = 1;
+      } else if (differences.empty()) {
         std::printf("the run in %s issued the planned collectives: %lld compared, all the same\n",
                     o->compare_dir.c_str(), static_cast<long long>(compared));
       } else {

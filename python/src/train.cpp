@@ -3,6 +3,7 @@
 // tessera.load (safetensors files of named tensors, PyTorch's state_dict layout).
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 
@@ -53,19 +54,20 @@ void bind_train(py::module_& m) {
           std::string text;
           {
             py::gil_scoped_release release;
-            const plan::JobPlan job = plan::make_plan(config, options, source);
+            plan::JobPlan job = plan::make_plan(config, options, source);
+            job.link_gbit = link_gbit;
             nlohmann::json j = plan::plan_json(job);
             j["report"] = plan::plan_text(job);
             if (predict) {
               plan::CostInputs inputs;
               inputs.shared_memory = plan::calibrate_shared_memory();
               inputs.network = {latency_us * 1e-6, link_gbit * 1e9 / 8};
-              inputs.cores_per_host = cores > 0 ? cores : static_cast<int>(std::thread::hardware_concurrency());
+              inputs.cores_per_host = cores > 0 ? cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
               inputs.core_sharing_slowdown = plan::calibrate_core_sharing();
               const plan::StepPrediction p = plan::predict_step(job, config, inputs);
               j["prediction"] = {{"step_s", p.step_s}, {"slowest_rank", p.slowest_rank}, {"compute_s", p.compute_s},
                                  {"communication_s", p.communication_s}, {"bubble_s", p.bubble_s},
-                                 {"sharing_s", p.sharing_s}};
+                                 {"sharing_s", p.sharing_s}, {"rank_step_s", p.rank_step_s}};
               j["report"] = j["report"].get<std::string>() + plan::prediction_text(p, inputs);
             }
             text = j.dump();

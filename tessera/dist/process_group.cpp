@@ -87,7 +87,8 @@ bool same_call(const detail::CallKey& a, const detail::CallKey& b) {
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Communicator> communicator, std::shared_ptr<Store> store,
                            ProcessGroupOptions options, std::vector<int> global_ranks, const std::string& lineage)
-    : communicator_(std::move(communicator)), store_(std::move(store)), options_(options) {
+    : communicator_(std::move(communicator)), store_(std::move(store)), options_(options),
+      flight_(options.flight_entries) {
   TESSERA_CHECK(communicator_ != nullptr, "[ProcessGroup] communicator is null");
   TESSERA_CHECK(store_ != nullptr, "[ProcessGroup] store is null");
   TESSERA_CHECK(options_.timeout > Milliseconds(0), "[ProcessGroup] timeout must be positive");

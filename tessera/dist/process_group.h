@@ -64,6 +64,11 @@ struct ProcessGroupOptions {
   // the timeout, so the job's launcher sees the failure at once. init_process_group sets it; ranks
   // that are threads of one test process do not.
   bool exit_when_stuck_after_mismatch = false;
+  // Collectives the flight record keeps (the newest). tessera plan's dry groups keep a whole run's.
+  size_t flight_entries = 512;
+  // Whether the group writes its record to flight_recorder_dir() when a collective is stuck or fails
+  // (tessera plan's dry groups do not: they would overwrite the real run's records beside them).
+  bool dump_flight_records = true;
 };
 
 class ProcessGroup;

@@ -75,7 +75,7 @@ nlohmann::json ProcessGroup::flight_record(const std::string& reason) const {
 
 void ProcessGroup::dump_flight_record(const std::string& reason) const {
   const std::string dir = flight_recorder_dir();
-  if (dir.empty()) return;
+  if (dir.empty() || !options_.dump_flight_records) return;
   try {
     std::filesystem::create_directories(dir);
     const std::string path = concat(dir, "/rank-", global_ranks_[static_cast<size_t>(rank_)], "-",

@@ -1,5 +1,6 @@
 #include "tessera/plan/dry_run.h"
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <set>
@@ -11,6 +12,7 @@
 #include "tessera/dist/store/hash_store.h"
 #include "tessera/train/trainer.h"
 #include "tessera/util/clock.h"
+#include "tessera/util/thread_pool.h"
 
 namespace tessera::plan {
 
@@ -112,6 +114,13 @@ std::vector<std::string> phase_names(const PlanOptions& options) {
 
 namespace {
 
+// Puts the process's thread count back as it was: every dry rank's Trainer sets it (train.threads),
+// and a plan must leave the caller's (a Python session, the next layout of a search) as it found it.
+struct ThreadCountKept {
+  int before = num_threads();
+  ~ThreadCountKept() { set_num_threads(before); }
+};
+
 void check_options(const train::TrainConfig& config, const PlanOptions& options) {
   TESSERA_CHECK(config.distributed.strategy != "ps", "[plan] parameter-server jobs are not planned yet: their "
                 "workers and servers are separate programs; plan the same model under ddp for its worker side");
@@ -125,6 +134,8 @@ dist::ProcessGroupPtr dry_group(int rank, const PlanOptions& options, std::share
   dist::ProcessGroupOptions group_options;
   group_options.timeout = std::chrono::milliseconds(300000);
   group_options.collective_check = false;  // no peers to compare with; the plan compares the ranks itself
+  group_options.flight_entries = 1 << 20;  // the whole run: the plan is read from it
+  group_options.dump_flight_records = false;  // never over a real run's records in TESSERA_FLIGHT_DIR
   return std::make_shared<dist::ProcessGroup>(
       dist::make_dry_communicator(rank, options.world, std::move(log), std::move(mailbox), wait_for_messages,
                                   options.hosts > 1 ? options.world / options.hosts : 0),
@@ -146,47 +157,51 @@ bool needs_message_exchange(const train::TrainConfig& config) {
 
 void exchange_messages(const train::TrainConfig& config, const PlanOptions& options, std::shared_ptr<dist::DryMailbox> mailbox) {
   check_options(config, options);
+  const ThreadCountKept threads_kept;  // each rank's Trainer sets the process's thread count
   train::TrainConfig one_thread = config;
-  one_thread.train.threads = 1;  // every rank at once on this machine's cores
+  one_thread.train.threads = 1;              // every rank at once on this machine's cores
+  one_thread.train.memory_budget_mb = 0;     // a process-wide budget, meant for one rank, not all of them
   std::vector<std::exception_ptr> failures(static_cast<size_t>(options.world));
+  std::atomic<int> first_failed{-1};  // the rank that failed first; the others' failures follow from it
   std::vector<std::thread> ranks;
-  for (int r = 0; r < options.world; ++r)
-    ranks.emplace_back([&, r] {
-      try {
-        ScratchDirectory scratch;
-        auto group = dry_group(r, options, std::make_shared<dist::DryLog>(), mailbox, true);
-        train::Trainer trainer(dry_config(one_thread, options, scratch.path), group);
-        trainer.claim_run();
-        trainer.strategy().set_training(true);
-        for (int s = 1; s <= options.steps; ++s) {
-          trainer.train_step(next_batch(trainer, options));
-          trainer.agree_on_stopping();
+  auto join_all = [&] {
+    for (auto& t : ranks)
+      if (t.joinable()) t.join();
+  };
+  try {
+    for (int r = 0; r < options.world; ++r)
+      ranks.emplace_back([&, r] {
+        try {
+          ScratchDirectory scratch;
+          auto group = dry_group(r, options, std::make_shared<dist::DryLog>(), mailbox, true);
+          train::Trainer trainer(dry_config(one_thread, options, scratch.path), group);
+          trainer.claim_run();
+          trainer.strategy().set_training(true);
+          for (int s = 1; s <= options.steps; ++s) {
+            trainer.train_step(next_batch(trainer, options));
+            trainer.agree_on_stopping();
+          }
+          mailbox->finished(r);
+        } catch (const std::exception& e) {
+          failures[static_cast<size_t>(r)] = std::current_exception();
+          int none = -1;
+          first_failed.compare_exchange_strong(none, r);
+          mailbox->abort(concat("rank ", r, "'s dry run failed: ", e.what()));
         }
-      } catch (const std::exception& e) {
-        failures[static_cast<size_t>(r)] = std::current_exception();
-        mailbox->abort(concat("rank ", r, "'s dry run failed: ", e.what()));
-      }
-    });
-  for (auto& t : ranks) t.join();
-  // The first failure that is not another rank's waiting for a message that will never come.
-  std::exception_ptr first;
-  for (const auto& f : failures) {
-    if (!f) continue;
-    try {
-      std::rethrow_exception(f);
-    } catch (const TimeoutError&) {
-      if (!first) first = f;
-    } catch (const std::exception& e) {
-      if (std::string(e.what()).rfind("[dry] no message", 0) != 0) std::rethrow_exception(f);
-      if (!first) first = f;
-    }
+      });
+  } catch (...) {  // a thread that could not start: the started ones end at the abort
+    mailbox->abort("the ranks' threads could not all start");
+    join_all();
+    throw;
   }
-  if (first) std::rethrow_exception(first);
+  join_all();
+  if (const int r = first_failed.load(); r >= 0) std::rethrow_exception(failures[static_cast<size_t>(r)]);
 }
 
 RankPlan dry_run_rank(const train::TrainConfig& config, const PlanOptions& options, int rank,
                       std::shared_ptr<dist::DryMailbox> mailbox) {
   check_options(config, options);
+  const ThreadCountKept threads_kept;
   ScratchDirectory scratch;
   const std::vector<std::string> names = phase_names(options);
   std::vector<int64_t> starts;

@@ -137,6 +137,17 @@ std::string sequence_disagreement(const JobPlan& plan) {
       }
       return out;
     }
+  // A rank that issued more collectives than its group's others (the real job would hang in it).
+  std::map<std::string, std::map<uint64_t, std::vector<int>>> counts;  // group -> issued -> ranks
+  for (const json* record : plan_records(plan))
+    counts[record->value("group", "")][record->value("next_sequence", uint64_t{0})].push_back(
+        record->value("global_rank", -1));
+  for (const auto& [group, by_count] : counts) {
+    if (by_count.size() < 2) continue;
+    std::string out = concat("group ", group, ": its ranks issued different numbers of collectives:\n");
+    for (const auto& [issued, ranks] : by_count) out += concat("  ", issued, " by rank(s) ", rank_list(ranks), "\n");
+    return out;
+  }
   return "";
 }
 

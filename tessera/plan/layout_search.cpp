@@ -60,19 +60,25 @@ std::vector<SearchResult> search_layouts(const train::TrainConfig& config, const
     SearchResult r;
     r.candidate = c;
     try {
+      // The candidates are DP, ZeRO, HSDP and DP x PP x TP: nothing of the config's own layout stays.
       train::TrainConfig layout = config;
-      layout.parallel.cp = 1;  // the candidates are DP, ZeRO, HSDP and DP x PP x TP
-      for (const std::string& s : c.sets) train::apply_override(layout, s);
+      layout.parallel.dp = 0;
+      layout.parallel.pp = layout.parallel.tp = layout.parallel.cp = layout.parallel.ep = 1;
+      layout.distributed.local_sgd = 0;
       // A mesh's replicas each take train.batch_size (it has no global_batch_size); the rest share one.
-      const int64_t replicas = layout.distributed.strategy == "mesh" ? layout.parallel.dp : options.world;
+      const bool mesh = std::find(c.sets.begin(), c.sets.end(), "distributed.strategy=mesh") != c.sets.end();
+      for (const std::string& s : c.sets) train::apply_override(layout, s);
+      const int64_t replicas = mesh ? layout.parallel.dp : options.world;
       TESSERA_CHECK(global % replicas == 0, "[plan] ", replicas, " replicas cannot share the global batch of ", global);
-      layout.train.global_batch_size = layout.distributed.strategy == "mesh" ? 0 : global;
-      layout.train.batch_size = global / replicas;
+      r.candidate.sets.push_back(concat("train.batch_size=", global / replicas));
+      r.candidate.sets.push_back(concat("train.global_batch_size=", mesh ? 0 : global));
+      r.candidate.sets.push_back("parallel.cp=1");
+      for (size_t k = c.sets.size(); k < r.candidate.sets.size(); ++k) train::apply_override(layout, r.candidate.sets[k]);
       const JobPlan job = make_plan(layout, options, "");
       for (const RankPlan& rank : job.ranks) r.peak = std::max(r.peak, rank.memory.peak);
       r.fits = memory_per_rank <= 0 || r.peak <= memory_per_rank;
       r.prediction = predict_step(job, layout, inputs);
-    } catch (const ValueError& e) {
+    } catch (const Error& e) {  // a layout the model cannot take (or whose dry run fails): said, not fatal
       r.refused = e.what();
     }
     results.push_back(std::move(r));
@@ -107,7 +113,11 @@ std::string search_text(const std::vector<SearchResult>& results, int64_t memory
     if (r.refused.empty() && r.fits) {
       std::string sets;
       for (const std::string& s : r.candidate.sets) sets += " --set " + s;
-      out += concat("best: tessera train ", config_path, " --nproc ", options.world, sets, "\n");
+      out += options.hosts == 1
+                 ? concat("best: tessera train ", config_path, " --nproc ", options.world, sets, "\n")
+                 : concat("best, on each of the ", options.hosts, " hosts: tessera run --nnodes ", options.hosts,
+                          " --nproc-per-node ", options.world / options.hosts, " ... -- tessera train ", config_path,
+                          sets, "\n");
       break;
     }
   return out;

@@ -14,7 +14,8 @@ namespace tessera::plan {
 
 struct Candidate {
   std::string name;                // "zero3", "mesh dp2 x pp2 x tp1"
-  std::vector<std::string> sets;   // the overrides that make it, as --set takes them
+  // The overrides that make it, as --set takes them (a search's results add the batch it trained).
+  std::vector<std::string> sets;
 };
 
 std::vector<Candidate> candidate_layouts(const PlanOptions& options);

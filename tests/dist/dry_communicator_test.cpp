@@ -137,6 +137,9 @@ TEST(DryCommunicator, AWaitingReceiveFailsWhenTheSenderFailedOrAtItsDeadline) {
   std::vector<float> x(1);
   EXPECT_THROW(b->post_recv(buffer_of(x, DType::Float32), 0, 1)->wait(detail::Clock::now() + std::chrono::milliseconds(50)),
                TimeoutError);
+  // A sender whose run ended without the message: the wait fails at once, saying the calls differ.
+  mailbox->finished(0);
+  EXPECT_THROW(b->post_recv(buffer_of(x, DType::Float32), 0, 1)->wait(soon()), ValueError);
   mailbox->abort("rank 0's dry run failed: boom");
   try {
     b->post_recv(buffer_of(x, DType::Float32), 0, 1)->wait(soon());

@@ -76,6 +76,11 @@ TEST(JobPlan, ADifferentCallUnderOneNumberIsNamedWithBothRanks) {
   EXPECT_NE(why.find("collective #0"), std::string::npos) << why;
   EXPECT_NE(why.find("float32 x 3"), std::string::npos) << why;
   EXPECT_NE(compare_with_flight_records(plan, records, compared).find("the run called"), std::string::npos);
+  // A rank that issues one collective more than its group's others: the real job would hang there.
+  entry["description"] = plan.ranks[0].flight_records[0]["entries"][0]["description"];
+  ASSERT_EQ(sequence_disagreement(plan), "");
+  plan.ranks[1].flight_records[0]["next_sequence"] = plan.ranks[1].flight_records[0]["next_sequence"].get<uint64_t>() + 1;
+  EXPECT_NE(sequence_disagreement(plan).find("different numbers of collectives"), std::string::npos);
   records.clear();
   EXPECT_THROW(compare_with_flight_records(plan, records, compared), ValueError);
 }

@@ -28,14 +28,17 @@ std::vector<DryCall> DryLog::calls() const {
   return calls_;
 }
 
-void DryLog::add_symmetric(SymmetricBuffer buffer) {
+void DryLog::add_symmetric(SymmetricBuffer buffer, const std::shared_ptr<void>& memory) {
   std::lock_guard lock(mu_);
-  symmetric_.push_back(buffer);
+  symmetric_.emplace_back(buffer, memory);
 }
 
 std::vector<DryLog::SymmetricBuffer> DryLog::symmetric() const {
   std::lock_guard lock(mu_);
-  return symmetric_;
+  std::vector<SymmetricBuffer> alive;
+  for (const auto& [buffer, memory] : symmetric_)
+    if (!memory.expired()) alive.push_back(buffer);
+  return alive;
 }
 
 void DryMailbox::post(const std::string& key, const Buffer& data) {
@@ -48,7 +51,20 @@ void DryMailbox::post(const std::string& key, const Buffer& data) {
   arrived_.notify_all();
 }
 
-void DryMailbox::take(const std::string& key, Buffer data, bool wait, Deadline deadline) {
+void DryMailbox::check_waitable(const std::string& key, int sender) const {
+  if (!aborted_.empty()) throw Error(concat("[dry] no message ", key, ": ", aborted_));
+  if (finished_.count(sender))
+    throw ValueError(concat("[dry] rank ", sender, " finished its run without sending ", key,
+                            ": the ranks' calls do not match"));
+}
+
+void DryMailbox::finished(int rank) {
+  std::lock_guard lock(mu_);
+  finished_.insert(rank);
+  arrived_.notify_all();
+}
+
+void DryMailbox::take(const std::string& key, int sender, Buffer data, bool wait, Deadline deadline) {
   std::unique_lock lock(mu_);
   size_t& next = read_[key];
   auto there = [&] {
@@ -57,7 +73,7 @@ void DryMailbox::take(const std::string& key, Buffer data, bool wait, Deadline d
   };
   if (wait)
     while (!there()) {
-      if (!aborted_.empty()) throw Error(concat("[dry] no message ", key, ": ", aborted_));
+      check_waitable(key, sender);
       if (arrived_.wait_until(lock, deadline) == std::cv_status::timeout && !there())
         throw TimeoutError(concat("[dry] message ", key, " never came"));
     }
@@ -80,11 +96,11 @@ void DryMailbox::publish(const std::string& key, const void* data, size_t bytes)
   arrived_.notify_all();
 }
 
-std::optional<std::vector<char>> DryMailbox::read(const std::string& key, bool wait, Deadline deadline) {
+std::optional<std::vector<char>> DryMailbox::read(const std::string& key, int sender, bool wait, Deadline deadline) {
   std::unique_lock lock(mu_);
   while (!published_.count(key)) {
     if (!wait) return std::nullopt;
-    if (!aborted_.empty()) throw Error(concat("[dry] no message ", key, ": ", aborted_));
+    check_waitable(key, sender);
     if (arrived_.wait_until(lock, deadline) == std::cv_status::timeout && !published_.count(key))
       throw TimeoutError(concat("[dry] message ", key, " never came"));
   }
@@ -134,13 +150,14 @@ void multiply_in_place(Buffer data, int64_t factor) {
 // A receive: the message is taken from the mailbox when the receiver waits for it.
 class MailboxTransfer : public PendingTransfer {
  public:
-  MailboxTransfer(std::shared_ptr<DryMailbox> mailbox, std::string key, Buffer data, bool wait)
-      : mailbox_(std::move(mailbox)), key_(std::move(key)), data_(data), wait_(wait) {}
-  void wait(Deadline deadline) override { mailbox_->take(key_, data_, wait_, deadline); }
+  MailboxTransfer(std::shared_ptr<DryMailbox> mailbox, std::string key, int sender, Buffer data, bool wait)
+      : mailbox_(std::move(mailbox)), key_(std::move(key)), sender_(sender), data_(data), wait_(wait) {}
+  void wait(Deadline deadline) override { mailbox_->take(key_, sender_, data_, wait_, deadline); }
 
  private:
   std::shared_ptr<DryMailbox> mailbox_;
   std::string key_;
+  int sender_;
   Buffer data_;
   bool wait_;
 };
@@ -236,21 +253,22 @@ class DryCommunicator : public Communicator {
   }
   std::unique_ptr<PendingTransfer> post_recv(Buffer data, int peer, int tag) override {
     record("recv", data.dtype, data.count, peer);
-    return std::make_unique<MailboxTransfer>(world_.mailbox, message_key(peer, rank_, tag), data,
-                                             world_.wait_for_messages);
+    return std::make_unique<MailboxTransfer>(world_.mailbox, message_key(peer, rank_, tag),
+                                             global_ranks_[static_cast<size_t>(peer)], data, world_.wait_for_messages);
   }
 
   std::shared_ptr<void> allocate_symmetric(size_t bytes, Deadline) override {
     if (one_host()) {  // shared memory, as shm maps it: not the tensor allocator's
       std::shared_ptr<void> memory(std::calloc(std::max<size_t>(bytes, 1), 1), std::free);
       TESSERA_CHECK(memory != nullptr, "[dry] could not allocate ", bytes, " bytes of symmetric memory");
-      log_->add_symmetric({memory.get(), bytes, true});
+      log_->add_symmetric({memory.get(), bytes, true}, memory);
       return memory;
     }
     std::shared_ptr<Storage> storage = Storage::allocate(bytes, cpu_device());
     if (bytes > 0) std::memset(storage->data(), 0, bytes);
-    log_->add_symmetric({storage->data(), bytes, false});
-    return std::shared_ptr<void>(storage, storage->data());
+    std::shared_ptr<void> memory(storage, storage->data());
+    log_->add_symmetric({storage->data(), bytes, false}, memory);
+    return memory;
   }
 
   std::unique_ptr<Communicator> split(std::span<const int> ranks, std::shared_ptr<Store>, Milliseconds) override {
@@ -282,14 +300,14 @@ class DryCommunicator : public Communicator {
     const std::string id = concat(group_text(), " #", number);
     const int me = global_ranks_[static_cast<size_t>(rank_)];
     if (!world_.wait_for_messages) {
-      std::optional<std::vector<char>> kept = world_.mailbox->read(concat(id, " result of ", me), false, deadline);
+      std::optional<std::vector<char>> kept = world_.mailbox->read(concat(id, " result of ", me), me, false, deadline);
       if (!kept || kept->size() != output.nbytes()) return false;
       if (!kept->empty()) std::memcpy(output.data, kept->data(), kept->size());
       return true;
     }
     world_.mailbox->publish(concat(id, " from ", me), input.data, input.nbytes());
     Inputs inputs;
-    for (int r : global_ranks_) inputs.push_back(*world_.mailbox->read(concat(id, " from ", r), true, deadline));
+    for (int r : global_ranks_) inputs.push_back(*world_.mailbox->read(concat(id, " from ", r), r, true, deadline));
     exact(inputs);
     world_.mailbox->publish(concat(id, " result of ", me), output.data, output.nbytes());
     return true;

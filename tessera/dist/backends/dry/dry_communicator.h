@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,14 +51,16 @@ class DryLog {
     size_t bytes = 0;
     bool shared = false;
   };
-  void add_symmetric(SymmetricBuffer buffer);
-  std::vector<SymmetricBuffer> symmetric() const;
+  // `memory` is watched: a buffer the strategy has freed (DDP's first buckets, rebuilt after step 1)
+  // is no longer listed.
+  void add_symmetric(SymmetricBuffer buffer, const std::shared_ptr<void>& memory);
+  std::vector<SymmetricBuffer> symmetric() const;  // the buffers still alive
 
  private:
   mutable std::mutex mu_;
   std::string phase_ = "setup";
   std::vector<DryCall> calls_;
-  std::vector<SymmetricBuffer> symmetric_;
+  std::vector<std::pair<SymmetricBuffer, std::weak_ptr<void>>> symmetric_;
 };
 
 // The messages dry ranks send each other. A pipeline's stage sends a header (the activation's
@@ -69,17 +72,21 @@ class DryLog {
 // backend moves no payloads.
 // Small collectives carry such facts too (the sizes of the vocabulary's shards that the tensor-
 // parallel loss gathers), which differ from rank to rank, so "every peer is this rank" would be
-// wrong for them: when the ranks run at once, a collective of at most kKeptBytes is computed from
-// every member's real input (published here), and each rank's result is kept for its run alone.
+// wrong for them: when the ranks run at once, a collective whose members' inputs (or outputs) come
+// to at most kKeptBytes together is computed from every member's real input (published here), and
+// each rank's result is kept for its run alone.
 // Thread-safe.
 class DryMailbox {
  public:
   static constexpr size_t kKeptBytes = 4096;
   // `key` names the group, the sender, the receiver and the tag (messages under one key keep their order).
   void post(const std::string& key, const Buffer& data);
-  // The next message under `key` into `data`. With `wait`, waits for it until `deadline` (TimeoutError)
-  // or abort() (Error with its reason); without, fills zeros when there is none.
-  void take(const std::string& key, Buffer data, bool wait, Deadline deadline);
+  // The next message under `key` (from global rank `sender`) into `data`. With `wait`, waits for it
+  // until `deadline` (TimeoutError), abort() (Error with its reason) or the sender's finish without
+  // it (ValueError: the ranks' calls do not match); without, fills zeros when there is none.
+  void take(const std::string& key, int sender, Buffer data, bool wait, Deadline deadline);
+  // Rank `rank`'s run is over: waits for what it never sent fail at once.
+  void finished(int rank);
   // Later posts are ones already made (the same ranks run again): ignored.
   void seal();
   // Reads start again from each key's first message.
@@ -90,7 +97,7 @@ class DryMailbox {
   // Values that many read, each kept under its own key: the inputs and results of small collectives
   // (below). publish is ignored once sealed; read waits like take (or returns nullopt without `wait`).
   void publish(const std::string& key, const void* data, size_t bytes);
-  std::optional<std::vector<char>> read(const std::string& key, bool wait, Deadline deadline);
+  std::optional<std::vector<char>> read(const std::string& key, int sender, bool wait, Deadline deadline);
 
  private:
   struct Message {
@@ -102,8 +109,11 @@ class DryMailbox {
   std::map<std::string, std::vector<Message>> messages_;
   std::map<std::string, size_t> read_;
   std::map<std::string, std::vector<char>> published_;
+  std::set<int> finished_;
   bool sealed_ = false;
   std::string aborted_;
+  // Under mu_: throws what a wait for `key` from `sender` ends with now, if anything.
+  void check_waitable(const std::string& key, int sender) const;
 };
 
 // Rank `rank` of a dry world of `size` ranks, `ranks_per_host` on each host (0: all on one). Its
