@@ -135,10 +135,7 @@ int plan(const PlanBenchOptions& o) {
   fs::create_directories(dir);
   write_configs(dir, o.steps);
   const std::string self = fs::read_symlink("/proc/self/exe").string();
-  plan::CostInputs inputs;
-  inputs.shared_memory = plan::calibrate_shared_memory();
-  inputs.cores_per_host = static_cast<int>(std::thread::hardware_concurrency());
-  inputs.core_sharing_slowdown = plan::calibrate_core_sharing();
+  const plan::CostInputs inputs = plan::measured_cost_inputs(0, 0, 0);  // one host: no network
   std::printf("tessera bench plan: %d steps per real run, %d cores (each %.2fx slower when all are busy); shared memory "
               "%.1f us a hop, %.2f GB/s\n",
               o.steps, inputs.cores_per_host, inputs.core_sharing_slowdown, inputs.shared_memory.latency_s * 1e6,

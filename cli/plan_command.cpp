@@ -56,14 +56,7 @@ Command add_plan_command(CLI::App& app) {
   return {cmd, [o]() -> int {
     train::TrainConfig config = train::load_config(o->config);
     for (const auto& s : o->overrides) train::apply_override(config, s);
-    auto cost_inputs = [&] {
-      plan::CostInputs inputs;
-      inputs.shared_memory = plan::calibrate_shared_memory();
-      inputs.network = {o->latency_us * 1e-6, o->link_gbit * 1e9 / 8};
-      inputs.cores_per_host = o->cores > 0 ? o->cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      inputs.core_sharing_slowdown = plan::calibrate_core_sharing();
-      return inputs;
-    };
+    auto cost_inputs = [&] { return plan::measured_cost_inputs(o->link_gbit, o->latency_us, o->cores); };
     if (o->search) {
       TESSERA_CHECK(o->json_path.empty() && o->compare_dir.empty(), "[plan] --json and --compare-flight are for one "
                     "layout's plan, not --search");
@@ -94,9 +87,7 @@ Command add_plan_command(CLI::App& app) {
       const plan::CostInputs inputs = cost_inputs();
       const plan::StepPrediction p = plan::predict_step(job, config, inputs);
       std::printf("%s", plan::prediction_text(p, inputs).c_str());
-      j["prediction"] = {{"step_s", p.step_s}, {"slowest_rank", p.slowest_rank}, {"compute_s", p.compute_s},
-                         {"communication_s", p.communication_s}, {"bubble_s", p.bubble_s},
-                         {"sharing_s", p.sharing_s}, {"rank_step_s", p.rank_step_s}};
+      j["prediction"] = plan::prediction_json(p);
     }
     if (!o->json_path.empty()) io::write_file_atomic(o->json_path, j.dump(1) + "\n");
     int status = plan::sequence_disagreement(job).empty() ? 0 : 1;

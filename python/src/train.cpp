@@ -59,15 +59,9 @@ void bind_train(py::module_& m) {
             nlohmann::json j = plan::plan_json(job);
             j["report"] = plan::plan_text(job);
             if (predict) {
-              plan::CostInputs inputs;
-              inputs.shared_memory = plan::calibrate_shared_memory();
-              inputs.network = {latency_us * 1e-6, link_gbit * 1e9 / 8};
-              inputs.cores_per_host = cores > 0 ? cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-              inputs.core_sharing_slowdown = plan::calibrate_core_sharing();
+              const plan::CostInputs inputs = plan::measured_cost_inputs(link_gbit, latency_us, cores);
               const plan::StepPrediction p = plan::predict_step(job, config, inputs);
-              j["prediction"] = {{"step_s", p.step_s}, {"slowest_rank", p.slowest_rank}, {"compute_s", p.compute_s},
-                                 {"communication_s", p.communication_s}, {"bubble_s", p.bubble_s},
-                                 {"sharing_s", p.sharing_s}, {"rank_step_s", p.rank_step_s}};
+              j["prediction"] = plan::prediction_json(p);
               j["report"] = j["report"].get<std::string>() + plan::prediction_text(p, inputs);
             }
             text = j.dump();

@@ -7,11 +7,11 @@
 #include <thread>
 
 #include "tessera/core/error.h"
+#include "tessera/core/rng.h"
 #include "tessera/dist/backends/backend.h"
 #include "tessera/dist/store/hash_store.h"
-#include "tessera/parallel/pipeline/schedule.h"
-#include "tessera/core/rng.h"
 #include "tessera/ops/ops.h"
+#include "tessera/parallel/pipeline/schedule.h"
 #include "tessera/util/thread_pool.h"
 
 namespace tessera::plan {
@@ -96,7 +96,7 @@ LinkRate calibrate_shared_memory() {
   auto store = std::make_shared<dist::HashStore>(std::chrono::milliseconds(60000));
   constexpr size_t kSmall = 4096, kLarge = 4 << 20;
   double small = 0, large = 0;
-  std::exception_ptr failure;
+  std::exception_ptr failures[2];
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.emplace_back([&, r] {
@@ -119,11 +119,12 @@ LinkRate calibrate_shared_memory() {
           large = l;
         }
       } catch (...) {
-        if (r == 0) failure = std::current_exception();
+        failures[r] = std::current_exception();
       }
     });
   for (auto& t : ranks) t.join();
-  if (failure) std::rethrow_exception(failure);
+  for (const auto& f : failures)
+    if (f) std::rethrow_exception(f);
   LinkRate rate;
   rate.latency_s = small / 2;  // a ring all-reduce of 2 ranks: 2 hops
   // Each rank sends 2(n-1)/n of the buffer: the buffer itself at n = 2.
@@ -180,27 +181,23 @@ StepPrediction predict_step(const JobPlan& plan, const train::TrainConfig& confi
   double bubble = 0;
   if (config.parallel.pp > 1) {
     const auto kind = parallel::pipeline::parse_schedule(config.parallel.schedule);
-    const int chunks = kind == parallel::pipeline::ScheduleKind::ZeroBubbleV ? 2
-                       : kind == parallel::pipeline::ScheduleKind::Interleaved
-                           ? static_cast<int>(config.parallel.virtual_stages)
-                           : 1;
+    const int chunks = parallel::pipeline::chunks_per_stage(kind, static_cast<int>(config.parallel.virtual_stages));
     bubble = parallel::pipeline::theoretical_bubble(kind, static_cast<int>(config.parallel.pp),
                                                     config.parallel.microbatches, chunks);
   }
-  // Each host's work in core-seconds: its ranks' compute times their threads.
-  std::vector<double> host_work(static_cast<size_t>(plan.options.hosts), 0.0);
-  for (const RankPlan& r : plan.ranks)
-    host_work[static_cast<size_t>(layout.host_of(r.rank))] += steady_step_seconds(r) * static_cast<double>(threads) *
-                                                              (plan.options.world / plan.options.hosts * threads >=
-                                                                       inputs.cores_per_host
-                                                                   ? inputs.core_sharing_slowdown
-                                                                   : 1.0);
   // A host whose cores are all busy runs each one slower than a lone rank did in the dry run.
   const double slowdown = plan.options.world / plan.options.hosts * threads >= inputs.cores_per_host
                               ? inputs.core_sharing_slowdown
                               : 1.0;
-  for (const RankPlan& r : plan.ranks) {
-    const double compute = steady_step_seconds(r) * slowdown;
+  std::vector<double> computes;  // each rank's, on its host
+  for (const RankPlan& r : plan.ranks) computes.push_back(steady_step_seconds(r) * slowdown);
+  // Each host's work in core-seconds: its ranks' compute times their threads.
+  std::vector<double> host_work(static_cast<size_t>(plan.options.hosts), 0.0);
+  for (size_t i = 0; i < plan.ranks.size(); ++i)
+    host_work[static_cast<size_t>(layout.host_of(plan.ranks[i].rank))] += computes[i] * static_cast<double>(threads);
+  for (size_t i = 0; i < plan.ranks.size(); ++i) {
+    const RankPlan& r = plan.ranks[i];
+    const double compute = computes[i];
     // A rank's compute ends no sooner than its host's cores can do all the host's work, nor than
     // its pipeline's critical path (its own passes and the bubble's idling) allows; an idle stage's
     // cores go to its neighbours, so the two overlap rather than add.
@@ -221,6 +218,21 @@ StepPrediction predict_step(const JobPlan& plan, const train::TrainConfig& confi
     }
   }
   return p;
+}
+
+CostInputs measured_cost_inputs(double link_gbit, double latency_us, int cores) {
+  CostInputs inputs;
+  inputs.shared_memory = calibrate_shared_memory();
+  inputs.network = {latency_us * 1e-6, link_gbit * 1e9 / 8};
+  inputs.cores_per_host = cores > 0 ? cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  inputs.core_sharing_slowdown = calibrate_core_sharing();
+  return inputs;
+}
+
+nlohmann::json prediction_json(const StepPrediction& p) {
+  return {{"step_s", p.step_s},       {"slowest_rank", p.slowest_rank}, {"compute_s", p.compute_s},
+          {"communication_s", p.communication_s}, {"bubble_s", p.bubble_s}, {"sharing_s", p.sharing_s},
+          {"rank_step_s", p.rank_step_s}};
 }
 
 std::string prediction_text(const StepPrediction& p, const CostInputs& in) {

@@ -46,6 +46,10 @@ struct CostInputs {
 // at one thread, alone and then on every core at once (the best of three rounds of each).
 double calibrate_core_sharing();
 
+// Everything --predict needs: shared memory and core sharing measured here, the network as given
+// (`link_gbit` 0: none), `cores` per host (0: this machine's). What the CLI, Python and the bench use.
+CostInputs measured_cost_inputs(double link_gbit, double latency_us, int cores);
+
 // Shared memory's latency and rate on this machine: all-reduces of 4 KiB and 4 MiB between two
 // threads over the shm backend (the best of three rounds), the smaller's time per hop as the
 // latency, the larger's bytes per second of what each rank sends.
@@ -63,7 +67,8 @@ struct StepPrediction {
 // The job's step time; `config` the one planned (threads, pipeline schedule).
 StepPrediction predict_step(const JobPlan& plan, const train::TrainConfig& config, const CostInputs& inputs);
 
-// What --predict prints.
+// What --predict prints, and what it adds to the plan's JSON ("prediction").
 std::string prediction_text(const StepPrediction& prediction, const CostInputs& inputs);
+nlohmann::json prediction_json(const StepPrediction& prediction);
 
 }  // namespace tessera::plan

@@ -142,6 +142,17 @@ dist::ProcessGroupPtr dry_group(int rank, const PlanOptions& options, std::share
       std::make_shared<dist::HashStore>(group_options.timeout), group_options);
 }
 
+// What fit does before its first step, and after each step's update (the stop flag's all-reduce),
+// so that both dry runs issue a real job's collectives.
+void start_as_fit_does(train::Trainer& trainer) {
+  trainer.claim_run();
+  trainer.strategy().set_training(true);
+}
+void step_as_fit_does(train::Trainer& trainer, const data::Batch& batch) {
+  trainer.train_step(batch);
+  trainer.agree_on_stopping();
+}
+
 data::Batch next_batch(train::Trainer& trainer, const PlanOptions& options) {
   std::optional<data::Batch> batch = trainer.next_batch();
   TESSERA_CHECK(batch.has_value(), "[plan] the training set has fewer than ", options.steps, " batches per epoch");
@@ -175,12 +186,8 @@ void exchange_messages(const train::TrainConfig& config, const PlanOptions& opti
           ScratchDirectory scratch;
           auto group = dry_group(r, options, std::make_shared<dist::DryLog>(), mailbox, true);
           train::Trainer trainer(dry_config(one_thread, options, scratch.path), group);
-          trainer.claim_run();
-          trainer.strategy().set_training(true);
-          for (int s = 1; s <= options.steps; ++s) {
-            trainer.train_step(next_batch(trainer, options));
-            trainer.agree_on_stopping();
-          }
+          start_as_fit_does(trainer);
+          for (int s = 1; s <= options.steps; ++s) step_as_fit_does(trainer, next_batch(trainer, options));
           mailbox->finished(r);
         } catch (const std::exception& e) {
           failures[static_cast<size_t>(r)] = std::current_exception();
@@ -216,8 +223,7 @@ RankPlan dry_run_rank(const train::TrainConfig& config, const PlanOptions& optio
   train::Trainer trainer(dry_config(config, options, scratch.path), group);
   plan.strategy = trainer.strategy().describe();
   if (plan.strategy.empty()) plan.strategy = trainer.strategy().name();
-  trainer.claim_run();  // what fit does before its first step
-  trainer.strategy().set_training(true);
+  start_as_fit_does(trainer);
   int64_t peak = static_cast<int64_t>(cpu_allocator::peak_allocated_bytes()) - base;
   int64_t resident = 0, step_peak = 0;
   for (int s = 1; s <= options.steps; ++s) {
@@ -227,8 +233,7 @@ RankPlan dry_run_rank(const train::TrainConfig& config, const PlanOptions& optio
     starts.push_back(unix_micros());
     log->set_phase(names[static_cast<size_t>(s)]);
     const auto t0 = std::chrono::steady_clock::now();
-    trainer.train_step(batch);
-    trainer.agree_on_stopping();  // what fit asks after every step
+    step_as_fit_does(trainer, batch);
     plan.step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     step_peak = static_cast<int64_t>(cpu_allocator::peak_allocated_bytes()) - base;
     peak = std::max(peak, step_peak);

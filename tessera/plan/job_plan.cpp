@@ -84,6 +84,24 @@ std::string role_of(const RankPlan& rank, const std::string& phase) {
   return role;
 }
 
+// `rows[i]` is rank i's row: each run of consecutive ranks with equal rows becomes one printed line,
+// named "rank 3" or "ranks 4-7" (left-aligned in `name_width`), through `print(name, row)`.
+template <typename Row, typename Print>
+std::string runs_of_equal_rows(const std::vector<Row>& rows, int name_width, Print print) {
+  std::string out;
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i;
+    while (j + 1 < rows.size() && rows[j + 1] == rows[i]) ++j;
+    std::vector<int> who;
+    for (size_t k = i; k <= j; ++k) who.push_back(static_cast<int>(k));
+    char name[64];
+    std::snprintf(name, sizeof name, "%-*s", name_width, ((who.size() == 1 ? "rank " : "ranks ") + rank_list(who)).c_str());
+    out += print(std::string(name), rows[i]);
+    i = j + 1;
+  }
+  return out;
+}
+
 std::vector<std::string> memory_row(const MemoryPlan& m) {
   return {mib(m.parameters), mib(m.gradients), mib(m.optimizer_state), mib(m.activations),
           mib(m.communication_buffers), mib(m.other), mib(m.peak)};
@@ -194,19 +212,14 @@ std::string plan_text(const JobPlan& plan) {
 
   // Memory: one row per run of ranks holding the same bytes.
   out += "memory per rank (MiB)  parameters  gradients  optimizer  activations  comm-buffers     other      peak\n";
-  for (size_t i = 0; i < plan.ranks.size();) {
-    size_t j = i;
-    const auto row = memory_row(plan.ranks[i].memory);
-    while (j + 1 < plan.ranks.size() && memory_row(plan.ranks[j + 1].memory) == row) ++j;
-    std::vector<int> who;
-    for (size_t k = i; k <= j; ++k) who.push_back(static_cast<int>(k));
+  std::vector<std::vector<std::string>> memory_rows;
+  for (const RankPlan& r : plan.ranks) memory_rows.push_back(memory_row(r.memory));
+  out += runs_of_equal_rows(memory_rows, 20, [](const std::string& name, const std::vector<std::string>& row) {
     char line[256];
-    const std::string name = (who.size() == 1 ? "rank " : "ranks ") + rank_list(who);
-    std::snprintf(line, sizeof line, "  %-20s %11s %10s %10s %12s %13s %9s %9s\n", name.c_str(),
-                  row[0].c_str(), row[1].c_str(), row[2].c_str(), row[3].c_str(), row[4].c_str(), row[5].c_str(), row[6].c_str());
-    out += line;
-    i = j + 1;
-  }
+    std::snprintf(line, sizeof line, "  %s %11s %10s %10s %12s %13s %9s %9s\n", name.c_str(), row[0].c_str(),
+                  row[1].c_str(), row[2].c_str(), row[3].c_str(), row[4].c_str(), row[5].c_str(), row[6].c_str());
+    return std::string(line);
+  });
 
   // Collectives of the reported step, once per role.
   out += concat("\ncollectives per step (", step, "; point-to-point not listed)\n");
@@ -227,27 +240,19 @@ std::string plan_text(const JobPlan& plan) {
 
   // Bytes on the links in the reported step, and the setup's.
   out += concat("\nbytes sent per rank (MiB)   ", step, ": within a host  between hosts    setup: within  between\n");
+  std::vector<std::vector<int64_t>> byte_rows;  // step within, step between, setup within, setup between
   std::vector<int64_t> host_out(static_cast<size_t>(o.hosts), 0);
-  for (size_t i = 0; i < plan.ranks.size();) {
-    auto bytes_of = [&](size_t k) {
-      const LinkBytes s = phase_bytes(plan, plan.ranks[k], step), u = phase_bytes(plan, plan.ranks[k], "setup");
-      return std::vector<int64_t>{s.within_host, s.between_hosts, u.within_host, u.between_hosts};
-    };
-    const auto row = bytes_of(i);
-    size_t j = i;
-    while (j + 1 < plan.ranks.size() && bytes_of(j + 1) == row) ++j;
-    std::vector<int> who;
-    for (size_t k = i; k <= j; ++k) {
-      who.push_back(static_cast<int>(k));
-      host_out[static_cast<size_t>(plan.layout().host_of(static_cast<int>(k)))] += row[1];
-    }
-    char line[256];
-    const std::string name = (who.size() == 1 ? "rank " : "ranks ") + rank_list(who);
-    std::snprintf(line, sizeof line, "  %-26s %15s %14s %14s %8s\n", name.c_str(), mib(row[0]).c_str(),
-                  mib(row[1]).c_str(), mib(row[2]).c_str(), mib(row[3]).c_str());
-    out += line;
-    i = j + 1;
+  for (const RankPlan& r : plan.ranks) {
+    const LinkBytes s = phase_bytes(plan, r, step), u = phase_bytes(plan, r, "setup");
+    byte_rows.push_back({s.within_host, s.between_hosts, u.within_host, u.between_hosts});
+    host_out[static_cast<size_t>(plan.layout().host_of(r.rank))] += s.between_hosts;
   }
+  out += runs_of_equal_rows(byte_rows, 26, [](const std::string& name, const std::vector<int64_t>& row) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  %s %15s %14s %14s %8s\n", name.c_str(), mib(row[0]).c_str(),
+                  mib(row[1]).c_str(), mib(row[2]).c_str(), mib(row[3]).c_str());
+    return std::string(line);
+  });
   if (o.hosts > 1) {
     const int64_t busiest = *std::max_element(host_out.begin(), host_out.end());
     out += concat("  the busiest host sends ", mib(busiest), " MiB per step to the others");

@@ -51,11 +51,16 @@ void DryMailbox::post(const std::string& key, const Buffer& data) {
   arrived_.notify_all();
 }
 
-void DryMailbox::check_waitable(const std::string& key, int sender) const {
-  if (!aborted_.empty()) throw Error(concat("[dry] no message ", key, ": ", aborted_));
-  if (finished_.count(sender))
-    throw ValueError(concat("[dry] rank ", sender, " finished its run without sending ", key,
-                            ": the ranks' calls do not match"));
+void DryMailbox::wait_for(std::unique_lock<std::mutex>& lock, const std::string& key, int sender, Deadline deadline,
+                          const std::function<bool()>& there) {
+  while (!there()) {
+    if (!aborted_.empty()) throw Error(concat("[dry] no message ", key, ": ", aborted_));
+    if (finished_.count(sender))
+      throw ValueError(concat("[dry] rank ", sender, " finished its run without sending ", key,
+                              ": the ranks' calls do not match"));
+    if (arrived_.wait_until(lock, deadline) == std::cv_status::timeout && !there())
+      throw TimeoutError(concat("[dry] message ", key, " from rank ", sender, " never came"));
+  }
 }
 
 void DryMailbox::finished(int rank) {
@@ -71,12 +76,7 @@ void DryMailbox::take(const std::string& key, int sender, Buffer data, bool wait
     auto it = messages_.find(key);
     return it != messages_.end() && next < it->second.size();
   };
-  if (wait)
-    while (!there()) {
-      check_waitable(key, sender);
-      if (arrived_.wait_until(lock, deadline) == std::cv_status::timeout && !there())
-        throw TimeoutError(concat("[dry] message ", key, " never came"));
-    }
+  if (wait) wait_for(lock, key, sender, deadline, there);
   if (!there()) {
     if (data.count > 0) std::memset(data.data, 0, data.nbytes());
     return;
@@ -98,12 +98,9 @@ void DryMailbox::publish(const std::string& key, const void* data, size_t bytes)
 
 std::optional<std::vector<char>> DryMailbox::read(const std::string& key, int sender, bool wait, Deadline deadline) {
   std::unique_lock lock(mu_);
-  while (!published_.count(key)) {
-    if (!wait) return std::nullopt;
-    check_waitable(key, sender);
-    if (arrived_.wait_until(lock, deadline) == std::cv_status::timeout && !published_.count(key))
-      throw TimeoutError(concat("[dry] message ", key, " never came"));
-  }
+  auto there = [&] { return published_.count(key) > 0; };
+  if (!wait && !there()) return std::nullopt;
+  wait_for(lock, key, sender, deadline, there);
   return published_[key];
 }
 

@@ -11,6 +11,7 @@
 // run's.
 #pragma once
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -112,8 +113,10 @@ class DryMailbox {
   std::set<int> finished_;
   bool sealed_ = false;
   std::string aborted_;
-  // Under mu_: throws what a wait for `key` from `sender` ends with now, if anything.
-  void check_waitable(const std::string& key, int sender) const;
+  // With mu_ held through `lock`: waits until `there()`, or throws what a wait for `key` from
+  // `sender` ends with (abort, the sender's finish, `deadline`).
+  void wait_for(std::unique_lock<std::mutex>& lock, const std::string& key, int sender, Deadline deadline,
+                const std::function<bool()>& there);
 };
 
 // Rank `rank` of a dry world of `size` ranks, `ranks_per_host` on each host (0: all on one). Its
