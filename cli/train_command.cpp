@@ -3,10 +3,12 @@
 // --nproc; each copy finds its rank in the environment and trains with DDP. With
 // distributed.strategy = "ps" it starts distributed.servers parameter servers beside the N workers
 // (also for N = 1), and each copy finds its role (server or worker) in the environment.
+// With --launcher ray the N workers are Ray actors of a Ray cluster instead (cli/ray_launch.h).
 #include <cstdio>
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/ray_launch.h"
 #include "tessera/dist/init.h"
 #include "tessera/dist/flight_recorder.h"
 #include "tessera/dist/flight_report.h"
@@ -89,7 +91,38 @@ Command add_train_command(CLI::App& app) {
                   "Train on N local worker processes: data-parallel (DDP), or with parameter servers when "
                   "distributed.strategy = \"ps\"; train.batch_size is per worker")
       ->check(CLI::Range(1, 1024));
+  auto launcher = std::make_shared<std::string>("local");
+  cmd->add_option("--launcher", *launcher,
+                  "Where the --nproc workers run: local (processes of this machine) or ray (one Ray actor each, on the "
+                  "Ray cluster of --address; restarted from the newest checkpoint when an actor or node dies)")
+      ->check(CLI::IsMember({"local", "ray"}));
+  auto ray = std::make_shared<RayLaunch>();
+  cmd->add_option("--address", ray->address, "With --launcher ray: the Ray cluster, HOST:PORT (else RAY_ADDRESS, else a "
+                                             "Ray started for this job)");
+  cmd->add_option("--ray-resources", ray->resources,
+                  "With --launcher ray: each worker's Ray resources, NAME=AMOUNT (repeatable; default CPU=1)");
+  cmd->add_option("--placement", ray->placement, "With --launcher ray: the placement group's strategy")
+      ->check(CLI::IsMember({"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"}));
+  cmd->add_option("--max-failures", ray->max_failures, "With --launcher ray: restarts allowed before the job fails")
+      ->check(CLI::Range(0, 1000));
   return {cmd, [=]() -> int {
+    if (*launcher == "ray") {
+      for (const char* local_only : {"--print-config", "--overwrite", "--trace", "--device"})
+        if (cmd->count(local_only) > 0)
+          throw ValueError(std::string("[train] --launcher ray takes --set for every config key; ") + local_only +
+                           " is not passed to the Ray workers");
+      RayLaunch launch = *ray;
+      launch.config_path = *config_path;
+      launch.overrides = *overrides;
+      launch.num_workers = *nproc;
+      launch.resume = cmd->count("--resume") > 0;
+      TESSERA_CHECK(!launch.resume || resume->empty() || *resume == "latest" || *resume == "auto",
+                    "[train] --launcher ray resumes from the newest checkpoint of output_dir (--resume), not from ",
+                    *resume);
+      return exec_ray_driver(launch);
+    }
+    for (const char* ray_only : {"--address", "--ray-resources", "--placement", "--max-failures"})
+      TESSERA_CHECK(cmd->count(ray_only) == 0, "[train] ", ray_only, " is an option of --launcher ray");
     train::TrainConfig config = train::load_config(*config_path);
     for (const auto& o : *overrides) train::apply_override(config, o);
     if (*overwrite) config.train.overwrite = true;

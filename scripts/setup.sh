@@ -15,8 +15,8 @@ packages=(cmake ninja-build ccache g++ libopenblas-openmp-dev libdnnl-dev libgte
           libcli11-dev nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libpng-dev libgloo-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes
           etcd-server clang libclang-rt-14-dev iproute2 slurm-wlm munge elfutils
           libcpp-httplib-dev wrk chromium
-          pybind11-dev python3-dev python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel)
-[ "${1:-}" = "--bench" ] && packages+=(python3-torch python3-sklearn python3-venv)
+          pybind11-dev python3-dev python3-numpy python3-pytest python3-pip python3-setuptools python3-wheel python3-venv)
+[ "${1:-}" = "--bench" ] && packages+=(python3-torch python3-sklearn)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -26,6 +26,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# Ray (tessera.ray and its tests) in .venv-ray, beside this Python's packages (--system-site-packages:
+# NumPy and pytest from Debian, the tessera module built for this interpreter). Pinned: the version
+# docs/benchmarks.md measured. Reinstalled only when the venv cannot import it.
+ray_version=2.60.0
+if ! .venv-ray/bin/python3 -c "import ray, sys; sys.exit(ray.__version__ != '$ray_version')" 2>/dev/null; then
+  echo "setup: installing Ray $ray_version from PyPI into .venv-ray"
+  /usr/bin/python3 -m venv --system-site-packages .venv-ray
+  .venv-ray/bin/pip install --quiet "ray==$ray_version"
+fi
 if [ "${1:-}" = "--bench" ]; then
   # PyPI's torch brings its CUDA libraries (nvidia-* wheels, about 5 GB); on a CPU machine they are
   # loaded but unused. Reinstalled only when the venv cannot import torch.
@@ -34,5 +43,11 @@ if [ "${1:-}" = "--bench" ]; then
     /usr/bin/python3 -m venv .venv
     .venv/bin/pip install --quiet --upgrade pip torch numpy
   fi
-  echo "setup: reference pytorch $(.venv/bin/python3 -c 'import torch; print(torch.__version__)') in .venv"
+  # Ray Train, Tune and Serve beside it: `tessera bench ray` runs Ray Train's TorchTrainer (PyTorch DDP)
+  # and tessera.ray in the same venv.
+  if ! .venv/bin/python3 -c "import ray, ray.train.torch, sys; sys.exit(ray.__version__ != '$ray_version')" 2>/dev/null; then
+    echo "setup: installing Ray $ray_version (train, tune, serve) from PyPI into .venv"
+    .venv/bin/pip install --quiet "ray[train,tune,serve]==$ray_version"
+  fi
+  echo "setup: reference pytorch $(.venv/bin/python3 -c 'import torch; print(torch.__version__)'), ray $ray_version in .venv"
 fi

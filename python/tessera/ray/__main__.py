@@ -1,0 +1,67 @@
+"""`python -m tessera.ray train CONFIG --num-workers N [...]`: what `tessera train CONFIG --launcher ray`
+runs. Prints the workers' lines as they come; exits 0 when the job ends well, 1 when it failed (the
+reason on stderr), 3 for bad arguments."""
+import argparse
+import json
+import sys
+
+
+def parse_resources(items):
+    resources = {}
+    for item in items:
+        name, sep, amount = item.partition("=")
+        try:
+            resources[name] = float(amount)
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            raise SystemExit(f"tessera.ray: --resources takes NAME=AMOUNT (CPU=2, GPU=1), not {item!r}")
+    return resources
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tessera.ray", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train a TOML config, one tessera worker per Ray actor")
+    train.add_argument("config")
+    train.add_argument("--num-workers", type=int, default=2)
+    train.add_argument("--address", default=None, help="the Ray cluster (HOST:PORT, or 'auto'; RAY_ADDRESS)")
+    train.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
+    train.add_argument("--resources", action="append", default=[], metavar="NAME=AMOUNT",
+                       help="each worker's Ray resources (default CPU=1)")
+    train.add_argument("--placement", default="PACK", help="PACK, SPREAD, STRICT_PACK or STRICT_SPREAD")
+    train.add_argument("--max-failures", type=int, default=3)
+    train.add_argument("--resume", action="store_true", help="start from the newest checkpoint of output_dir")
+    train.add_argument("--tessera-bin", default=None)
+    train.add_argument("--summary-json", default=None, help="write the Result (but the history) here as JSON")
+    args = parser.parse_args(argv)
+
+    from tessera.ray import TesseraTrainer, TrainingFailedError
+    try:
+        trainer = TesseraTrainer(config=args.config, overrides=args.overrides, num_workers=args.num_workers,
+                                 resources_per_worker=parse_resources(args.resources) or None,
+                                 placement_strategy=args.placement, max_failures=args.max_failures,
+                                 resume=args.resume, tessera_bin=args.tessera_bin, address=args.address)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(e, file=sys.stderr)
+        return 3
+    try:
+        result = trainer.fit()
+    except TrainingFailedError as e:
+        print(e, file=sys.stderr)
+        return 1
+    first = result.seconds_to_first_report
+    summary = {"attempts": result.attempts, "failures": result.failures, "steps_lost": result.steps_lost,
+               "restart_seconds": result.restart_seconds, "checkpoint": result.checkpoint, "metrics": result.metrics, "nodes": result.nodes,
+               "seconds_to_first_report": None if first != first else first}
+    print(f"tessera.ray: done after {result.attempts} attempt(s); steps lost to restarts: {result.steps_lost}; "
+          f"seconds from each failure to training again: {[round(s, 2) for s in result.restart_seconds]}; "
+          f"newest checkpoint {result.checkpoint or '(none)'}", file=sys.stderr)
+    if args.summary_json:
+        with open(args.summary_json, "w", encoding="utf-8") as f:
+            json.dump(summary, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,391 @@
+"""TesseraTrainer: a tessera job on a Ray cluster, one tessera worker per Ray actor.
+
+How a job runs (docs/distributed.md, "Ray"):
+  1. a placement group reserves one bundle of `resources_per_worker` per worker (`placement_strategy`);
+  2. one actor per bundle; actor 0 names its node's address and a free port there, the driver draws a job
+     token, and each actor starts `tessera run --nnodes N --node-rank I --master-addr A --master-port P
+     -- PROGRAM`: our launcher, so worker I gets the same env contract as on any machine (RANK =
+     I, WORLD_SIZE = N, TESSERA_JOB_TOKEN), and node 0's launcher hosts the rendezvous store;
+  3. PROGRAM is `tessera train CONFIG` (the C++ trainer) or this node's Python running the training
+     function; the driver prints the workers' lines as they come and collects rank 0's metrics;
+  4. when an actor or its node dies, or a worker fails, the surviving trainers save the step they hold
+     in memory (SIGUSR1, as the elastic agent asks), every actor is ended, and the job starts again in a
+     new placement group from the newest checkpoint (`--resume auto`), up to `max_failures` times.
+Config, data and output_dir paths are read at the same path on every node (a shared file system, as
+under srun); the workers run in the driver's working directory."""
+import json
+import os
+import pickle
+import secrets
+import shutil
+import subprocess
+import sys
+import re
+import time
+from dataclasses import dataclass, field
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from ._actor import PYTHON_PLACEHOLDER, TesseraWorkerActor
+from ._session import ATTEMPT_VARIABLE, STORAGE_VARIABLE
+
+PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+CONFIGURATION_ERROR_EXIT = 3  # tessera's exit status for a bad config or input: no restart can fix it
+POLL_S = 1.0                  # each actor answers a poll at least this often
+UNANSWERED_POLL_S = 120.0     # no actor answering for this long is Ray itself stuck: the job fails
+
+
+class TrainingFailedError(RuntimeError):
+    """The job failed and was not (or no longer) restarted; the message names the rank and why."""
+
+
+@dataclass
+class Result:
+    """What `fit` returns (Ray Train's Result, plus what tessera measures about its restarts)."""
+    metrics: dict                      # rank 0's last record
+    metrics_history: list              # rank 0's records over every attempt, each with its "attempt"
+    return_values: list                # a training function's return value on each rank (None for a config)
+    checkpoint: str                    # a config job: its newest checkpoint directory ("" if none)
+    attempts: int                      # 1 + restarts
+    failures: list = field(default_factory=list)     # why each failed attempt failed
+    steps_lost: list = field(default_factory=list)   # per restart: steps rank 0 had done that were redone
+    restart_seconds: list = field(default_factory=list)  # per restart: from the failure seen to rank 0 started again
+    seconds_to_first_report: float = float("nan")    # from fit() to rank 0's first record
+    nodes: list = field(default_factory=list)        # each rank's node address in the last attempt
+
+
+def _find_tessera_bin(given):
+    candidates = [given, os.environ.get("TESSERA_BIN"), shutil.which("tessera"),
+                  # the build tree: build/python/tessera/ray/ -> build/tessera
+                  os.path.join(os.path.dirname(__file__), "..", "..", "..", "tessera")]
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return os.path.abspath(path)
+    raise FileNotFoundError("tessera.ray: the tessera program was not found: pass tessera_bin=, set TESSERA_BIN, or "
+                            "put `tessera` on the PATH (every node runs it at the same path)")
+
+
+def _check_options(train_func, config, num_workers, resources_per_worker, placement_strategy, max_failures):
+    if (train_func is None) == (config is None):
+        raise ValueError("TesseraTrainer takes a training function or a config (a TOML path), exactly one of them")
+    if train_func is not None and not callable(train_func):
+        raise TypeError(f"TesseraTrainer: train_func must be callable, not a {type(train_func).__name__}")
+    if not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"TesseraTrainer: num_workers must be a positive integer, not {num_workers!r}")
+    for name, amount in resources_per_worker.items():
+        if not isinstance(amount, (int, float)) or amount < 0:
+            raise ValueError(f"TesseraTrainer: resources_per_worker[{name!r}] = {amount!r} is not a non-negative number")
+    if placement_strategy not in PLACEMENT_STRATEGIES:
+        raise ValueError(f"TesseraTrainer: placement_strategy {placement_strategy!r} is not one of "
+                         f"{', '.join(PLACEMENT_STRATEGIES)}")
+    if not isinstance(max_failures, int) or max_failures < 0:
+        raise ValueError(f"TesseraTrainer: max_failures must be a non-negative integer, not {max_failures!r}")
+
+
+class TesseraTrainer:
+    """Runs a tessera job on Ray: `TesseraTrainer(config="examples/mlp.toml", num_workers=2).fit()`, or
+    `TesseraTrainer(train_func, train_loop_config={...}, num_workers=2).fit()` where train_func calls
+    tessera.distributed.init_process_group() and tessera.ray.report(...)."""
+
+    def __init__(self, train_func=None, *, config=None, overrides=(), train_loop_config=None, num_workers=2,
+                 resources_per_worker=None, placement_strategy="PACK", max_failures=3, storage_path="",
+                 resume=False, tessera_bin=None, env=None, address=None, placement_timeout_s=120.0,
+                 stop_grace_s=30.0, on_report=None, verbose=True):
+        resources = dict(resources_per_worker or {"CPU": 1})
+        _check_options(train_func, config, num_workers, resources, placement_strategy, max_failures)
+        self._train_func = train_func
+        self._config = os.path.abspath(config) if config is not None else None
+        self._overrides = list(overrides)
+        self._train_loop_config = train_loop_config
+        self._num_workers = num_workers
+        self._resources = resources
+        self._placement_strategy = placement_strategy
+        self._max_failures = max_failures
+        self._storage_path = os.path.abspath(storage_path) if storage_path else ""
+        self._resume = resume
+        self._tessera_bin = _find_tessera_bin(tessera_bin)
+        self._env = dict(env or {})
+        self._address = address
+        self._placement_timeout_s = placement_timeout_s
+        self._stop_grace_s = stop_grace_s
+        self._on_report = on_report
+        self._verbose = verbose
+        self._cwd = os.getcwd()
+        self._output_dir = self._resolve_output_dir() if config is not None else ""
+
+    # --- the job ---------------------------------------------------------------------------------
+
+    def fit(self):
+        """Runs the job to its end, restarting it after failures; returns a Result or raises
+        TrainingFailedError naming the rank and why."""
+        submitted = time.monotonic()
+        if not ray.is_initialized():
+            ray.init(address=self._address, include_dashboard=False, log_to_driver=False)
+        history, failures, steps_lost, first_report = [], [], [], None
+        attempt, step_before_failure, failure_seen = 0, None, None
+        restart_seconds = []
+        while True:
+            run = _Attempt(self, attempt, resume=self._resume or attempt > 0)
+            outcome = run.execute()
+            outcome.started_at = outcome.rank0_records[0]["_received"] if outcome.rank0_records else None
+            for record in outcome.rank0_records:
+                if first_report is None:
+                    first_report = record["_received"] - submitted
+                del record["_received"]
+                history.append(record)
+            if failure_seen is not None and outcome.rank0_records:
+                restart_seconds.append(outcome.started_at - failure_seen)
+            if step_before_failure is not None and outcome.starts_after is not None:
+                steps_lost.append(max(0, step_before_failure - outcome.starts_after))
+            step_before_failure = outcome.last_step if outcome.last_step is not None else step_before_failure
+            if outcome.failure is None:
+                return Result(metrics=history[-1] if history else {}, metrics_history=history,
+                              return_values=outcome.return_values, checkpoint=self._newest_checkpoint(),
+                              attempts=attempt + 1, failures=failures, steps_lost=steps_lost,
+                              restart_seconds=restart_seconds, seconds_to_first_report=float("nan") if first_report is None else first_report,
+                              nodes=outcome.nodes)
+            failures.append(outcome.failure)
+            failure_seen = outcome.failed_at
+            if not outcome.retryable or len(failures) > self._max_failures:
+                why = ("not retried: no restart can mend it" if not outcome.retryable else
+                       f"{len(failures)} failures, max_failures = {self._max_failures}")
+                raise TrainingFailedError(f"tessera.ray: the job failed ({why}): {outcome.failure}")
+            self._say(f"tessera.ray: attempt {attempt} failed: {outcome.failure}\ntessera.ray: restarting "
+                      f"{self._num_workers} workers from the newest checkpoint (failure {len(failures)} of at most "
+                      f"{self._max_failures})")
+            attempt += 1
+
+    # --- what the attempts share -----------------------------------------------------------------
+
+    def _say(self, text):
+        if self._verbose:
+            print(text, file=sys.stderr, flush=True)
+
+    def _resolve_output_dir(self):
+        command = [self._tessera_bin, "train", self._config, "--print-config"]
+        for s in self._overrides:
+            command += ["--set", s]
+        proc = subprocess.run(command, cwd=self._cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=60)
+        if proc.returncode != 0:
+            raise ValueError(f"tessera.ray: the config {self._config} does not load: {proc.stdout.strip()}")
+        # --print-config writes each key on a line of its own (train/config.h to_toml); only [train]'s
+        # output_dir is wanted, so no TOML parser is needed (tomllib came with Python 3.11).
+        section = re.search(r"^\[train\]\n(.*?)(?=^\[|\Z)", proc.stdout, re.M | re.S)
+        match = re.search(r'^output_dir\s*=\s*"((?:[^"\\]|\\.)*)"', section.group(1) if section else "", re.M)
+        output_dir = json.loads(f'"{match.group(1)}"') if match else ""
+        return os.path.join(self._cwd, output_dir) if output_dir else ""
+
+    def _newest_checkpoint(self):
+        steps = os.path.join(self._output_dir, "checkpoints") if self._output_dir else ""
+        if not steps or not os.path.isdir(steps):
+            return ""
+        numbered = [(int(n[5:]), n) for n in os.listdir(steps) if n.startswith("step-") and n[5:].isdigit()]
+        return os.path.join(steps, max(numbered)[1]) if numbered else ""
+
+    def _program(self, resume):
+        if self._config is not None:
+            command = [self._tessera_bin, "train", self._config]
+            for s in self._overrides:
+                command += ["--set", s]
+            if resume:
+                command += ["--resume", "auto"]
+            return command
+        return [PYTHON_PLACEHOLDER, "-m", "tessera.ray._function_worker"]
+
+    def _worker_env(self, token, attempt):
+        env = dict(os.environ)
+        for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
+                     "MASTER_PORT", "TESSERA_ROLE"):
+            env.pop(name, None)  # the launcher sets the contract; nothing inherited may mix in
+        env.update(self._env)
+        env["TESSERA_JOB_TOKEN"] = token
+        env.setdefault("TESSERA_NUM_THREADS", str(max(1, int(self._resources.get("CPU", 1)))))
+        # The survivors of a failed attempt save the step they hold (train/survivor_save.h) as under the
+        # elastic agent, whose generations these attempts are; a restarted one resumes from it.
+        env["TESSERA_ELASTIC_GENERATION"] = str(attempt)
+        env["TESSERA_RESTART_COUNT"] = str(attempt)
+        env[ATTEMPT_VARIABLE] = str(attempt)
+        env[STORAGE_VARIABLE] = self._storage_path
+        # A training function is loaded by reference from the driver's modules: the same paths here.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.abspath(p) for p in sys.path if p] if os.path.isdir(p))
+        return env
+
+    def _function_bytes(self):
+        if self._train_func is None:
+            return None
+        return ray.cloudpickle.dumps((self._train_func, self._train_loop_config))
+
+
+class _Outcome:
+    def __init__(self):
+        self.failure = None          # why the attempt failed (None: every worker exited 0)
+        self.failed_at = None        # time.monotonic() when the driver saw it
+        self.retryable = True
+        self.rank0_records = []
+        self.return_values = []
+        self.starts_after = None     # the step rank 0 started (or resumed) after
+        self.last_step = None        # the last step rank 0 reported done
+        self.nodes = []              # each rank's node address
+
+
+class _Attempt:
+    """One start of the job in one placement group, to its end."""
+
+    def __init__(self, trainer, attempt, resume):
+        self.t = trainer
+        self.attempt = attempt
+        self.resume = resume
+        self.outcome = _Outcome()
+        self.tails = {}  # rank -> its last output lines, for the failure message
+        self.pending = {}  # poll requests in flight -> rank: their answers hold lines and records too
+
+    def execute(self):
+        t = self.t
+        pg = placement_group([dict(t._resources) for _ in range(t._num_workers)], strategy=t._placement_strategy)
+        actors = []
+        try:
+            try:
+                ray.get(pg.ready(), timeout=t._placement_timeout_s)
+            except GetTimeoutError:
+                self.outcome.retryable = False
+                self.outcome.failure = (f"{t._num_workers} workers of {t._resources} could not be placed "
+                                        f"({t._placement_strategy}) within {t._placement_timeout_s:g} s; the "
+                                        f"cluster has {ray.available_resources()} free")
+                return self.outcome
+            actors = [self._make_actor(pg, i) for i in range(t._num_workers)]
+            self._start(actors)
+            self._watch(actors)
+        except RayActorError as e:
+            self.outcome.failure = self.outcome.failure or f"a worker's actor died while starting: {_first_line(e)}"
+        finally:
+            if self.outcome.failure is not None:
+                self.outcome.failed_at = time.monotonic()
+            self._end(actors)
+            remove_placement_group(pg)
+        return self.outcome
+
+    def _make_actor(self, pg, index):
+        t = self.t
+        custom = {k: v for k, v in t._resources.items() if k not in ("CPU", "GPU", "memory")}
+        python_path = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        return TesseraWorkerActor.options(
+            num_cpus=t._resources.get("CPU", 0), num_gpus=t._resources.get("GPU", 0), resources=custom,
+            memory=t._resources.get("memory"), max_concurrency=4,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=index),
+            # The actor's own module: importable wherever the driver's tessera package is.
+            runtime_env={"env_vars": {"PYTHONPATH": python_path}}).remote()
+
+    def _start(self, actors):
+        t = self.t
+        self.outcome.nodes = ray.get([a.node_address.remote() for a in actors], timeout=t._placement_timeout_s)
+        address = self.outcome.nodes[0]
+        port = ray.get(actors[0].free_port.remote(address), timeout=t._placement_timeout_s)
+        token = secrets.token_hex(16)
+        env = t._worker_env(token, self.attempt)
+        program = t._program(self.resume)
+        function_bytes = t._function_bytes()
+        metrics_file = os.path.join(t._output_dir, "metrics.jsonl") if t._output_dir else None
+        starts = []
+        for rank, actor in enumerate(actors):
+            command = [t._tessera_bin, "run", "--nnodes", str(len(actors)), "--node-rank", str(rank),
+                       "--nproc-per-node", "1", "--master-addr", address, "--master-port", str(port), "--", *program]
+            starts.append(actor.start.remote(command, env, t._cwd, metrics_file if rank == 0 else None,
+                                             function_bytes))
+        ray.get(starts, timeout=t._placement_timeout_s)
+        t._say(f"tessera.ray: attempt {self.attempt}: {len(actors)} workers started, rendezvous at {address}:{port}")
+
+    def _watch(self, actors):
+        t = self.t
+        pending = self.pending
+        pending.update({actor.poll.remote(POLL_S): rank for rank, actor in enumerate(actors)})
+        exit_codes = {}
+        results = [None] * len(actors)
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=UNANSWERED_POLL_S)
+            if not done:
+                self.outcome.failure = (f"no worker's actor answered for {UNANSWERED_POLL_S:g} s (ranks "
+                                        f"{sorted(pending.values())}): Ray itself is stuck")
+                return
+            ref = done[0]
+            rank = pending.pop(ref)
+            try:
+                update = ray.get(ref)
+            except RayError as e:
+                self.outcome.failure = (f"rank {rank}'s actor died (its node lost, or the actor killed): "
+                                        f"{_first_line(e)}{self._tail_of(rank)}")
+                return
+            self._take(rank, update)
+            if update["exit_code"] is None:
+                pending[actors[rank].poll.remote(POLL_S)] = rank
+                continue
+            exit_codes[rank] = update["exit_code"]
+            results[rank] = pickle.loads(update["result"]) if update["result"] else None
+            if update["exit_code"] != 0:
+                code = update["exit_code"]
+                self.outcome.retryable = code != CONFIGURATION_ERROR_EXIT
+                self.outcome.failure = f"rank {rank} exited with status {code}{self._tail_of(rank)}"
+                return
+        self.outcome.return_values = results
+
+    def _take(self, rank, update):
+        t = self.t
+        tail = self.tails.setdefault(rank, [])
+        for line in update["lines"]:
+            if t._verbose:
+                print(line, flush=True)
+            tail.append(line)
+        del tail[:-20]
+        if update["dropped_lines"]:
+            t._say(f"tessera.ray: rank {rank}: {update['dropped_lines']} output lines dropped (the driver fell behind)")
+        if rank != 0:
+            return
+        now = time.monotonic()
+        for record in update["metrics"]:
+            record["attempt"] = self.attempt
+            step = record.get("step")
+            if isinstance(step, int):
+                # The trainer's first record ({"type": "start", "step": S}) names the step it starts
+                # after; a training function's first report is the step after it.
+                starts_after = step if record.get("type") == "start" else step - 1
+                if self.outcome.starts_after is None:
+                    self.outcome.starts_after = starts_after
+                if record.get("type") != "start":
+                    self.outcome.last_step = step
+            if t._on_report is not None:
+                t._on_report(dict(record))
+            record["_received"] = now
+            self.outcome.rank0_records.append(record)
+
+    def _tail_of(self, rank):
+        lines = self.tails.get(rank)
+        return "" if not lines else "; its last lines:\n  " + "\n  ".join(lines[-8:])
+
+    def _end(self, actors):
+        """Ends every actor: the survivors of a failure first save what they hold in memory."""
+        t = self.t
+        if not actors:
+            return
+        failed = self.outcome.failure is not None
+        for ref, rank in self.pending.items():
+            try:
+                self._take(rank, ray.get(ref, timeout=POLL_S + 10))
+            except RayError:
+                pass  # this one's actor is gone
+        stops = [a.stop.remote(failed and t._config is not None, t._stop_grace_s) for a in actors]
+        ray.wait(stops, num_returns=len(stops), timeout=2 * t._stop_grace_s + 10)
+        for rank, actor in enumerate(actors):
+            try:
+                self._take(rank, ray.get(actor.poll.remote(0), timeout=10))
+                ray.get(actor.close.remote(), timeout=10)
+            except RayError:
+                pass  # this one's actor is gone: nothing of it to take or clean
+            ray.kill(actor)
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
