@@ -186,6 +186,22 @@ int serve(const ServeBenchOptions& options);
 nlohmann::json last_json_line(const std::string& text);
 // Runs a shell command under coreutils' timeout (a wedged reference fails its cell instead of hanging
 // the bench): its stdout, and whether it exited 0.
+struct RayBenchOptions {
+  std::string parts = "train,tune,serve";
+  std::string python = reference_python();  // with Ray and PyTorch (scripts/setup.sh --bench)
+  // train: tessera.ray's DDP beside Ray Train's TorchTrainer
+  std::string models = "mlp,cnn";
+  int workers = 2, epochs = 1, repeats = 1;
+  // tune: tessera tune beside Ray Tune, both with ASHA
+  int trials = 16, tune_epochs = 9;
+  // serve: tessera serve beside Ray Serve (@serve.batch) under wrk
+  std::string clients = "1,8,64";
+  int seconds = 5;
+  int timeout_s = 3600;  // per part
+};
+// tessera and Ray doing the same training, search and serving in one run (bench/ray.cpp).
+int ray(const RayBenchOptions& options);
+
 struct CheckpointBenchOptions {
   double megabytes = 512;
   int repeats = 3;

@@ -22,6 +22,7 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -29,6 +30,11 @@ import time
 
 DATA = "/usr/share/datasets/fashion-mnist"
 BATCH, LR, MOMENTUM, WARM_STEPS = 64, 0.05, 0.9, 10
+
+
+# tessera's loader gives (pixel / 255 - mean) / std (data/dataset.h); the PyTorch side is given the same
+# (what transforms.Normalize((0.2860,), (0.3530,)) does).
+MEAN, STD = 0.2860, 0.3530
 
 
 def read_idx(name):
@@ -53,7 +59,7 @@ def torch_loop(config):
     torch.manual_seed(0)
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
-    images = torch.from_numpy(read_idx("train-images-idx3-ubyte.gz").astype(np.float32) / 255.0)
+    images = torch.from_numpy((read_idx("train-images-idx3-ubyte.gz").astype(np.float32) / 255.0 - MEAN) / STD)
     labels = torch.from_numpy(read_idx("train-labels-idx1-ubyte.gz").astype(np.int64))
     if config["model"] == "mlp":
         images = images.reshape(-1, 784)
@@ -81,27 +87,35 @@ def torch_loop(config):
     seconds = time.perf_counter() - warm_t
     accuracy = None
     if rank == 0:
-        test_x = torch.from_numpy(read_idx("t10k-images-idx3-ubyte.gz").astype(np.float32) / 255.0)
+        test_x = torch.from_numpy((read_idx("t10k-images-idx3-ubyte.gz").astype(np.float32) / 255.0 - MEAN) / STD)
         test_y = torch.from_numpy(read_idx("t10k-labels-idx1-ubyte.gz").astype(np.int64))
         test_x = test_x.reshape(-1, 784) if config["model"] == "mlp" else test_x.reshape(-1, 1, 28, 28)
         with torch.no_grad():
             accuracy = float((model(test_x).argmax(1) == test_y).float().mean())
-    ray.train.report({"samples_per_s": warm_samples / seconds, "first_step_unix": first_step_unix,
-                      "accuracy": accuracy, "steps": steps, "torch_version": torch.__version__})
+    if rank == 0:
+        # Rank 0's figures through a file of this machine: Ray Train 2.x keeps reported metrics with
+        # checkpoints only (Train V2), and this job writes none.
+        with open(config["result_file"], "w", encoding="utf-8") as f:
+            json.dump({"samples_per_s": warm_samples / seconds, "first_step_unix": first_step_unix,
+                       "accuracy": accuracy, "steps": steps, "torch_version": torch.__version__}, f)
 
 
 def run_ray_train(model, workers, epochs, bench_dir):
     from ray.train import ScalingConfig, RunConfig
     from ray.train.torch import TorchConfig, TorchTrainer
     storage = tempfile.mkdtemp(prefix="tessera-bench-ray-train-")
-    trainer = TorchTrainer(torch_loop, train_loop_config={"model": model, "epochs": epochs, "bench_dir": bench_dir},
+    result_file = os.path.join(storage, "rank0.json")
+    trainer = TorchTrainer(torch_loop, train_loop_config={"model": model, "epochs": epochs, "bench_dir": bench_dir,
+                                                          "result_file": result_file},
                            scaling_config=ScalingConfig(num_workers=workers, use_gpu=False,
                                                         resources_per_worker={"CPU": 1}),
                            torch_config=TorchConfig(backend="gloo"),
                            run_config=RunConfig(storage_path=storage, name="bench"))
     submitted = time.time()
-    result = trainer.fit()
-    m = result.metrics
+    trainer.fit()
+    with open(result_file, encoding="utf-8") as f:
+        m = json.load(f)
+    shutil.rmtree(storage, ignore_errors=True)
     return {"samples_per_s": m["samples_per_s"], "submit_to_first_step_s": m["first_step_unix"] - submitted,
             "accuracy": m["accuracy"], "steps": m["steps"], "torch_version": m["torch_version"]}
 
@@ -124,7 +138,7 @@ output_dir = "{os.path.join(out_dir, model)}"\noverwrite = true\n""")
     samples = BATCH * workers * (last["step"] - warm["step"])
     return {"samples_per_s": samples / (last["unix_time"] - warm["unix_time"]),
             "submit_to_first_step_s": steps[0]["unix_time"] - submitted,
-            "accuracy": epochs_done[-1].get("test_accuracy") if epochs_done else None, "steps": last["step"]}
+            "accuracy": epochs_done[-1].get("eval_accuracy") if epochs_done else None, "steps": last["step"]}
 
 
 def main():
@@ -134,6 +148,9 @@ def main():
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
+    # PyTorch first: its libtorch_cuda needs the NCCL of its nvidia-nccl wheel, and tessera's module
+    # (built with CUDA) would otherwise have loaded the toolkit's older libnccl.so.2 in this process.
+    import torch  # noqa: F401
     import ray
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     ray.init(num_cpus=2 * args.workers, include_dashboard=False, log_to_driver=False,
@@ -152,21 +169,26 @@ def main():
             for side, results in runs.items():
                 row[side] = {key: statistics.median(r[key] for r in results)
                              for key in ("samples_per_s", "submit_to_first_step_s")}
+                row[side]["range"] = {key: [min(r[key] for r in results), max(r[key] for r in results)]
+                                      for key in ("samples_per_s", "submit_to_first_step_s")}
                 row[side]["accuracy"] = results[-1]["accuracy"]
                 row[side]["steps"] = results[-1]["steps"]
             row["torch_version"] = runs["ray_train"][-1]["torch_version"]
             rows.append(row)
     print(f"\nbench ray: {args.workers} workers x 1 CPU, batch {BATCH} per worker, {args.epochs} epoch(s) of "
           f"Fashion-MNIST; Ray {ray.__version__}, PyTorch {rows[0]['torch_version']}")
-    print(f"{'model':6} {'side':22} {'samples/s':>10} {'submit->step 1 s':>17} {'accuracy':>9}")
+    print(f"(median [min-max] of {args.repeats}; ratios of the medians)")
+    print(f"{'model':6} {'side':22} {'samples/s':>22} {'submit->step 1 s':>20} {'accuracy':>9}")
     for row in rows:
         for side, name in (("tessera", "tessera.ray (DDP)"), ("ray_train", "Ray Train TorchTrainer")):
             r = row[side]
             accuracy = "-" if r["accuracy"] is None else f"{r['accuracy']:.4f}"
-            print(f"{row['model']:6} {name:22} {r['samples_per_s']:10.0f} {r['submit_to_first_step_s']:17.2f} "
-                  f"{accuracy:>9}")
-        print(f"{row['model']:6} {'ratio tessera/Ray':22} {row['tessera']['samples_per_s'] / row['ray_train']['samples_per_s']:10.2f}x "
-              f"{row['ray_train']['submit_to_first_step_s'] / row['tessera']['submit_to_first_step_s']:16.2f}x")
+            rate = f"{r['samples_per_s']:.0f} [{r['range']['samples_per_s'][0]:.0f}-{r['range']['samples_per_s'][1]:.0f}]"
+            first = (f"{r['submit_to_first_step_s']:.2f} [{r['range']['submit_to_first_step_s'][0]:.2f}-"
+                     f"{r['range']['submit_to_first_step_s'][1]:.2f}]")
+            print(f"{row['model']:6} {name:22} {rate:>22} {first:>20} {accuracy:>9}")
+        print(f"{row['model']:6} {'ratio tessera/Ray':22} {row['tessera']['samples_per_s'] / row['ray_train']['samples_per_s']:21.2f}x "
+              f"{row['ray_train']['submit_to_first_step_s'] / row['tessera']['submit_to_first_step_s']:19.2f}x")
     print(json.dumps({"ray_version": ray.__version__, "workers": args.workers, "epochs": args.epochs, "rows": rows}))
     ray.shutdown()
 

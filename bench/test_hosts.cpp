@@ -18,7 +18,11 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);  // ' ends, \' is one, ' reopens
+  return out + "'";
+}
 
 TestHosts::TestHosts(const std::string& name, int hosts, const std::string& link, const std::string& log) : count(hosts) {
   cluster = "env TESSERA_CLUSTER=" + name + " bash " + quoted(std::string(TESSERA_SOURCE_DIR) + "/scripts/cluster.sh");

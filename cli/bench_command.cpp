@@ -1,4 +1,4 @@
-// tessera bench train-step | matmul | comm | ddp | ps | zero | model-parallel | tp-overlap | plan | infer | serve
+// tessera bench train-step | matmul | comm | ddp | ps | zero | model-parallel | tp-overlap | plan | infer | serve | ray
 #include "bench/bench.h"
 #include "cli/commands.h"
 
@@ -200,6 +200,21 @@ Command add_bench_command(CLI::App& app) {
   serve->add_option("--replicas", so->replicas, "The server's --replicas")->capture_default_str();
   serve->add_option("--batch-wait", so->batch_wait, "The server's --batch-wait (adaptive, fixed)")->capture_default_str();
 
+  auto ro = std::make_shared<bench::RayBenchOptions>();
+  auto* rayb = bench->add_subcommand("ray", "tessera beside Ray on this machine: tessera.ray's DDP vs Ray Train's "
+                                            "TorchTrainer, tessera tune vs Ray Tune (ASHA), tessera serve vs Ray Serve");
+  rayb->add_option("--parts", ro->parts, "Comma-separated parts: train, tune, serve")->capture_default_str();
+  rayb->add_option("--python", ro->python, "Python with Ray and PyTorch (default: the bench venv's)")->capture_default_str();
+  rayb->add_option("--models", ro->models, "train: comma-separated models (mlp, cnn)")->capture_default_str();
+  rayb->add_option("--workers", ro->workers, "train: workers of one CPU each")->capture_default_str()->check(CLI::Range(1, 64));
+  rayb->add_option("--epochs", ro->epochs, "train: epochs of Fashion-MNIST")->capture_default_str()->check(CLI::Range(1, 100));
+  rayb->add_option("--repeats", ro->repeats, "train: repeats (medians)")->capture_default_str()->check(CLI::Range(1, 20));
+  rayb->add_option("--trials", ro->trials, "tune: trials")->capture_default_str()->check(CLI::Range(1, 1000));
+  rayb->add_option("--tune-epochs", ro->tune_epochs, "tune: a trial's most epochs (ASHA's top rung)")
+      ->capture_default_str()->check(CLI::Range(1, 100));
+  rayb->add_option("--clients", ro->clients, "serve: comma-separated wrk connections")->capture_default_str();
+  rayb->add_option("--seconds", ro->seconds, "serve: seconds per cell")->capture_default_str()->check(CLI::Range(1, 600));
+
   auto co = std::make_shared<bench::CheckpointBenchOptions>();
   auto* ckpt = bench->add_subcommand("checkpoint", "How long a checkpoint save stalls training: foreground vs "
                                                    "train.checkpoint_async, for a state of --mb MiB");
@@ -211,6 +226,7 @@ Command add_bench_command(CLI::App& app) {
 
   return {bench, [=]() -> int {
     if (ckpt->parsed()) return bench::checkpoint(*co);
+    if (rayb->parsed()) return bench::ray(*ro);
     if (infer->parsed()) return bench::infer(*so);
     if (serve->parsed()) return bench::serve(*so);
     if (mpb->parsed()) return bench::model_parallel(*mo);

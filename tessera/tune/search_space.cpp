@@ -20,13 +20,19 @@ std::string number_text(double v) {
   return text;
 }
 
-// A TOML scalar as the text --set parses back (a string quoted, so that "1e-3" stays a string).
-std::string value_text(const toml::node& node, const std::string& key) {
+// A TOML value as the text --set parses back (a string quoted, so that "1e-3" stays a string); an
+// array of them too, for list keys such as model.hidden (Ray Tune's choice([[32], [64, 64]])).
+std::string value_text(const toml::node& node, const std::string& key, bool in_array = false) {
   if (auto v = node.value<int64_t>()) return std::to_string(*v);
   if (auto v = node.value<double>()) return number_text(*v);
   if (auto v = node.value<bool>()) return *v ? "true" : "false";
   if (auto v = node.value<std::string>()) return "\"" + *v + "\"";
-  throw ValueError("[tune] " + key + ": values must be numbers, booleans or strings");
+  if (const toml::array* a = node.as_array(); a != nullptr && !in_array) {
+    std::string text = "[";
+    for (const auto& element : *a) text += (text.size() > 1 ? ", " : "") + value_text(element, key, true);
+    return text + "]";
+  }
+  throw ValueError("[tune] " + key + ": values must be numbers, booleans, strings or arrays of them");
 }
 
 std::pair<double, double> range(const toml::node& node, const std::string& key, const char* kind) {

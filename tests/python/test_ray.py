@@ -1,26 +1,44 @@
 """tessera.ray: tessera jobs on a real Ray cluster (a local one here; test_ray_cluster.py puts one on
 test hosts). Needs Ray: scripts/setup.sh installs it into .venv-ray, whose Python runs this file."""
+import importlib.util
 import os
+import secrets
+import shutil
 import sys
+import tempfile
 
 import pytest
 
 from conftest import REPO, run
 
-ray = pytest.importorskip("ray", reason="Ray is not installed here: bash scripts/setup.sh puts it in .venv-ray")
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("Ray is not installed here: bash scripts/setup.sh puts it in .venv-ray", allow_module_level=True)
+# The cluster's files (logs, sockets) and its authentication token in a directory of this test's,
+# removed at the end: nothing is left in /tmp/ray or the user's ~/.ray. Its path stays short (Ray's
+# Unix sockets live there). Ray reads its token's variables when it is imported, so they are set
+# first; the CLI test's driver inherits them.
+SCRATCH = tempfile.mkdtemp(prefix="tr-", dir="/tmp")
+TOKEN = os.path.join(SCRATCH, "token")
+with open(os.open(TOKEN, os.O_CREAT | os.O_WRONLY, 0o600), "w", encoding="ascii") as token_file:
+    token_file.write(secrets.token_hex(32))
+os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": TOKEN})
+import ray  # noqa: E402
 
 import tessera  # noqa: E402
 from tessera.ray import TesseraTrainer, TrainingFailedError  # noqa: E402
+from ray_functions import all_reduce_of_ranks, always_fails  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
     # 4 logical CPUs on this 2-core machine: 2 workers of CPU=1 and room for a restart's actors.
-    ray.init(num_cpus=4, include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)
+    ray.init(num_cpus=4, include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False,
+             _temp_dir=SCRATCH)
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
+        shutil.rmtree(SCRATCH, ignore_errors=True)
 
 
 def mlp_config(tmp_path, name, extra=""):
@@ -103,21 +121,6 @@ def test_a_killed_worker_restarts_the_group_with_no_step_lost(ray_cluster, tmp_p
     assert_close(final_weights(result.checkpoint), one_process, 1e-5)
 
 
-def all_reduce_of_ranks(config):
-    import tessera
-    import tessera.distributed as dist
-    import tessera.ray
-
-    dist.init_process_group()
-    context = tessera.ray.get_context()
-    if context.attempt == 0 and context.rank == config["fail_rank"]:
-        raise RuntimeError("planned failure of the first attempt")
-    t = tessera.full([3], float(context.rank + 1))
-    dist.all_reduce(t)
-    tessera.ray.report({"step": 1, "sum": t.numpy()[0], "world": context.world_size})
-    return {"rank": context.rank, "sum": t.numpy().tolist(), "attempt": context.attempt}
-
-
 def test_a_python_function_joins_reports_returns_and_is_restarted(ray_cluster):
     result = TesseraTrainer(all_reduce_of_ranks, train_loop_config={"fail_rank": 1}, num_workers=2,
                             max_failures=2, verbose=False).fit()
@@ -125,10 +128,6 @@ def test_a_python_function_joins_reports_returns_and_is_restarted(ray_cluster):
     assert "rank 1 exited with status 1" in result.failures[0] and "planned failure" in result.failures[0]
     assert result.return_values == [{"rank": r, "sum": [3.0, 3.0, 3.0], "attempt": 1} for r in range(2)]
     assert result.metrics["sum"] == 3.0 and result.metrics["world"] == 2 and result.metrics["attempt"] == 1
-
-
-def always_fails(config):
-    raise RuntimeError("this function always fails")
 
 
 def test_failures_beyond_max_failures_end_the_job_naming_the_rank(ray_cluster):

@@ -43,7 +43,9 @@ def in_host(host, *command, timeout=120):
 def ray_start(host, *args):
     # Each node's own temp dir (logs, sockets): the hosts share this machine's /tmp.
     address = "198.18.0." + host[-1]
-    settings = {**RAY_NODE_CHECKS, **RAY_AUTH}
+    # TMPDIR too: the actors' scratch files go with the node's directory, even a killed node's.
+    settings = {**RAY_NODE_CHECKS, **RAY_AUTH, "TMPDIR": f"/tmp/tessera-ray-{CLUSTER}-{host}"}
+    os.makedirs(settings["TMPDIR"], exist_ok=True)
     code, out = in_host(host, "env", *[f"{k}={v}" for k, v in settings.items()], RAY, "start",
                         "--node-ip-address", address, "--num-cpus", "2", "--object-store-memory", "100000000",
                         "--disable-usage-stats", "--temp-dir", f"/tmp/tessera-ray-{CLUSTER}-{host}", *args)

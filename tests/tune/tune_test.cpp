@@ -79,6 +79,13 @@ TEST(SearchSpace, ParsesDrawsAndGrids) {
   EXPECT_EQ(grid[0], (std::vector<std::string>{"optimizer.lr=0.001", "optimizer.name=\"sgd\"", "train.batch_size=32"}));
 }
 
+TEST(SearchSpace, AChoiceOfListsSetsAListKey) {
+  const auto space = parse_search_space("[model.hidden]\nchoice = [[32], [64, 64]]\n", "space.toml");
+  ASSERT_EQ(space.size(), 1u);
+  EXPECT_EQ(space[0].values, (std::vector<std::string>{"[32]", "[64, 64]"}));
+  EXPECT_EQ(grid_trials(space), (std::vector<std::vector<std::string>>{{"model.hidden=[32]"}, {"model.hidden=[64, 64]"}}));
+}
+
 TEST(SearchSpace, MistakesNameTheKey) {
   auto refused = [](const std::string& text, const std::string& expected) {
     try {
@@ -93,6 +100,7 @@ TEST(SearchSpace, MistakesNameTheKey) {
   refused("[optimizer.lr]\nlog_uniform = [0, 1]\n", "log_uniform needs low > 0");
   refused("[optimizer.lr]\nuniform = [0, 1]\nchoice = [1]\n", "exactly one of");
   refused("[optimizer.lr]\nchoice = []\n", "non-empty");
+  refused("[model.hidden]\nchoice = [[[32]]]\n", "numbers, booleans, strings or arrays of them");
   refused("", "names no key");
   EXPECT_THROW(grid_trials(parse_search_space("[optimizer.lr]\nuniform = [0, 1]\n", "s")), ValueError);
 }
