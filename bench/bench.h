@@ -184,8 +184,7 @@ int serve(const ServeBenchOptions& options);
 // Shared by the benchmarks that run jobs under the launcher: the last JSON object a job's output
 // holds (rank 0's report line), a file's text, and median [min-max] cells.
 nlohmann::json last_json_line(const std::string& text);
-// Runs a shell command under coreutils' timeout (a wedged reference fails its cell instead of hanging
-// the bench): its stdout, and whether it exited 0.
+
 struct RayBenchOptions {
   std::string parts = "train,tune,serve";
   std::string python = reference_python();  // with Ray and PyTorch (scripts/setup.sh --bench)
@@ -211,6 +210,8 @@ struct CheckpointBenchOptions {
 // How long a checkpoint save stalls training, foreground vs train.checkpoint_async.
 int checkpoint(const CheckpointBenchOptions& options);
 
+// Runs a shell command under coreutils' timeout (a wedged reference fails its cell instead of hanging
+// the bench): its stdout, and whether it exited 0.
 struct CommandOutput {
   bool ok = false;
   std::string out;

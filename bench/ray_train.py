@@ -19,7 +19,6 @@ of one shuffled order), `--epochs` epochs, then the test accuracy of the final w
 The last line of stdout is one JSON object; progress goes to stderr.
 """
 import argparse
-import gzip
 import json
 import os
 import shutil
@@ -28,43 +27,25 @@ import sys
 import tempfile
 import time
 
-DATA = "/usr/share/datasets/fashion-mnist"
+import fashion_mnist_numpy
+
 BATCH, LR, MOMENTUM, WARM_STEPS = 64, 0.05, 0.9, 10
-
-
-# tessera's loader gives (pixel / 255 - mean) / std (data/dataset.h); the PyTorch side is given the same
-# (what transforms.Normalize((0.2860,), (0.3530,)) does).
-MEAN, STD = 0.2860, 0.3530
-
-
-def read_idx(name):
-    import numpy as np
-    with gzip.open(os.path.join(DATA, name), "rb") as f:
-        raw = f.read()
-    dims = raw[3]
-    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def torch_loop(config):
     """Ray Train's worker: PyTorch DDP through ray.train.torch.prepare_model."""
-    import numpy as np
     import torch
     from torch import nn
     import ray.train
     import ray.train.torch
     sys.path.insert(0, config["bench_dir"])
+    from fashion_mnist_numpy import split
     from torch_train_step import build_model
 
     torch.manual_seed(0)
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
-    images = torch.from_numpy((read_idx("train-images-idx3-ubyte.gz").astype(np.float32) / 255.0 - MEAN) / STD)
-    labels = torch.from_numpy(read_idx("train-labels-idx1-ubyte.gz").astype(np.int64))
-    if config["model"] == "mlp":
-        images = images.reshape(-1, 784)
-    else:
-        images = images.reshape(-1, 1, 28, 28)
+    images, labels = (torch.from_numpy(a) for a in split(train=True, flat=config["model"] == "mlp"))
     model = ray.train.torch.prepare_model(build_model(torch, nn, config["model"]))
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     loss_fn = nn.CrossEntropyLoss()
@@ -87,9 +68,7 @@ def torch_loop(config):
     seconds = time.perf_counter() - warm_t
     accuracy = None
     if rank == 0:
-        test_x = torch.from_numpy((read_idx("t10k-images-idx3-ubyte.gz").astype(np.float32) / 255.0 - MEAN) / STD)
-        test_y = torch.from_numpy(read_idx("t10k-labels-idx1-ubyte.gz").astype(np.int64))
-        test_x = test_x.reshape(-1, 784) if config["model"] == "mlp" else test_x.reshape(-1, 1, 28, 28)
+        test_x, test_y = (torch.from_numpy(a) for a in split(train=False, flat=config["model"] == "mlp"))
         with torch.no_grad():
             accuracy = float((model(test_x).argmax(1) == test_y).float().mean())
     if rank == 0:
@@ -126,7 +105,7 @@ def run_tessera(model, workers, epochs, out_dir):
     config = os.path.join(out_dir, f"{model}.toml")
     with open(config, "w", encoding="utf-8") as f:
         f.write(f"""[model]\nname = "{model}"\n{hidden}
-[data]\ndataset = "fashion-mnist"\ndir = "{DATA}"
+[data]\ndataset = "fashion-mnist"\ndir = "{fashion_mnist_numpy.DATA}"
 [optimizer]\nname = "sgd"\nlr = {LR}\nmomentum = {MOMENTUM}
 [train]\nepochs = {epochs}\nbatch_size = {BATCH}\nseed = 0\nthreads = 1\nlog_every = 100000
 output_dir = "{os.path.join(out_dir, model)}"\noverwrite = true\n""")

@@ -17,7 +17,6 @@ Reported per side: the wall time of the whole search, the best accuracy found, t
 accuracy was first reached, and the epochs trained in all. The last line of stdout is one JSON object.
 """
 import argparse
-import gzip
 import json
 import os
 import shutil
@@ -27,37 +26,23 @@ import tempfile
 import threading
 import time
 
-DATA = "/usr/share/datasets/fashion-mnist"
+import fashion_mnist_numpy
+
 BATCH, ETA = 64, 3
-
-
-# tessera's loader gives (pixel / 255 - mean) / std (data/dataset.h); the PyTorch side is given the same
-# (what transforms.Normalize((0.2860,), (0.3530,)) does).
-MEAN, STD = 0.2860, 0.3530
-
-
-def read_idx(name):
-    import numpy as np
-    with gzip.open(os.path.join(DATA, name), "rb") as f:
-        raw = f.read()
-    dims = raw[3]
-    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def torch_trial(config):
     """One Ray Tune trial: the MLP with PyTorch, the test accuracy reported after each epoch."""
-    import numpy as np
     import torch
     from torch import nn
     from ray import tune
+    sys.path.insert(0, config["bench_dir"])
+    from fashion_mnist_numpy import split
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    x = torch.from_numpy((read_idx("train-images-idx3-ubyte.gz").astype(np.float32).reshape(-1, 784) / 255.0 - MEAN) / STD)
-    y = torch.from_numpy(read_idx("train-labels-idx1-ubyte.gz").astype(np.int64))
-    tx = torch.from_numpy((read_idx("t10k-images-idx3-ubyte.gz").astype(np.float32).reshape(-1, 784) / 255.0 - MEAN) / STD)
-    ty = torch.from_numpy(read_idx("t10k-labels-idx1-ubyte.gz").astype(np.int64))
+    x, y = (torch.from_numpy(a) for a in split(train=True, flat=True))
+    tx, ty = (torch.from_numpy(a) for a in split(train=False, flat=True))
     model = nn.Sequential(nn.Linear(784, config["width"]), nn.ReLU(), nn.Linear(config["width"], 10))
     opt = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=config["momentum"])
     loss_fn = nn.CrossEntropyLoss()
@@ -77,7 +62,8 @@ def run_ray_tune(trials, epochs):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
     space = {"lr": tune.loguniform(1e-3, 0.5), "momentum": tune.uniform(0.0, 0.95),
-             "width": tune.choice([32, 64, 128]), "epochs": epochs}
+             "width": tune.choice([32, 64, 128]), "epochs": epochs,
+             "bench_dir": os.path.dirname(os.path.abspath(__file__))}
     scheduler = ASHAScheduler(time_attr="training_iteration", max_t=epochs, grace_period=1, reduction_factor=ETA)
     storage = tempfile.mkdtemp(prefix="tessera-bench-ray-tune-")
     tuner = tune.Tuner(tune.with_resources(torch_trial, {"cpu": 1}), param_space=space,
@@ -103,7 +89,7 @@ def run_ray_tune(trials, epochs):
 def run_tessera_tune(trials, epochs, tessera_bin, out_dir):
     config = os.path.join(out_dir, "mlp.toml")
     with open(config, "w", encoding="utf-8") as f:
-        f.write(f"""[model]\nname = "mlp"\nhidden = [64]\n[data]\ndataset = "fashion-mnist"\ndir = "{DATA}"
+        f.write(f"""[model]\nname = "mlp"\nhidden = [64]\n[data]\ndataset = "fashion-mnist"\ndir = "{fashion_mnist_numpy.DATA}"
 [optimizer]\nname = "sgd"\nlr = 0.01\n[train]\nepochs = {epochs}\nbatch_size = {BATCH}\nseed = 0\nthreads = 1
 log_every = 100000\noutput_dir = "{out_dir}/unused"\n""")
     space = os.path.join(out_dir, "space.toml")

@@ -1,5 +1,6 @@
-// `tessera train CONFIG --launcher ray`: the job runs on a Ray cluster, one worker per Ray actor. The
-// driver is Python (tessera.ray, which needs Ray); this hands it the command line and becomes it.
+// `tessera train CONFIG --launcher ray` (the job on a Ray cluster, one worker per Ray actor) and
+// `tessera tune ... --backend ray` (the trials as Ray Tune trials). The driver is Python (tessera.ray,
+// which needs Ray); this hands it the command line and becomes it.
 #pragma once
 #include <string>
 #include <vector>
@@ -17,9 +18,12 @@ struct RayLaunch {
   bool resume = false;
 };
 
-// Replaces this process with `PYTHON -m tessera.ray train ...` (PYTHON: TESSERA_PYTHON, else python3
-// on the PATH), the package found beside this program's build tree when it is there. Returns only on
-// failure to start it, with the exit code to use.
-int exec_ray_driver(const RayLaunch& launch);
+// `tessera.ray train ...`'s arguments for a launch.
+std::vector<std::string> ray_train_arguments(const RayLaunch& launch);
+
+// Replaces this process with `PYTHON -m tessera.ray ARGUMENTS... --tessera-bin THIS_PROGRAM` (PYTHON:
+// TESSERA_PYTHON, else python3 on the PATH), the package found beside this program's build tree when
+// it is there. Returns only on failure to start it, with the exit code to use.
+int exec_ray_driver(std::vector<std::string> arguments);
 
 }  // namespace tessera::cli

@@ -119,7 +119,7 @@ Command add_train_command(CLI::App& app) {
       TESSERA_CHECK(!launch.resume || resume->empty() || *resume == "latest" || *resume == "auto",
                     "[train] --launcher ray resumes from the newest checkpoint of output_dir (--resume), not from ",
                     *resume);
-      return exec_ray_driver(launch);
+      return exec_ray_driver(ray_train_arguments(launch));
     }
     for (const char* ray_only : {"--address", "--ray-resources", "--placement", "--max-failures"})
       TESSERA_CHECK(cmd->count(ray_only) == 0, "[train] ", ray_only, " is an option of --launcher ray");

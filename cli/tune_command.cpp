@@ -3,7 +3,8 @@
 // distributed: --nproc), with random (or --grid) values of the space's keys; ASHA (tune/asha.h)
 // stops the bad ones early, rung by rung in epochs, resuming a promoted trial from its checkpoint.
 // Every finished rung is a line of OUT/tune.jsonl, read back on a restart so that a search resumes;
-// a trial that crashes is recorded as failed, never the end of the search.
+// a trial that crashes is recorded as failed, never the end of the search. With --backend ray the same
+// trials (the same draws) run as Ray Tune trials under Ray's ASHA (python/tessera/ray/_tune.py).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/ray_launch.h"
 #include "tessera/core/error.h"
 #include "tessera/train/config.h"
 #include "tessera/tune/asha.h"
@@ -34,6 +36,7 @@ using Clock = std::chrono::steady_clock;
 
 struct TuneOptions {
   std::string config, space, out = "runs/tune", metric = "eval_accuracy", mode = "max", scheduler = "asha";
+  std::string backend = "local", address;  // ray: Ray Tune runs the trials, on the cluster at address
   std::vector<std::string> overrides;
   int64_t trials = 16, parallel = 1, nproc = 1, eta = 3, min_epochs = 1, seed = 0;
   bool grid = false;
@@ -98,10 +101,36 @@ pid_t start_job(const TuneOptions& o, const std::vector<std::string>& params, in
   return pid;
 }
 
+// The search handed to Ray Tune: the drawn trials and the scheduler's settings in OUT/ray-search.json
+// (the one contract with python/tessera/ray/_tune.py), then this process becomes its driver.
+int run_tune_on_ray(const TuneOptions& o, const std::vector<std::vector<std::string>>& trials, int64_t max_epochs) {
+  fs::create_directories(o.out);
+  const nlohmann::json search{{"config", fs::absolute(o.config).string()}, {"overrides", o.overrides},
+                              {"trials", trials}, {"max_epochs", max_epochs},
+                              {"min_epochs", o.scheduler == "asha" ? std::min(o.min_epochs, max_epochs) : max_epochs},
+                              {"eta", o.eta}, {"scheduler", o.scheduler}, {"metric", o.metric}, {"mode", o.mode},
+                              {"parallel", o.parallel}, {"nproc", o.nproc}, {"trial_timeout_s", o.trial_timeout_s},
+                              {"out", fs::absolute(o.out).string()}};
+  const fs::path path = fs::path(o.out) / "ray-search.json";
+  const fs::path partial = path.string() + ".tmp";
+  {
+    std::ofstream file(partial);
+    file << search.dump(2) << "\n";
+    if (!file.flush()) throw IoError("[tune] cannot write " + partial.string());
+  }
+  fs::rename(partial, path);
+  std::vector<std::string> args{"tune", fs::absolute(path).string()};
+  if (!o.address.empty()) args.insert(args.end(), {"--address", o.address});
+  std::fflush(stdout);
+  return exec_ray_driver(args);
+}
+
 int run_tune(const TuneOptions& o) {
   TESSERA_CHECK(o.parallel >= 1 && o.trials >= 1, "[tune] --trials and --parallel must be at least 1");
   TESSERA_CHECK(o.mode == "max" || o.mode == "min", "[tune] --mode is max or min, got '", o.mode, "'");
   TESSERA_CHECK(o.scheduler == "asha" || o.scheduler == "none", "[tune] --scheduler is asha or none, got '", o.scheduler, "'");
+  TESSERA_CHECK(o.backend == "local" || o.backend == "ray", "[tune] --backend is local or ray, got '", o.backend, "'");
+  TESSERA_CHECK(o.address.empty() || o.backend == "ray", "[tune] --address is an option of --backend ray");
   train::TrainConfig base = train::load_config(o.config);
   for (const auto& s : o.overrides) train::apply_override(base, s);
   std::ifstream space_in(o.space);
@@ -123,6 +152,7 @@ int run_tune(const TuneOptions& o) {
     train::validate(c);
   }
   const int64_t max_epochs = base.train.epochs;
+  if (o.backend == "ray") return run_tune_on_ray(o, trials, max_epochs);
   tune::Asha asha({.min_epochs = o.scheduler == "asha" ? std::min(o.min_epochs, max_epochs) : max_epochs,
                    .max_epochs = max_epochs, .eta = o.eta, .maximize = o.mode == "max"});
   fs::create_directories(o.out);
@@ -237,6 +267,12 @@ Command add_tune_command(CLI::App& app) {
   cmd->add_option("--set", o->overrides, "Override a key of every trial (repeatable)");
   cmd->add_option("--trial-timeout", o->trial_timeout_s, "Seconds before a trial is killed (then failed)")
       ->capture_default_str();
+  cmd->add_option("--backend", o->backend,
+                  "local (trials as processes of this machine) or ray (the same trials as Ray Tune trials under Ray's "
+                  "ASHA, on the Ray cluster of --address)")
+      ->capture_default_str();
+  cmd->add_option("--address", o->address, "With --backend ray: the Ray cluster, HOST:PORT (else RAY_ADDRESS, else a "
+                                           "Ray started for the search)");
   return {cmd, [o] { return run_tune(*o); }};
 }
 

@@ -26,14 +26,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# Ray (tessera.ray and its tests) in .venv-ray, beside this Python's packages (--system-site-packages:
+# Ray and Ray Tune (tessera.ray, `tessera tune --backend ray` and their tests) in .venv-ray, beside this Python's packages (--system-site-packages:
 # NumPy and pytest from Debian, the tessera module built for this interpreter). Pinned: the version
 # docs/benchmarks.md measured. Reinstalled only when the venv cannot import it.
 ray_version=2.60.0
-if ! .venv-ray/bin/python3 -c "import ray, sys; sys.exit(ray.__version__ != '$ray_version')" 2>/dev/null; then
-  echo "setup: installing Ray $ray_version from PyPI into .venv-ray"
+if ! .venv-ray/bin/python3 -c "import ray, ray.tune, sys; sys.exit(ray.__version__ != '$ray_version')" 2>/dev/null; then
+  echo "setup: installing Ray $ray_version (with Tune) from PyPI into .venv-ray"
   /usr/bin/python3 -m venv --system-site-packages .venv-ray
-  .venv-ray/bin/pip install --quiet "ray==$ray_version"
+  # Debian's NumPy stays the one imported (the tessera module and the tests use it): Tune's pandas and
+  # pyarrow would otherwise bring NumPy 2 into the venv, and pyarrow 18 and later need it.
+  numpy_version=$(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)')
+  .venv-ray/bin/pip install --quiet "ray[tune]==$ray_version" "numpy==$numpy_version" "pyarrow<18"
 fi
 if [ "${1:-}" = "--bench" ]; then
   # PyPI's torch brings its CUDA libraries (nvidia-* wheels, about 5 GB); on a CPU machine they are

@@ -1,20 +1,21 @@
 """tessera.ray on a real Ray cluster across test hosts (scripts/cluster.sh): `ray start --head` in host1,
 `ray start --address` in host2, the driver in host1. DDP across the two hosts equals one process, and a
 host lost mid-run ends in a restarted, resumed job with no step lost. Needs root (the hosts) and Ray."""
+import json
 import os
 import secrets
 import shutil
 import subprocess
 import sys
-import time
+import tempfile
+import threading
 
 import pytest
 
-from conftest import REPO, run
+from conftest import REPO, assert_weights_close, checkpoint_weights, mlp_toml, run
 
 pytest.importorskip("ray", reason="Ray is not installed here: bash scripts/setup.sh puts it in .venv-ray")
 
-import tessera  # noqa: E402
 
 CLUSTER = "rayt"  # this file's own test hosts (TESSERA_CLUSTER), apart from the C++ suite's
 HEAD = "198.18.0.1:6379"
@@ -25,9 +26,11 @@ RAY_NODE_CHECKS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failu
                    "RAY_health_check_timeout_ms": "1000", "RAY_health_check_initial_delay_ms": "1000"}
 
 
-# The cluster's own token (Ray's token authentication: every node and the driver present it), in a file
-# of this test's, not the user's ~/.ray/auth_token.
-TOKEN_FILE = f"/tmp/tessera-ray-{CLUSTER}-token"
+# This test's own directory (made private by mkdtemp, removed at the end): the cluster's token (Ray's
+# token authentication: every node and the driver present it), never the user's ~/.ray, and each node's
+# temp directory (its logs and sockets, and its actors' scratch files, even a killed node's).
+PRIVATE = tempfile.mkdtemp(prefix="trc-", dir="/tmp")
+TOKEN_FILE = os.path.join(PRIVATE, "token")
 RAY_AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": TOKEN_FILE}
 
 
@@ -43,26 +46,28 @@ def in_host(host, *command, timeout=120):
 def ray_start(host, *args):
     # Each node's own temp dir (logs, sockets): the hosts share this machine's /tmp.
     address = "198.18.0." + host[-1]
-    # TMPDIR too: the actors' scratch files go with the node's directory, even a killed node's.
-    settings = {**RAY_NODE_CHECKS, **RAY_AUTH, "TMPDIR": f"/tmp/tessera-ray-{CLUSTER}-{host}"}
-    os.makedirs(settings["TMPDIR"], exist_ok=True)
+    node_dir = os.path.join(PRIVATE, host)
+    os.mkdir(node_dir)
+    settings = {**RAY_NODE_CHECKS, **RAY_AUTH, "TMPDIR": node_dir}
     code, out = in_host(host, "env", *[f"{k}={v}" for k, v in settings.items()], RAY, "start",
                         "--node-ip-address", address, "--num-cpus", "2", "--object-store-memory", "100000000",
-                        "--disable-usage-stats", "--temp-dir", f"/tmp/tessera-ray-{CLUSTER}-{host}", *args)
+                        "--disable-usage-stats", "--temp-dir", node_dir, *args)
     assert code == 0, out
 
 
 @pytest.fixture(scope="module")
 def ray_hosts():
     if os.geteuid() != 0 or shutil.which("nsenter") is None:
+        shutil.rmtree(PRIVATE, ignore_errors=True)
         pytest.skip("the test hosts need root and nsenter (scripts/cluster.sh)")
     cluster("down")
     code, out = cluster("up", "2")
     if code != 0:
         cluster("down")
+        shutil.rmtree(PRIVATE, ignore_errors=True)
         pytest.skip(f"test hosts cannot be made here: {out.strip()}")
     try:
-        descriptor = os.open(TOKEN_FILE, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+        descriptor = os.open(TOKEN_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         os.write(descriptor, secrets.token_hex(32).encode())
         os.close(descriptor)
         ray_start("host1", "--head", "--port", "6379", "--include-dashboard=false")
@@ -70,43 +75,13 @@ def ray_hosts():
         yield
     finally:
         cluster("down")  # ends Ray's processes in the hosts with them
-        for host in ("host1", "host2"):
-            shutil.rmtree(f"/tmp/tessera-ray-{CLUSTER}-{host}", ignore_errors=True)
-        if os.path.exists(TOKEN_FILE):
-            os.remove(TOKEN_FILE)
+        shutil.rmtree(PRIVATE, ignore_errors=True)
 
 
 def config(tmp_path, name, steps, extra=""):
-    path = tmp_path / f"{name}.toml"
-    path.write_text(f"""
-[model]
-name = "mlp"
-hidden = [32]
-[data]
-dataset = "fashion-mnist"
-dir = "/usr/share/datasets/fashion-mnist"
-[optimizer]
-name = "sgd"
-lr = 0.05
-momentum = 0.9
-[train]
-epochs = 1
-global_batch_size = 64
-max_steps = {steps}
-checkpoint_every = 1000
-seed = 5
-threads = 1
-log_every = 1
-output_dir = "{tmp_path / name}"
-[distributed]
-timeout_s = 20
-{extra}
-""")
-    return str(path)
-
-
-def weights(checkpoint):
-    return {k: v.numpy() for k, v in tessera.load(os.path.join(checkpoint, "model.safetensors")).items()}
+    # A collective that waits 20 s for a peer is a lost peer (distributed.timeout_s).
+    return mlp_toml(tmp_path, name, steps=steps, checkpoint_every=1000, log_every=1,
+                    extra="[distributed]\ntimeout_s = 20\n" + extra)
 
 
 def driver_command(cfg, placement, summary):
@@ -124,13 +99,10 @@ def test_ddp_across_two_ray_hosts_equals_one_process(ray_hosts, tmp_path):
     code, out = in_host("host1", *driver_command(config(tmp_path, "spread", 10), "STRICT_SPREAD", str(summary)),
                         timeout=240)
     assert code == 0, out
-    import json
     result = json.loads(summary.read_text())
     assert result["attempts"] == 1 and sorted(result["nodes"]) == ["198.18.0.1", "198.18.0.2"], out
-    one = weights(str(tmp_path / "one" / "checkpoints" / "step-00000010"))
-    across = weights(result["checkpoint"])
-    for key in one:
-        assert abs(one[key] - across[key]).max() <= 1e-5, key
+    assert_weights_close(checkpoint_weights(result["checkpoint"]),
+                         checkpoint_weights(str(tmp_path / "one" / "checkpoints" / "step-00000010")), 1e-5)
 
 
 def test_a_lost_host_ends_in_a_resumed_job_with_no_step_lost(ray_hosts, tmp_path):
@@ -143,24 +115,25 @@ def test_a_lost_host_ends_in_a_resumed_job_with_no_step_lost(ray_hosts, tmp_path
                             env={**os.environ, "TESSERA_CLUSTER": CLUSTER}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines, killed = [], False
+    # A driver that goes silent is ended at 300 s all the same: its output then ends too.
+    watchdog = threading.Timer(300, proc.kill)
+    watchdog.start()
     try:
-        deadline = time.monotonic() + 300
         for line in proc.stdout:
             lines.append(line)
             if not killed and "step 20 " in line:
                 code, out = cluster("kill", "host2")
                 assert code == 0, out
                 killed = True
-            assert time.monotonic() < deadline, "the driver ran past 300 s:\n" + "".join(lines[-40:])
         proc.wait(timeout=60)
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     out = "".join(lines)
     assert killed, out[-4000:]
     assert proc.returncode == 0, out[-4000:]
-    import json
     result = json.loads(summary.read_text())
     assert result["attempts"] == 2 and result["steps_lost"] == [0] and len(result["restart_seconds"]) == 1, result
     assert result["checkpoint"].endswith("step-00000400"), result

@@ -1,12 +1,16 @@
 """`python -m tessera.ray train CONFIG --num-workers N [...]`: what `tessera train CONFIG --launcher ray`
 runs. Prints the workers' lines as they come; exits 0 when the job ends well, 1 when it failed (the
-reason on stderr), 3 for bad arguments."""
+reason on stderr), 3 for a configuration error (a bad config or option, or a worker's), 2 for bad
+command-line arguments.
+`python -m tessera.ray tune OUT/ray-search.json [--address A]`: what `tessera tune ... --backend ray`
+runs (_tune.py); exits 0 when a trial succeeded, 1 when every trial failed."""
 import argparse
+import dataclasses
 import json
 import sys
 
 
-def parse_resources(items):
+def parse_resources(parser, items):
     resources = {}
     for item in items:
         name, sep, amount = item.partition("=")
@@ -15,7 +19,7 @@ def parse_resources(items):
         except ValueError:
             sep = ""
         if not sep or not name:
-            raise SystemExit(f"tessera.ray: --resources takes NAME=AMOUNT (CPU=2, GPU=1), not {item!r}")
+            parser.error(f"--resources takes NAME=AMOUNT (CPU=2, GPU=1), not {item!r}")
     return resources
 
 
@@ -34,12 +38,20 @@ def main(argv=None):
     train.add_argument("--resume", action="store_true", help="start from the newest checkpoint of output_dir")
     train.add_argument("--tessera-bin", default=None)
     train.add_argument("--summary-json", default=None, help="write the Result (but the history) here as JSON")
+    search = sub.add_parser("tune", help="run the trials `tessera tune --backend ray` drew as Ray Tune trials")
+    search.add_argument("search", help="the ray-search.json that tessera tune wrote")
+    search.add_argument("--address", default=None)
+    search.add_argument("--tessera-bin", default=None)
     args = parser.parse_args(argv)
+    if args.command == "tune":
+        from ._trainer import _find_tessera_bin
+        from ._tune import run_search
+        return run_search(args.search, args.address, _find_tessera_bin(args.tessera_bin))
 
     from tessera.ray import TesseraTrainer, TrainingFailedError
     try:
         trainer = TesseraTrainer(config=args.config, overrides=args.overrides, num_workers=args.num_workers,
-                                 resources_per_worker=parse_resources(args.resources) or None,
+                                 resources_per_worker=parse_resources(train, args.resources) or None,
                                  placement_strategy=args.placement, max_failures=args.max_failures,
                                  resume=args.resume, tessera_bin=args.tessera_bin, address=args.address)
     except (ValueError, TypeError, FileNotFoundError) as e:
@@ -49,13 +61,13 @@ def main(argv=None):
         result = trainer.fit()
     except TrainingFailedError as e:
         print(e, file=sys.stderr)
-        return 1
-    first = result.seconds_to_first_report
-    summary = {"attempts": result.attempts, "failures": result.failures, "steps_lost": result.steps_lost,
-               "restart_seconds": result.restart_seconds, "checkpoint": result.checkpoint, "metrics": result.metrics, "nodes": result.nodes,
-               "seconds_to_first_report": None if first != first else first}
+        return e.exit_code
+    summary = dataclasses.asdict(result)
+    del summary["metrics_history"], summary["return_values"]  # the history is in output_dir/metrics.jsonl
+    if summary["seconds_to_first_report"] != summary["seconds_to_first_report"]:
+        summary["seconds_to_first_report"] = None  # NaN is not JSON
     print(f"tessera.ray: done after {result.attempts} attempt(s); steps lost to restarts: {result.steps_lost}; "
-          f"seconds from each failure to training again: {[round(s, 2) for s in result.restart_seconds]}; "
+          f"seconds from each failure to training again: {[None if s is None else round(s, 2) for s in result.restart_seconds]}; "
           f"newest checkpoint {result.checkpoint or '(none)'}", file=sys.stderr)
     if args.summary_json:
         with open(args.summary_json, "w", encoding="utf-8") as f:

@@ -23,9 +23,23 @@ MAX_BUFFERED_LINES = 10_000      # lines the driver has not taken yet; older one
 PYTHON_PLACEHOLDER = "<python>"  # in a command: this node's Python (the one its Ray workers run)
 
 
-def _die_with_parent():
-    # The launcher ends when this actor's process ends (ray.kill, a lost node), never left behind.
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+# Loaded here, not in the forked child: loading a library between fork and exec in a process with
+# threads (a Ray worker has many) can deadlock.
+_LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
+_PR_SET_PDEATHSIG = 1
+# The launcher's contract (dist/launcher/env.h): set by `tessera run` itself, never inherited.
+CONTRACT_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
+                      "MASTER_PORT", "TESSERA_ROLE", "TESSERA_JOB_TOKEN")
+
+
+def _die_with(parent):
+    """A preexec_fn: the child is killed when `parent` (this actor's process) ends (ray.kill, a lost
+    node), never left behind; if the parent is gone already, the child does not start."""
+    def arrange():
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+    return arrange
 
 
 def _children(pid):
@@ -90,11 +104,20 @@ class TesseraWorkerActor:
             s.bind((address, 0))
             return s.getsockname()[1]
 
-    def start(self, command, env, cwd, metrics_file=None, function_bytes=None):
-        """Starts the launcher. `metrics_file`: a trainer's metrics.jsonl to stream (rank 0 of a config
-        job); otherwise the worker's report() records are streamed. `function_bytes`: a pickled training
-        function, written here for the worker to load."""
-        env = dict(env)
+    def start(self, command, settings, cwd, metrics_file=None, function_bytes=None):
+        """Starts the launcher. `settings`: the variables the driver sets on top of this actor's own
+        environment (Ray's CUDA_VISIBLE_DEVICES and the node's paths stay as Ray gave them; its
+        PYTHONPATH is put before the node's). `metrics_file`: a trainer's metrics.jsonl to stream (rank 0
+        of a config job); otherwise the worker's report() records are streamed. `function_bytes`: a
+        pickled training function, written here for the worker to load."""
+        env = dict(os.environ)
+        for name in CONTRACT_VARIABLES:
+            env.pop(name, None)
+        settings = dict(settings)
+        extra_path = settings.pop("PYTHONPATH", "")
+        env.update(settings)
+        if extra_path:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, env.get("PYTHONPATH", "")) if p)
         command = [sys.executable if part == PYTHON_PLACEHOLDER else part for part in command]
         own_metrics = os.path.join(self._scratch, "metrics.jsonl")
         env[METRICS_FILE_VARIABLE] = own_metrics
@@ -106,9 +129,20 @@ class TesseraWorkerActor:
             env["TESSERA_RAY_FUNCTION"] = path
         self._tail = _MetricsTail(metrics_file or own_metrics, from_start=metrics_file is None)
         self._process = subprocess.Popen(command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-        threading.Thread(target=self._read_output, daemon=True).start()
+                                         stderr=subprocess.STDOUT, preexec_fn=_die_with(os.getpid()))
+        reader = threading.Thread(target=self._read_output, daemon=True)
+        reader.start()
+        threading.Thread(target=self._wait_for_exit, args=(reader,), daemon=True).start()
         return self._process.pid
+
+    def _wait_for_exit(self, reader):
+        # The exit code comes from wait(), not from the end of the output: a process the worker left
+        # behind may hold the pipe open. Its last lines get a moment to arrive first.
+        code = self._process.wait()
+        reader.join(timeout=5)
+        with self._changed:
+            self._exit_code = code
+            self._changed.notify_all()
 
     def _read_output(self):
         for raw in self._process.stdout:
@@ -121,10 +155,6 @@ class TesseraWorkerActor:
                     self._dropped_lines += 1
                 self._lines.append(line)
                 self._changed.notify_all()
-        code = self._process.wait()
-        with self._changed:
-            self._exit_code = code
-            self._changed.notify_all()
 
     def poll(self, timeout_s):
         """What happened since the last poll, waiting up to timeout_s for something to happen: new lines,
@@ -136,8 +166,10 @@ class TesseraWorkerActor:
             self._lines.clear()
             self._dropped_lines = 0
             code = self._exit_code
-        update = {"lines": lines, "dropped_lines": dropped, "metrics": self._tail.read() if self._tail else [],
-                  "exit_code": code, "result": None}
+            # Under the same lock: two polls at once (one the driver gave up waiting for) never read the
+            # file from one offset twice.
+            metrics = self._tail.read() if self._tail else []
+        update = {"lines": lines, "dropped_lines": dropped, "metrics": metrics, "exit_code": code, "result": None}
         if code == 0 and os.path.exists(self._result_path):
             with open(self._result_path, "rb") as f:
                 update["result"] = f.read()

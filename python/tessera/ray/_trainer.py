@@ -18,6 +18,7 @@ import os
 import pickle
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import re
@@ -36,10 +37,33 @@ PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 CONFIGURATION_ERROR_EXIT = 3  # tessera's exit status for a bad config or input: no restart can fix it
 POLL_S = 1.0                  # each actor answers a poll at least this often
 UNANSWERED_POLL_S = 120.0     # no actor answering for this long is Ray itself stuck: the job fails
+FAILURE_WINDOW_S = 5.0        # after a worker fails, how long the others get to end and say how
 
 
 class TrainingFailedError(RuntimeError):
-    """The job failed and was not (or no longer) restarted; the message names the rank and why."""
+    """The job failed and was not (or no longer) restarted; the message names the rank and why.
+    `exit_code`: 3 when no restart could mend it (a configuration error), else 1."""
+
+    def __init__(self, message, exit_code=1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+SURVIVOR_SAVED_EXIT = 75  # train/survivor_save.h: a survivor saved the step it held and stopped
+
+
+def describe_exit(code):
+    """A worker's exit status as `tessera run` reports it, in words."""
+    if code == CONFIGURATION_ERROR_EXIT:
+        return f"status {code} (a configuration or input error)"
+    if code == SURVIVOR_SAVED_EXIT:
+        return f"status {code} (it saved the step it held and stopped: a peer had failed)"
+    if code > 128:
+        try:
+            return f"status {code} (killed by {signal.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    return f"status {code}"
 
 
 @dataclass
@@ -51,8 +75,11 @@ class Result:
     checkpoint: str                    # a config job: its newest checkpoint directory ("" if none)
     attempts: int                      # 1 + restarts
     failures: list = field(default_factory=list)     # why each failed attempt failed
-    steps_lost: list = field(default_factory=list)   # per restart: steps rank 0 had done that were redone
-    restart_seconds: list = field(default_factory=list)  # per restart: from the failure seen to rank 0 started again
+    # Per restart, in order (None where rank 0 reported nothing to tell it by): the steps rank 0 had done
+    # past the step the next attempt started from, and the seconds from the failure seen to rank 0
+    # training again. A training function's steps are the "step" values it reports.
+    steps_lost: list = field(default_factory=list)
+    restart_seconds: list = field(default_factory=list)
     seconds_to_first_report: float = float("nan")    # from fit() to rank 0's first record
     nodes: list = field(default_factory=list)        # each rank's node address in the last attempt
 
@@ -93,7 +120,7 @@ class TesseraTrainer:
     def __init__(self, train_func=None, *, config=None, overrides=(), train_loop_config=None, num_workers=2,
                  resources_per_worker=None, placement_strategy="PACK", max_failures=3, storage_path="",
                  resume=False, tessera_bin=None, env=None, address=None, placement_timeout_s=120.0,
-                 stop_grace_s=30.0, on_report=None, verbose=True):
+                 stop_grace_s=30.0, timeout_s=None, on_report=None, verbose=True):
         resources = dict(resources_per_worker or {"CPU": 1})
         _check_options(train_func, config, num_workers, resources, placement_strategy, max_failures)
         self._train_func = train_func
@@ -111,6 +138,7 @@ class TesseraTrainer:
         self._address = address
         self._placement_timeout_s = placement_timeout_s
         self._stop_grace_s = stop_grace_s
+        self._timeout_s = timeout_s  # the whole job, every attempt; None: no limit
         self._on_report = on_report
         self._verbose = verbose
         self._cwd = os.getcwd()
@@ -124,35 +152,38 @@ class TesseraTrainer:
         submitted = time.monotonic()
         if not ray.is_initialized():
             ray.init(address=self._address, include_dashboard=False, log_to_driver=False)
-        history, failures, steps_lost, first_report = [], [], [], None
+        history, failures, steps_lost, restart_seconds, first_report = [], [], [], [], None
         attempt, step_before_failure, failure_seen = 0, None, None
-        restart_seconds = []
+        deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
         while True:
-            run = _Attempt(self, attempt, resume=self._resume or attempt > 0)
+            run = _Attempt(self, attempt, resume=self._resume or attempt > 0, deadline=deadline)
             outcome = run.execute()
-            outcome.started_at = outcome.rank0_records[0]["_received"] if outcome.rank0_records else None
+            started_at = outcome.rank0_records[0]["_received"] if outcome.rank0_records else None
             for record in outcome.rank0_records:
                 if first_report is None:
                     first_report = record["_received"] - submitted
                 del record["_received"]
                 history.append(record)
-            if failure_seen is not None and outcome.rank0_records:
-                restart_seconds.append(outcome.started_at - failure_seen)
-            if step_before_failure is not None and outcome.starts_after is not None:
-                steps_lost.append(max(0, step_before_failure - outcome.starts_after))
-            step_before_failure = outcome.last_step if outcome.last_step is not None else step_before_failure
+            if attempt > 0:  # this attempt is a restart: what the failure before it cost
+                restart_seconds.append(None if started_at is None else started_at - failure_seen)
+                known = step_before_failure is not None and outcome.starts_after is not None
+                steps_lost.append(max(0, step_before_failure - outcome.starts_after) if known else None)
+            if outcome.last_step is not None:
+                step_before_failure = outcome.last_step
             if outcome.failure is None:
                 return Result(metrics=history[-1] if history else {}, metrics_history=history,
                               return_values=outcome.return_values, checkpoint=self._newest_checkpoint(),
                               attempts=attempt + 1, failures=failures, steps_lost=steps_lost,
-                              restart_seconds=restart_seconds, seconds_to_first_report=float("nan") if first_report is None else first_report,
+                              restart_seconds=restart_seconds,
+                              seconds_to_first_report=float("nan") if first_report is None else first_report,
                               nodes=outcome.nodes)
             failures.append(outcome.failure)
             failure_seen = outcome.failed_at
             if not outcome.retryable or len(failures) > self._max_failures:
                 why = ("not retried: no restart can mend it" if not outcome.retryable else
                        f"{len(failures)} failures, max_failures = {self._max_failures}")
-                raise TrainingFailedError(f"tessera.ray: the job failed ({why}): {outcome.failure}")
+                raise TrainingFailedError(f"tessera.ray: the job failed ({why}): {outcome.failure}",
+                                          exit_code=outcome.exit_code)
             self._say(f"tessera.ray: attempt {attempt} failed: {outcome.failure}\ntessera.ray: restarting "
                       f"{self._num_workers} workers from the newest checkpoint (failure {len(failures)} of at most "
                       f"{self._max_failures})")
@@ -165,11 +196,12 @@ class TesseraTrainer:
             print(text, file=sys.stderr, flush=True)
 
     def _resolve_output_dir(self):
-        command = [self._tessera_bin, "train", self._config, "--print-config"]
-        for s in self._overrides:
-            command += ["--set", s]
-        proc = subprocess.run(command, cwd=self._cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=60)
+        command = self._train_command() + ["--print-config"]
+        try:
+            proc = subprocess.run(command, cwd=self._cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  timeout=60)
+        except subprocess.TimeoutExpired as e:
+            raise ValueError(f"tessera.ray: `{' '.join(command)}` did not answer within 60 s") from e
         if proc.returncode != 0:
             raise ValueError(f"tessera.ray: the config {self._config} does not load: {proc.stdout.strip()}")
         # --print-config writes each key on a line of its own (train/config.h to_toml); only [train]'s
@@ -186,33 +218,38 @@ class TesseraTrainer:
         numbered = [(int(n[5:]), n) for n in os.listdir(steps) if n.startswith("step-") and n[5:].isdigit()]
         return os.path.join(steps, max(numbered)[1]) if numbered else ""
 
+    def _train_command(self):
+        command = [self._tessera_bin, "train", self._config]
+        for s in self._overrides:
+            command += ["--set", s]
+        return command
+
     def _program(self, resume):
         if self._config is not None:
-            command = [self._tessera_bin, "train", self._config]
-            for s in self._overrides:
-                command += ["--set", s]
-            if resume:
-                command += ["--resume", "auto"]
-            return command
+            # A restart (or resume=True) takes the newest checkpoint of output_dir if there is one.
+            return self._train_command() + (["--resume", "auto"] if resume else [])
         return [PYTHON_PLACEHOLDER, "-m", "tessera.ray._function_worker"]
 
-    def _worker_env(self, token, attempt):
-        env = dict(os.environ)
-        for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-                     "MASTER_PORT", "TESSERA_ROLE"):
-            env.pop(name, None)  # the launcher sets the contract; nothing inherited may mix in
-        env.update(self._env)
-        env["TESSERA_JOB_TOKEN"] = token
-        env.setdefault("TESSERA_NUM_THREADS", str(max(1, int(self._resources.get("CPU", 1)))))
+    def _worker_settings(self, token, attempt):
+        """What each worker's environment gets on top of its actor's own (the actor drops the launcher's
+        contract variables first: `tessera run` sets them)."""
+        settings = dict(self._env)
+        settings["TESSERA_JOB_TOKEN"] = token
+        settings.setdefault("TESSERA_NUM_THREADS", str(max(1, int(self._resources.get("CPU", 1)))))
         # The survivors of a failed attempt save the step they hold (train/survivor_save.h) as under the
         # elastic agent, whose generations these attempts are; a restarted one resumes from it.
-        env["TESSERA_ELASTIC_GENERATION"] = str(attempt)
-        env["TESSERA_RESTART_COUNT"] = str(attempt)
-        env[ATTEMPT_VARIABLE] = str(attempt)
-        env[STORAGE_VARIABLE] = self._storage_path
-        # A training function is loaded by reference from the driver's modules: the same paths here.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.abspath(p) for p in sys.path if p] if os.path.isdir(p))
-        return env
+        settings["TESSERA_ELASTIC_GENERATION"] = str(attempt)
+        settings["TESSERA_RESTART_COUNT"] = str(attempt)
+        settings[ATTEMPT_VARIABLE] = str(attempt)
+        settings[STORAGE_VARIABLE] = self._storage_path
+        # A training function is loaded by reference from the driver's own modules (its script's folder,
+        # the tessera package): those folders, never the driver's Python installation (another node's
+        # Python may be another version).
+        installed = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+        own = [os.path.abspath(p) for p in sys.path
+               if p and os.path.isdir(p) and not any(os.path.realpath(p).startswith(i + os.sep) for i in installed)]
+        settings["PYTHONPATH"] = os.pathsep.join(own)
+        return settings
 
     def _function_bytes(self):
         if self._train_func is None:
@@ -225,6 +262,7 @@ class _Outcome:
         self.failure = None          # why the attempt failed (None: every worker exited 0)
         self.failed_at = None        # time.monotonic() when the driver saw it
         self.retryable = True
+        self.exit_code = 1           # the driver's exit status if this failure ends the job
         self.rank0_records = []
         self.return_values = []
         self.starts_after = None     # the step rank 0 started (or resumed) after
@@ -235,10 +273,11 @@ class _Outcome:
 class _Attempt:
     """One start of the job in one placement group, to its end."""
 
-    def __init__(self, trainer, attempt, resume):
+    def __init__(self, trainer, attempt, resume, deadline):
         self.t = trainer
         self.attempt = attempt
         self.resume = resume
+        self.deadline = deadline  # time.monotonic() past which the job has run too long (None: never)
         self.outcome = _Outcome()
         self.tails = {}  # rank -> its last output lines, for the failure message
         self.pending = {}  # poll requests in flight -> rank: their answers hold lines and records too
@@ -251,16 +290,16 @@ class _Attempt:
             try:
                 ray.get(pg.ready(), timeout=t._placement_timeout_s)
             except GetTimeoutError:
-                self.outcome.retryable = False
+                # A first start that cannot be placed will not be placed by trying again; a restart may be
+                # waiting for a lost node's replacement, and counts as one more failure.
+                self.outcome.retryable = self.attempt > 0
                 self.outcome.failure = (f"{t._num_workers} workers of {t._resources} could not be placed "
                                         f"({t._placement_strategy}) within {t._placement_timeout_s:g} s; the "
                                         f"cluster has {ray.available_resources()} free")
                 return self.outcome
             actors = [self._make_actor(pg, i) for i in range(t._num_workers)]
-            self._start(actors)
-            self._watch(actors)
-        except RayActorError as e:
-            self.outcome.failure = self.outcome.failure or f"a worker's actor died while starting: {_first_line(e)}"
+            if self._start(actors):
+                self._watch(actors)
         finally:
             if self.outcome.failure is not None:
                 self.outcome.failed_at = time.monotonic()
@@ -280,23 +319,34 @@ class _Attempt:
             runtime_env={"env_vars": {"PYTHONPATH": python_path}}).remote()
 
     def _start(self, actors):
+        """Starts every worker; False (and the outcome's failure, naming the rank) if one cannot start."""
         t = self.t
-        self.outcome.nodes = ray.get([a.node_address.remote() for a in actors], timeout=t._placement_timeout_s)
-        address = self.outcome.nodes[0]
-        port = ray.get(actors[0].free_port.remote(address), timeout=t._placement_timeout_s)
-        token = secrets.token_hex(16)
-        env = t._worker_env(token, self.attempt)
-        program = t._program(self.resume)
-        function_bytes = t._function_bytes()
-        metrics_file = os.path.join(t._output_dir, "metrics.jsonl") if t._output_dir else None
-        starts = []
-        for rank, actor in enumerate(actors):
-            command = [t._tessera_bin, "run", "--nnodes", str(len(actors)), "--node-rank", str(rank),
-                       "--nproc-per-node", "1", "--master-addr", address, "--master-port", str(port), "--", *program]
-            starts.append(actor.start.remote(command, env, t._cwd, metrics_file if rank == 0 else None,
-                                             function_bytes))
-        ray.get(starts, timeout=t._placement_timeout_s)
+        rank = 0
+        try:
+            for rank, actor in enumerate(actors):
+                self.outcome.nodes.append(ray.get(actor.node_address.remote(), timeout=t._placement_timeout_s))
+            rank = 0
+            address = self.outcome.nodes[0]
+            port = ray.get(actors[0].free_port.remote(address), timeout=t._placement_timeout_s)
+            settings = t._worker_settings(secrets.token_hex(16), self.attempt)
+            program = t._program(self.resume)
+            function_bytes = t._function_bytes()
+            metrics_file = os.path.join(t._output_dir, "metrics.jsonl") if t._output_dir else None
+            starts = []
+            for rank, actor in enumerate(actors):
+                command = [t._tessera_bin, "run", "--nnodes", str(len(actors)), "--node-rank", str(rank),
+                           "--nproc-per-node", "1", "--master-addr", address, "--master-port", str(port), "--",
+                           *program]
+                starts.append(actor.start.remote(command, settings, t._cwd, metrics_file if rank == 0 else None,
+                                                 function_bytes))
+            for rank, start in enumerate(starts):
+                ray.get(start, timeout=t._placement_timeout_s)
+        except (RayError, OSError) as e:
+            node = f" on {self.outcome.nodes[rank]}" if rank < len(self.outcome.nodes) else ""
+            self.outcome.failure = f"rank {rank}'s worker could not start{node}: {_first_line(e)}"
+            return False
         t._say(f"tessera.ray: attempt {self.attempt}: {len(actors)} workers started, rendezvous at {address}:{port}")
+        return True
 
     def _watch(self, actors):
         t = self.t
@@ -304,9 +354,20 @@ class _Attempt:
         pending.update({actor.poll.remote(POLL_S): rank for rank, actor in enumerate(actors)})
         exit_codes = {}
         results = [None] * len(actors)
+        first_failure_at = None
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=UNANSWERED_POLL_S)
+            now = time.monotonic()
+            if self.deadline is not None and now > self.deadline:
+                self.outcome.retryable = False
+                self.outcome.failure = f"the job ran past timeout_s ({t._timeout_s:g} s); ranks {sorted(pending.values())} still running"
+                return
+            if first_failure_at is not None and now - first_failure_at > FAILURE_WINDOW_S:
+                break  # the others have had their moment to say how they ended
+            wait_s = UNANSWERED_POLL_S if self.deadline is None else min(UNANSWERED_POLL_S, max(0.1, self.deadline - now))
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s)
             if not done:
+                if self.deadline is not None and time.monotonic() > self.deadline:
+                    continue  # said at the top of the loop
                 self.outcome.failure = (f"no worker's actor answered for {UNANSWERED_POLL_S:g} s (ranks "
                                         f"{sorted(pending.values())}): Ray itself is stuck")
                 return
@@ -315,6 +376,7 @@ class _Attempt:
             try:
                 update = ray.get(ref)
             except RayError as e:
+                # The actor itself is gone: its node was lost or it was killed. That is the cause.
                 self.outcome.failure = (f"rank {rank}'s actor died (its node lost, or the actor killed): "
                                         f"{_first_line(e)}{self._tail_of(rank)}")
                 return
@@ -324,12 +386,26 @@ class _Attempt:
                 continue
             exit_codes[rank] = update["exit_code"]
             results[rank] = pickle.loads(update["result"]) if update["result"] else None
-            if update["exit_code"] != 0:
-                code = update["exit_code"]
-                self.outcome.retryable = code != CONFIGURATION_ERROR_EXIT
-                self.outcome.failure = f"rank {rank} exited with status {code}{self._tail_of(rank)}"
-                return
-        self.outcome.return_values = results
+            if update["exit_code"] != 0 and first_failure_at is None:
+                first_failure_at = time.monotonic()
+        if first_failure_at is None:
+            self.outcome.return_values = results
+            return
+        self._blame(exit_codes)
+
+    def _blame(self, exit_codes):
+        """The failure of an attempt that ended in nonzero exits: the rank that failed first of its own,
+        not a survivor that stopped because of it (exit 75), and a configuration error above all."""
+        failed = {rank: code for rank, code in exit_codes.items() if code != 0}
+        first = next(iter(failed))  # in the order the exits arrived
+        own = [rank for rank, code in failed.items() if code != SURVIVOR_SAVED_EXIT]
+        configuration = [rank for rank, code in failed.items() if code == CONFIGURATION_ERROR_EXIT]
+        rank = configuration[0] if configuration else own[0] if own else first
+        others = "; ".join(f"rank {r}: {describe_exit(c)}" for r, c in sorted(exit_codes.items()) if r != rank)
+        self.outcome.retryable = not configuration
+        self.outcome.exit_code = CONFIGURATION_ERROR_EXIT if configuration else 1
+        self.outcome.failure = (f"rank {rank} exited with {describe_exit(failed[rank])}"
+                                f"{f' (then {others})' if others else ''}{self._tail_of(rank)}")
 
     def _take(self, rank, update):
         t = self.t
