@@ -182,15 +182,18 @@ def main():
         with open(script, "w", encoding="utf-8") as f:
             f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
                     f"wrk.body = '{body}'\n")
-        results = {"tessera": {}, "ray_serve": {}}
-        answers = {}
+        results, answers = {}, {}
+
+        def measure(side, port):
+            """The server's answer to the sample, then wrk at each client count after a warm-up."""
+            answers[side] = post(port, body)["outputs"][0]
+            wrk(script, port, min(8, clients[-1]), 1)
+            results[side] = {c: wrk(script, port, c, args.seconds) for c in clients}
+
         print("bench ray serve: tessera serve", file=sys.stderr, flush=True)
         proc, port = start_tessera_serve(tessera_bin, step)
         try:
-            answers["tessera"] = post(port, body)["outputs"][0]
-            wrk(script, port, min(8, clients[-1]), 1)
-            for c in clients:
-                results["tessera"][c] = wrk(script, port, c, args.seconds)
+            measure("tessera", port)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
@@ -200,10 +203,7 @@ def main():
         port = free_port()
         start_ray_serve(os.path.join(step, "model.safetensors"), port)
         try:
-            answers["ray_serve"] = post(port, body)["outputs"][0]
-            wrk(script, port, min(8, clients[-1]), 1)
-            for c in clients:
-                results["ray_serve"][c] = wrk(script, port, c, args.seconds)
+            measure("ray_serve", port)
         finally:
             from ray import serve
             serve.shutdown()
@@ -222,7 +222,11 @@ def main():
         print(f"{c:7d} {'ratio':12} {ratio:10.2f}x")
     print(json.dumps({"ray_version": ray.__version__, "torch_version": torch.__version__, "same_label": same_label,
                       "probability_gap": gap, "results": results}))
+    if not same_label or gap > 1e-4:
+        print("bench ray serve: the two servers answer the same image differently: not the same model", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

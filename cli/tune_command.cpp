@@ -152,9 +152,10 @@ int run_tune(const TuneOptions& o) {
     train::validate(c);
   }
   const int64_t max_epochs = base.train.epochs;
-  if (o.backend == "ray") return run_tune_on_ray(o, trials, max_epochs);
+  // Built (and so checked: eta >= 2, epochs >= 1) for either backend.
   tune::Asha asha({.min_epochs = o.scheduler == "asha" ? std::min(o.min_epochs, max_epochs) : max_epochs,
                    .max_epochs = max_epochs, .eta = o.eta, .maximize = o.mode == "max"});
+  if (o.backend == "ray") return run_tune_on_ray(o, trials, max_epochs);
   fs::create_directories(o.out);
   const fs::path table = fs::path(o.out) / "tune.jsonl";
 

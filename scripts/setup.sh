@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what tessera needs from Debian's packages. Usage: scripts/setup.sh [--bench]
+# Installs what tessera needs from Debian's packages, and Ray from PyPI into .venv-ray (below).
+# Usage: scripts/setup.sh [--bench]
 # --bench also installs the references that `tessera bench` runs beside us: the newest PyTorch 2 that
 # PyPI serves, into the virtual environment .venv (ignored by git; the benches use it when it is there,
 # bench/bench.h reference_python), Debian's PyTorch 1.13 (python3-torch: the older tables of

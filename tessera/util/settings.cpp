@@ -75,7 +75,9 @@ constexpr std::array kSettings{
             "network interface whose IPv4 address this process advertises to the other hosts (gloo, pipeline p2p)",
             kUser},
     Setting{"TESSERA_PYTHON", "python3 on the PATH",
-            "the Python, with Ray, that `tessera train --launcher ray` runs its driver (tessera.ray) with", kUser},
+            "the Python, with Ray, that `tessera train --launcher ray` and `tessera tune --backend ray` run their "
+            "driver (tessera.ray) with",
+            kUser},
     Setting{"TESSERA_GLOO_HOST", "127.0.0.1 on one machine, else the address TESSERA_SOCKET_IFNAME picks",
             "address (or host name) the other ranks connect to for this rank's gloo connections", kUser},
     Setting{"TESSERA_SHM_SPIN", "4000 when ranks <= cores, else 64",

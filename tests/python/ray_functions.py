@@ -13,7 +13,7 @@ def all_reduce_of_ranks(config):
         raise RuntimeError("planned failure of the first attempt")
     t = tessera.full([3], float(context.rank + 1))
     dist.all_reduce(t)
-    tessera.ray.report({"step": 1, "sum": t.numpy()[0], "world": context.world_size})
+    tessera.ray.report({"step": 1, "sum": t.numpy()[0], "world": context.world_size, "rank": context.rank})
     return {"rank": context.rank, "sum": t.numpy().tolist(), "attempt": context.attempt}
 
 

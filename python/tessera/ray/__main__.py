@@ -1,7 +1,7 @@
 """`python -m tessera.ray train CONFIG --num-workers N [...]`: what `tessera train CONFIG --launcher ray`
 runs. Prints the workers' lines as they come; exits 0 when the job ends well, 1 when it failed (the
 reason on stderr), 3 for a configuration error (a bad config or option, or a worker's), 2 for bad
-command-line arguments.
+command-line arguments, 127 when this Python has no Ray.
 `python -m tessera.ray tune OUT/ray-search.json [--address A]`: what `tessera tune ... --backend ray`
 runs (_tune.py); exits 0 when a trial succeeded, 1 when every trial failed."""
 import argparse
@@ -43,9 +43,14 @@ def main(argv=None):
     search.add_argument("--address", default=None)
     search.add_argument("--tessera-bin", default=None)
     args = parser.parse_args(argv)
-    if args.command == "tune":
+    try:
         from ._trainer import _find_tessera_bin
         from ._tune import run_search
+    except ImportError as e:
+        print(f"tessera.ray needs Ray with Tune in {sys.executable} ({e}): pip install 'ray[tune]', or set "
+              "TESSERA_PYTHON to the Python that has it", file=sys.stderr)
+        return 127
+    if args.command == "tune":
         return run_search(args.search, args.address, _find_tessera_bin(args.tessera_bin))
 
     from tessera.ray import TesseraTrainer, TrainingFailedError

@@ -82,6 +82,7 @@ class Result:
     restart_seconds: list = field(default_factory=list)
     seconds_to_first_report: float = float("nan")    # from fit() to rank 0's first record
     nodes: list = field(default_factory=list)        # each rank's node address in the last attempt
+    metrics_by_rank: list = field(default_factory=list)  # each rank's last record in the last attempt ({} if none)
 
 
 def _find_tessera_bin(given):
@@ -176,7 +177,8 @@ class TesseraTrainer:
                               attempts=attempt + 1, failures=failures, steps_lost=steps_lost,
                               restart_seconds=restart_seconds,
                               seconds_to_first_report=float("nan") if first_report is None else first_report,
-                              nodes=outcome.nodes)
+                              nodes=outcome.nodes,
+                              metrics_by_rank=[outcome.last_by_rank.get(r, {}) for r in range(self._num_workers)])
             failures.append(outcome.failure)
             failure_seen = outcome.failed_at
             if not outcome.retryable or len(failures) > self._max_failures:
@@ -268,6 +270,7 @@ class _Outcome:
         self.starts_after = None     # the step rank 0 started (or resumed) after
         self.last_step = None        # the last step rank 0 reported done
         self.nodes = []              # each rank's node address
+        self.last_by_rank = {}       # rank -> the last record it reported
 
 
 class _Attempt:
@@ -364,10 +367,12 @@ class _Attempt:
             if first_failure_at is not None and now - first_failure_at > FAILURE_WINDOW_S:
                 break  # the others have had their moment to say how they ended
             wait_s = UNANSWERED_POLL_S if self.deadline is None else min(UNANSWERED_POLL_S, max(0.1, self.deadline - now))
+            if first_failure_at is not None:
+                wait_s = min(wait_s, max(0.1, first_failure_at + FAILURE_WINDOW_S - now))
             done, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s)
             if not done:
-                if self.deadline is not None and time.monotonic() > self.deadline:
-                    continue  # said at the top of the loop
+                if first_failure_at is not None or (self.deadline is not None and time.monotonic() > self.deadline):
+                    continue  # the window's end or the deadline: said at the top of the loop
                 self.outcome.failure = (f"no worker's actor answered for {UNANSWERED_POLL_S:g} s (ranks "
                                         f"{sorted(pending.values())}): Ray itself is stuck")
                 return
@@ -375,10 +380,13 @@ class _Attempt:
             rank = pending.pop(ref)
             try:
                 update = ray.get(ref)
-            except RayError as e:
+            except RayActorError as e:
                 # The actor itself is gone: its node was lost or it was killed. That is the cause.
                 self.outcome.failure = (f"rank {rank}'s actor died (its node lost, or the actor killed): "
                                         f"{_first_line(e)}{self._tail_of(rank)}")
+                return
+            except RayError as e:
+                self.outcome.failure = f"rank {rank}'s actor failed to report: {_first_line(e)}{self._tail_of(rank)}"
                 return
             self._take(rank, update)
             if update["exit_code"] is None:
@@ -391,21 +399,28 @@ class _Attempt:
         if first_failure_at is None:
             self.outcome.return_values = results
             return
-        self._blame(exit_codes)
+        self._blame(exit_codes, set(pending.values()))
 
-    def _blame(self, exit_codes):
-        """The failure of an attempt that ended in nonzero exits: the rank that failed first of its own,
-        not a survivor that stopped because of it (exit 75), and a configuration error above all."""
+    def _blame(self, exit_codes, still_running):
+        """The failure of an attempt that ended in nonzero exits. The rank blamed is the likeliest cause:
+        a configuration error first, then a rank killed by a signal, then any other error, and a survivor
+        that saved and stopped because of a peer (75) last; among equals, the first exit that arrived. (A
+        survivor whose own collective failed on the lost peer exits 1, after the peer's death.)"""
         failed = {rank: code for rank, code in exit_codes.items() if code != 0}
-        first = next(iter(failed))  # in the order the exits arrived
-        own = [rank for rank, code in failed.items() if code != SURVIVOR_SAVED_EXIT]
-        configuration = [rank for rank, code in failed.items() if code == CONFIGURATION_ERROR_EXIT]
-        rank = configuration[0] if configuration else own[0] if own else first
-        others = "; ".join(f"rank {r}: {describe_exit(c)}" for r, c in sorted(exit_codes.items()) if r != rank)
+
+        def likeliness(code):
+            return (0 if code == CONFIGURATION_ERROR_EXIT else 1 if code > 128 else
+                    3 if code == SURVIVOR_SAVED_EXIT else 2)
+
+        order = list(failed)  # the order the exits arrived
+        rank = min(order, key=lambda r: (likeliness(failed[r]), order.index(r)))
+        others = [f"rank {r}: {describe_exit(c)}" for r, c in sorted(exit_codes.items()) if r != rank]
+        others += [f"rank {r}: still running" for r in sorted(still_running)]
+        configuration = failed[rank] == CONFIGURATION_ERROR_EXIT
         self.outcome.retryable = not configuration
         self.outcome.exit_code = CONFIGURATION_ERROR_EXIT if configuration else 1
-        self.outcome.failure = (f"rank {rank} exited with {describe_exit(failed[rank])}"
-                                f"{f' (then {others})' if others else ''}{self._tail_of(rank)}")
+        then = f" (then {'; '.join(others)})" if others else ""
+        self.outcome.failure = f"rank {rank} exited with {describe_exit(failed[rank])}{then}{self._tail_of(rank)}"
 
     def _take(self, rank, update):
         t = self.t
@@ -417,6 +432,8 @@ class _Attempt:
         del tail[:-20]
         if update["dropped_lines"]:
             t._say(f"tessera.ray: rank {rank}: {update['dropped_lines']} output lines dropped (the driver fell behind)")
+        if update["metrics"]:
+            self.outcome.last_by_rank[rank] = dict(update["metrics"][-1], attempt=self.attempt)
         if rank != 0:
             return
         now = time.monotonic()

@@ -110,11 +110,13 @@ def run_search(search_path, address, tessera_bin):
     space = {"trial": tune.grid_search(list(range(len(search["trials"])))), "search": search,
              "tessera_bin": tessera_bin}
     tuner = tune.Tuner(trainable, param_space=space,
+                       # A fresh actor per trial: a stopped trial's actor then ends, and its tessera train
+                       # process with it (a reused actor could leave the stopped one running).
                        tune_config=tune.TuneConfig(metric=metric, mode=mode, scheduler=scheduler,
-                                                   max_concurrent_trials=search["parallel"]),
+                                                   max_concurrent_trials=search["parallel"], reuse_actors=False),
                        run_config=tune.RunConfig(storage_path=search["out"], name="ray", verbose=0))
     grid = tuner.fit()
-    lines, best = [], None
+    lines = []
     for result in grid:
         index = result.config["trial"]
         history = result.metrics_dataframe
@@ -125,11 +127,15 @@ def run_search(search_path, address, tessera_bin):
             line["metric"] = values[-1]
             line["best_metric"] = max(values) if mode == "max" else min(values)
         if result.error:
-            line["error"] = str(result.error).strip().splitlines()[-1][:500]
+            text = str(result.error).strip()
+            line["error"] = (text.splitlines()[-1] if text else type(result.error).__name__)[:500]
         lines.append(line)
-        if values and (best is None or (values[-1] > best["metric"] if mode == "max" else values[-1] < best["metric"])):
-            best = line
     lines.sort(key=lambda line: line["trial"])
+    # As the local backend's: the best of the trials that reached the most epochs (ASHA's highest rung),
+    # never a failed one.
+    ok = [line for line in lines if line["status"] == "ok" and "metric" in line]
+    top = [line for line in ok if line["epochs"] == max((line["epochs"] for line in ok), default=0)]
+    best = (max if mode == "max" else min)(top, key=lambda line: line["metric"]) if top else None
     partial = os.path.join(search["out"], "ray-results.jsonl.tmp")
     with open(partial, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(line) + "\n" for line in lines)
