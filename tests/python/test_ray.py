@@ -90,9 +90,10 @@ def test_a_killed_worker_restarts_the_group_with_no_step_lost(ray_cluster, tmp_p
 
 
 def test_a_python_function_joins_reports_returns_and_is_restarted(ray_cluster):
-    result = TesseraTrainer(all_reduce_of_ranks, train_loop_config={"fail_rank": 1}, num_workers=2,
+    # (1, 2) workers: as many as the cluster holds, 2 here, on each attempt.
+    result = TesseraTrainer(all_reduce_of_ranks, train_loop_config={"fail_rank": 1}, num_workers=(1, 2),
                             max_failures=2, verbose=False).fit()
-    assert result.attempts == 2
+    assert result.attempts == 2 and result.world_sizes == [2, 2]
     assert "rank 1 exited with status 1" in result.failures[0] and "planned failure" in result.failures[0]
     assert result.return_values == [{"rank": r, "sum": [3.0, 3.0, 3.0], "attempt": 1} for r in range(2)]
     assert result.metrics["sum"] == 3.0 and result.metrics["world"] == 2 and result.metrics["attempt"] == 1
@@ -110,6 +111,8 @@ def test_bad_options_and_impossible_placements_say_what_is_wrong(ray_cluster, tm
         TesseraTrainer()
     with pytest.raises(ValueError, match="num_workers"):
         TesseraTrainer(all_reduce_of_ranks, num_workers=0)
+    with pytest.raises(ValueError, match=r"\(min, max\) with 1 <= min <= max"):
+        TesseraTrainer(all_reduce_of_ranks, num_workers=(2, 1))
     with pytest.raises(ValueError, match="placement_strategy 'ANYWHERE'"):
         TesseraTrainer(all_reduce_of_ranks, placement_strategy="ANYWHERE")
     bad = tmp_path / "bad.toml"

@@ -84,11 +84,11 @@ def config(tmp_path, name, steps, extra=""):
                     extra="[distributed]\ntimeout_s = 20\n" + extra)
 
 
-def driver_command(cfg, placement, summary):
+def driver_command(cfg, placement, summary, workers="2"):
     python_path = os.pathsep.join(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
     return ["env", f"PYTHONPATH={python_path}", *[f"{k}={v}" for k, v in RAY_AUTH.items()],
             sys.executable, "-m", "tessera.ray", "train", cfg,
-            "--num-workers", "2", "--address", HEAD, "--placement", placement, "--tessera-bin", TESSERA,
+            "--num-workers", workers, "--address", HEAD, "--placement", placement, "--tessera-bin", TESSERA,
             "--max-failures", "1", "--summary-json", summary]
 
 
@@ -106,12 +106,13 @@ def test_ddp_across_two_ray_hosts_equals_one_process(ray_hosts, tmp_path):
 
 
 def test_a_lost_host_ends_in_a_resumed_job_with_no_step_lost(ray_hosts, tmp_path):
-    # host2 is killed once rank 0 has logged step 20 of 400; with SPREAD, the restarted group fits on
-    # host1 alone, once Ray has seen host2 go.
+    # One worker per host (STRICT_SPREAD), 1 to 2 of them; host2 is killed once rank 0 has logged step 20
+    # of 400: the restarted job is a world of one on host1, once Ray has seen host2 go, resumed from the
+    # survivor's step (a global batch of 64 trains alike at any world size).
     summary = tmp_path / "lost.json"
     slow = "debug_slow_rank = 0\ndebug_slow_ms = 25\n"  # 10 s of steps left when host2 goes
     proc = subprocess.Popen(["bash", os.path.join(REPO, "scripts", "cluster.sh"), "exec", "host1",
-                             *driver_command(config(tmp_path, "lost", 400, slow), "SPREAD", str(summary))],
+                             *driver_command(config(tmp_path, "lost", 400, slow), "STRICT_SPREAD", str(summary), "1:2")],
                             env={**os.environ, "TESSERA_CLUSTER": CLUSTER}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines, killed = [], False
@@ -136,4 +137,5 @@ def test_a_lost_host_ends_in_a_resumed_job_with_no_step_lost(ray_hosts, tmp_path
     assert proc.returncode == 0, out[-4000:]
     result = json.loads(summary.read_text())
     assert result["attempts"] == 2 and result["steps_lost"] == [0] and len(result["restart_seconds"]) == 1, result
+    assert result["world_sizes"] == [2, 1] and result["nodes"] == ["198.18.0.1"], result
     assert result["checkpoint"].endswith("step-00000400"), result

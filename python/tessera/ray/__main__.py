@@ -23,12 +23,20 @@ def parse_resources(parser, items):
     return resources
 
 
+def parse_workers(parser, text):
+    low, sep, high = text.partition(":")
+    try:
+        return (int(low), int(high)) if sep else int(low)
+    except ValueError:
+        parser.error(f"--num-workers takes N or MIN:MAX, not {text!r}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tessera.ray", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train a TOML config, one tessera worker per Ray actor")
     train.add_argument("config")
-    train.add_argument("--num-workers", type=int, default=2)
+    train.add_argument("--num-workers", default="2", help="N, or MIN:MAX (as many as the cluster holds, each attempt)")
     train.add_argument("--address", default=None, help="the Ray cluster (HOST:PORT, or 'auto'; RAY_ADDRESS)")
     train.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
     train.add_argument("--resources", action="append", default=[], metavar="NAME=AMOUNT",
@@ -55,7 +63,8 @@ def main(argv=None):
 
     from tessera.ray import TesseraTrainer, TrainingFailedError
     try:
-        trainer = TesseraTrainer(config=args.config, overrides=args.overrides, num_workers=args.num_workers,
+        trainer = TesseraTrainer(config=args.config, overrides=args.overrides,
+                                 num_workers=parse_workers(train, args.num_workers),
                                  resources_per_worker=parse_resources(train, args.resources) or None,
                                  placement_strategy=args.placement, max_failures=args.max_failures,
                                  resume=args.resume, tessera_bin=args.tessera_bin, address=args.address)

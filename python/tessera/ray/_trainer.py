@@ -38,6 +38,7 @@ CONFIGURATION_ERROR_EXIT = 3  # tessera's exit status for a bad config or input:
 POLL_S = 1.0                  # each actor answers a poll at least this often
 UNANSWERED_POLL_S = 120.0     # no actor answering for this long is Ray itself stuck: the job fails
 FAILURE_WINDOW_S = 5.0        # after a worker fails, how long the others get to end and say how
+PLACEMENT_RETRY_S = 5.0       # with (min, max) workers: how long one size is tried before counting again
 
 
 class TrainingFailedError(RuntimeError):
@@ -83,6 +84,7 @@ class Result:
     seconds_to_first_report: float = float("nan")    # from fit() to rank 0's first record
     nodes: list = field(default_factory=list)        # each rank's node address in the last attempt
     metrics_by_rank: list = field(default_factory=list)  # each rank's last record in the last attempt ({} if none)
+    world_sizes: list = field(default_factory=list)  # the workers each attempt started (num_workers=(min, max))
 
 
 def _find_tessera_bin(given):
@@ -101,8 +103,10 @@ def _check_options(train_func, config, num_workers, resources_per_worker, placem
         raise ValueError("TesseraTrainer takes a training function or a config (a TOML path), exactly one of them")
     if train_func is not None and not callable(train_func):
         raise TypeError(f"TesseraTrainer: train_func must be callable, not a {type(train_func).__name__}")
-    if not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"TesseraTrainer: num_workers must be a positive integer, not {num_workers!r}")
+    low, high = (num_workers, num_workers) if isinstance(num_workers, int) else tuple(num_workers)
+    if not all(isinstance(n, int) for n in (low, high)) or not 1 <= low <= high:
+        raise ValueError(f"TesseraTrainer: num_workers must be a positive integer or (min, max) with 1 <= min <= max, "
+                         f"not {num_workers!r}")
     for name, amount in resources_per_worker.items():
         if not isinstance(amount, (int, float)) or amount < 0:
             raise ValueError(f"TesseraTrainer: resources_per_worker[{name!r}] = {amount!r} is not a non-negative number")
@@ -128,7 +132,10 @@ class TesseraTrainer:
         self._config = os.path.abspath(config) if config is not None else None
         self._overrides = list(overrides)
         self._train_loop_config = train_loop_config
-        self._num_workers = num_workers
+        # (min, max): each attempt starts as many workers as the cluster's live nodes hold, within them;
+        # a config then needs train.global_batch_size, which every world size trains alike.
+        self._min_workers, self._max_workers = ((num_workers, num_workers) if isinstance(num_workers, int)
+                                                else tuple(num_workers))
         self._resources = resources
         self._placement_strategy = placement_strategy
         self._max_failures = max_failures
@@ -153,12 +160,13 @@ class TesseraTrainer:
         submitted = time.monotonic()
         if not ray.is_initialized():
             ray.init(address=self._address, include_dashboard=False, log_to_driver=False)
-        history, failures, steps_lost, restart_seconds, first_report = [], [], [], [], None
+        history, failures, steps_lost, restart_seconds, first_report, world_sizes = [], [], [], [], None, []
         attempt, step_before_failure, failure_seen = 0, None, None
         deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
         while True:
             run = _Attempt(self, attempt, resume=self._resume or attempt > 0, deadline=deadline)
             outcome = run.execute()
+            world_sizes.append(len(outcome.nodes))
             started_at = outcome.rank0_records[0]["_received"] if outcome.rank0_records else None
             for record in outcome.rank0_records:
                 if first_report is None:
@@ -178,7 +186,8 @@ class TesseraTrainer:
                               restart_seconds=restart_seconds,
                               seconds_to_first_report=float("nan") if first_report is None else first_report,
                               nodes=outcome.nodes,
-                              metrics_by_rank=[outcome.last_by_rank.get(r, {}) for r in range(self._num_workers)])
+                              metrics_by_rank=[outcome.last_by_rank.get(r, {}) for r in range(len(outcome.nodes))],
+                              world_sizes=world_sizes)
             failures.append(outcome.failure)
             failure_seen = outcome.failed_at
             if not outcome.retryable or len(failures) > self._max_failures:
@@ -186,9 +195,8 @@ class TesseraTrainer:
                        f"{len(failures)} failures, max_failures = {self._max_failures}")
                 raise TrainingFailedError(f"tessera.ray: the job failed ({why}): {outcome.failure}",
                                           exit_code=outcome.exit_code)
-            self._say(f"tessera.ray: attempt {attempt} failed: {outcome.failure}\ntessera.ray: restarting "
-                      f"{self._num_workers} workers from the newest checkpoint (failure {len(failures)} of at most "
-                      f"{self._max_failures})")
+            self._say(f"tessera.ray: attempt {attempt} failed: {outcome.failure}\ntessera.ray: restarting from the "
+                      f"newest checkpoint (failure {len(failures)} of at most {self._max_failures})")
             attempt += 1
 
     # --- what the attempts share -----------------------------------------------------------------
@@ -284,31 +292,67 @@ class _Attempt:
         self.outcome = _Outcome()
         self.tails = {}  # rank -> its last output lines, for the failure message
         self.pending = {}  # poll requests in flight -> rank: their answers hold lines and records too
+        self.workers = trainer._max_workers  # this attempt's world size (_place chooses it)
 
     def execute(self):
         t = self.t
-        pg = placement_group([dict(t._resources) for _ in range(t._num_workers)], strategy=t._placement_strategy)
-        actors = []
+        pg, actors = None, []
         try:
-            try:
-                ray.get(pg.ready(), timeout=t._placement_timeout_s)
-            except GetTimeoutError:
-                # A first start that cannot be placed will not be placed by trying again; a restart may be
-                # waiting for a lost node's replacement, and counts as one more failure.
-                self.outcome.retryable = self.attempt > 0
-                self.outcome.failure = (f"{t._num_workers} workers of {t._resources} could not be placed "
-                                        f"({t._placement_strategy}) within {t._placement_timeout_s:g} s; the "
-                                        f"cluster has {ray.available_resources()} free")
+            pg = self._place()
+            if pg is None:
                 return self.outcome
-            actors = [self._make_actor(pg, i) for i in range(t._num_workers)]
+            actors = [self._make_actor(pg, i) for i in range(self.workers)]
             if self._start(actors):
                 self._watch(actors)
         finally:
             if self.outcome.failure is not None:
                 self.outcome.failed_at = time.monotonic()
             self._end(actors)
-            remove_placement_group(pg)
+            if pg is not None:
+                remove_placement_group(pg)
         return self.outcome
+
+    def _place(self):
+        """A placement group of as many bundles as can be placed, within (min, max) workers; None (and the
+        outcome's failure) if not even min can be within placement_timeout_s. The count is estimated from
+        the live nodes and tried for a few seconds at a time: a node lost a moment ago may still count
+        as live until Ray's health checks mark it dead."""
+        t = self.t
+        deadline = time.monotonic() + t._placement_timeout_s
+        while True:
+            self.workers = self._workers_that_fit()
+            pg = placement_group([dict(t._resources) for _ in range(self.workers)], strategy=t._placement_strategy)
+            wait_s = max(0.1, deadline - time.monotonic())
+            if t._min_workers < t._max_workers:
+                wait_s = min(wait_s, PLACEMENT_RETRY_S)
+            try:
+                ray.get(pg.ready(), timeout=wait_s)
+                return pg
+            except GetTimeoutError:
+                remove_placement_group(pg)
+            if time.monotonic() >= deadline:
+                break
+        # A first start that cannot be placed will not be placed by trying again; a restart may be waiting
+        # for a lost node's replacement, and counts as one more failure.
+        self.outcome.retryable = self.attempt > 0
+        self.outcome.failure = (f"{self.workers} workers of {t._resources} could not be placed "
+                                f"({t._placement_strategy}) within {t._placement_timeout_s:g} s; the cluster has "
+                                f"{ray.available_resources()} free")
+        return None
+
+    def _workers_that_fit(self):
+        t = self.t
+        if t._min_workers == t._max_workers:
+            return t._max_workers
+        per_node = []
+        for node in ray.nodes():
+            if not node.get("Alive"):
+                continue
+            have = node.get("Resources", {})
+            per_node.append(min((int(have.get(k, 0) // v) for k, v in t._resources.items() if v > 0), default=0))
+        fits = (sum(1 for n in per_node if n >= 1) if t._placement_strategy == "STRICT_SPREAD" else
+                max(per_node, default=0) if t._placement_strategy == "STRICT_PACK" else sum(per_node))
+        return max(t._min_workers, min(t._max_workers, fits))
 
     def _make_actor(self, pg, index):
         t = self.t
