@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "cli/ray_launch.h"
 #include "tessera/core/error.h"
+#include "tessera/io/atomic_file.h"
 #include "tessera/train/config.h"
 #include "tessera/tune/asha.h"
 #include "tessera/tune/search_space.h"
@@ -112,13 +113,7 @@ int run_tune_on_ray(const TuneOptions& o, const std::vector<std::vector<std::str
                               {"parallel", o.parallel}, {"nproc", o.nproc}, {"trial_timeout_s", o.trial_timeout_s},
                               {"out", fs::absolute(o.out).string()}};
   const fs::path path = fs::path(o.out) / "ray-search.json";
-  const fs::path partial = path.string() + ".tmp";
-  {
-    std::ofstream file(partial);
-    file << search.dump(2) << "\n";
-    if (!file.flush()) throw IoError("[tune] cannot write " + partial.string());
-  }
-  fs::rename(partial, path);
+  io::write_file_atomic(path.string(), search.dump(2) + "\n");
   std::vector<std::string> args{"tune", fs::absolute(path).string()};
   if (!o.address.empty()) args.insert(args.end(), {"--address", o.address});
   std::fflush(stdout);

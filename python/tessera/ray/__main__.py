@@ -7,6 +7,7 @@ runs (_tune.py); exits 0 when a trial succeeded, 1 when every trial failed."""
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
 
@@ -83,9 +84,10 @@ def main(argv=None):
     print(f"tessera.ray: done after {result.attempts} attempt(s); steps lost to restarts: {result.steps_lost}; "
           f"seconds from each failure to training again: {[None if s is None else round(s, 2) for s in result.restart_seconds]}; "
           f"newest checkpoint {result.checkpoint or '(none)'}", file=sys.stderr)
-    if args.summary_json:
-        with open(args.summary_json, "w", encoding="utf-8") as f:
+    if args.summary_json:  # whole or absent, never half written
+        with open(args.summary_json + ".tmp", "w", encoding="utf-8") as f:
             json.dump(summary, f)
+        os.replace(args.summary_json + ".tmp", args.summary_json)
     return 0
 
 

@@ -98,15 +98,20 @@ def _find_tessera_bin(given):
                             "put `tessera` on the PATH (every node runs it at the same path)")
 
 
-def _check_options(train_func, config, num_workers, resources_per_worker, placement_strategy, max_failures):
-    if (train_func is None) == (config is None):
-        raise ValueError("TesseraTrainer takes a training function or a config (a TOML path), exactly one of them")
-    if train_func is not None and not callable(train_func):
-        raise TypeError(f"TesseraTrainer: train_func must be callable, not a {type(train_func).__name__}")
+def _worker_bounds(num_workers):
+    """(min, max) workers from an int N (N, N) or a pair; ValueError unless 1 <= min <= max."""
     low, high = (num_workers, num_workers) if isinstance(num_workers, int) else tuple(num_workers)
     if not all(isinstance(n, int) for n in (low, high)) or not 1 <= low <= high:
         raise ValueError(f"TesseraTrainer: num_workers must be a positive integer or (min, max) with 1 <= min <= max, "
                          f"not {num_workers!r}")
+    return low, high
+
+
+def _check_options(train_func, config, resources_per_worker, placement_strategy, max_failures):
+    if (train_func is None) == (config is None):
+        raise ValueError("TesseraTrainer takes a training function or a config (a TOML path), exactly one of them")
+    if train_func is not None and not callable(train_func):
+        raise TypeError(f"TesseraTrainer: train_func must be callable, not a {type(train_func).__name__}")
     for name, amount in resources_per_worker.items():
         if not isinstance(amount, (int, float)) or amount < 0:
             raise ValueError(f"TesseraTrainer: resources_per_worker[{name!r}] = {amount!r} is not a non-negative number")
@@ -127,15 +132,14 @@ class TesseraTrainer:
                  resume=False, tessera_bin=None, env=None, address=None, placement_timeout_s=120.0,
                  stop_grace_s=30.0, timeout_s=None, on_report=None, verbose=True):
         resources = dict(resources_per_worker or {"CPU": 1})
-        _check_options(train_func, config, num_workers, resources, placement_strategy, max_failures)
+        _check_options(train_func, config, resources, placement_strategy, max_failures)
         self._train_func = train_func
         self._config = os.path.abspath(config) if config is not None else None
         self._overrides = list(overrides)
         self._train_loop_config = train_loop_config
         # (min, max): each attempt starts as many workers as the cluster's live nodes hold, within them;
         # a config then needs train.global_batch_size, which every world size trains alike.
-        self._min_workers, self._max_workers = ((num_workers, num_workers) if isinstance(num_workers, int)
-                                                else tuple(num_workers))
+        self._min_workers, self._max_workers = _worker_bounds(num_workers)
         self._resources = resources
         self._placement_strategy = placement_strategy
         self._max_failures = max_failures

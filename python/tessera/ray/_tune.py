@@ -18,33 +18,13 @@ import ray
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-from ._actor import _die_with
+from ._actor import _MetricsTail, _die_with
 
 POLL_S = 0.2  # how often a trial looks for new epoch records in its metrics.jsonl
 
 
 def trial_dir(search, index):
     return os.path.join(search["out"], f"trial-{index:04d}")
-
-
-def _epoch_records(path, offset):
-    """The epoch records appended to metrics.jsonl since `offset`, and the new offset."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
-        return [], offset
-    end = data.rfind(b"\n") + 1
-    records = []
-    for line in data[:end].splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if record.get("type") == "epoch":
-            records.append(record)
-    return records, offset + end
 
 
 def run_trial(config):
@@ -59,8 +39,9 @@ def run_trial(config):
                 "--overwrite"]
     if search["nproc"] > 1:
         command += ["--nproc", str(search["nproc"])]
-    metrics = os.path.join(directory, "metrics.jsonl")
-    offset = os.path.getsize(metrics) if os.path.exists(metrics) else 0
+    # The records this run appends (a trial's directory may hold an earlier run's, moved aside by
+    # --overwrite: a new file is read from its start).
+    tail = _MetricsTail(os.path.join(directory, "metrics.jsonl"), from_start=False)
     log = open(os.path.join(directory, "log.txt"), "ab")
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             preexec_fn=_die_with(os.getpid()))
@@ -68,8 +49,7 @@ def run_trial(config):
     try:
         while True:
             finished = proc.poll() is not None  # read once more after the end: its last records
-            records, offset = _epoch_records(metrics, offset)
-            for record in records:
+            for record in (r for r in tail.read() if r.get("type") == "epoch"):
                 value = record.get(search["metric"])
                 if not isinstance(value, (int, float)):
                     raise RuntimeError(f"trial {index}: its epoch records have no number '{search['metric']}'")
