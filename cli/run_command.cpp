@@ -106,6 +106,11 @@ Command add_run_command(CLI::App& app) {
                   "Seconds workers get to exit after SIGTERM or a forwarded signal before SIGKILL")
       ->default_val(5.0)
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--live-replacements", options->live_replacements,
+                  "A live job (distributed.live_membership): processes this launcher may start in lost workers' "
+                  "slots, each joining the running job (default 0: it goes on with fewer). An elastic job replaces "
+                  "within --max-restarts")
+      ->check(CLI::NonNegativeNumber);
   auto iface = std::make_shared<std::string>();
   cmd->add_option("--iface", *iface,
                   "Network interface whose address the workers advertise to the other hosts (sets "

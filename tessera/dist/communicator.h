@@ -94,6 +94,10 @@ class Communicator {
   // Makes the collective waiting now, and every later one, fail within about 20 ms of its next
   // sleep (the group is broken; its first error is what the callers see). Thread-safe. A no-op unless abortable().
   virtual void abort() {}
+  // abort(), and this rank leaves for good: where the backend can tell its peers (shm's shared
+  // counters), their waits for this rank end with a PeerFailureError. A live job's survivors
+  // (live_membership.h) leave a failed group so that no member stays waiting in it.
+  virtual void leave() { abort(); }
 };
 
 }  // namespace tessera::dist

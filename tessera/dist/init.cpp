@@ -66,6 +66,7 @@ ProcessGroupPtr init_process_group(const InitOptions& options) {
   group_options.debug = options.debug.value_or(debug_from_environment());
   group_options.collective_check = env_flag("TESSERA_COLLECTIVE_CHECK", group_options.collective_check);
   group_options.exit_when_stuck_after_mismatch = true;
+  group_options.wait_for_failure_reports = options.wait_for_failure_reports;
   if (const int64_t beat = env_int(launcher::kHeartbeatMsVariable, 0); beat > 0) group_options.heartbeat = Milliseconds(beat);
   return std::make_shared<ProcessGroup>(std::move(communicator), context.store, group_options);
 }

@@ -18,6 +18,7 @@ struct InitOptions {
   std::string backend = "auto";  // auto | gloo | shm | mpi
   Milliseconds timeout{300000};  // rendezvous, and every operation of the group
   std::optional<bool> debug;     // default: TESSERA_DIST_DEBUG=1
+  bool wait_for_failure_reports = true;  // ProcessGroupOptions's
 };
 
 ProcessGroupPtr init_process_group(const InitOptions& options = {});

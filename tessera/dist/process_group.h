@@ -57,6 +57,11 @@ struct ProcessGroupOptions {
   // names a rank that arrives last at the collectives again and again (a straggler).
   // init_process_group reads TESSERA_HEARTBEAT_MS, which the elastic agent sets.
   Milliseconds heartbeat{0};
+  // Where the heartbeats go, and as which rank: a live job's later groups (live_membership.h) beat
+  // as their launch rank under the first group's prefix, where the agent watches. Null: the group's
+  // own store, as its rank.
+  std::shared_ptr<Store> heartbeat_store;
+  int heartbeat_rank = -1;
   // The collective check described above; init_process_group reads TESSERA_COLLECTIVE_CHECK.
   bool collective_check = true;
   // After the check has failed a collective that is still stuck in the backend (which cannot be
@@ -69,6 +74,10 @@ struct ProcessGroupOptions {
   // Whether the group writes its record to flight_recorder_dir() when a collective is stuck or fails
   // (tessera plan's dry groups do not: they would overwrite the real run's records beside them).
   bool dump_flight_records = true;
+  // After a collective fails, wait up to three watchdog intervals (3 s at most) for the other ranks'
+  // "I am in #n" reports, to name the ranks that never arrived. A live job's groups (whose
+  // survivors regroup at once, live_membership.h) take one look at the store instead.
+  bool wait_for_failure_reports = true;
 };
 
 class ProcessGroup;
@@ -94,6 +103,12 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup>, public I
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // This rank leaves the group for good (a live job's survivors, before they form the next one):
+  // every wait of its operations ends, and on shm its peers' waits for it end too (PeerFailureError);
+  // on tcp they end once its connections close with the group. Thread-safe.
+  void leave() {
+    if (communicator_->abortable()) communicator_->leave();
+  }
   const char* backend_name() const { return communicator_->backend_name(); }
   // Whether the backend takes buffers on `device` (every backend takes the CPU's).
   bool takes(Device device) const { return communicator_->takes(device); }

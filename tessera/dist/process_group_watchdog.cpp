@@ -62,7 +62,10 @@ void ProcessGroup::run_watchdog() {
       const std::string value = format_heartbeat(beat);
       lock.unlock();
       try {
-        store_->set(heartbeat_key(rank_), value);
+        if (options_.heartbeat_store)
+          options_.heartbeat_store->set(heartbeat_key(options_.heartbeat_rank), value);
+        else
+          store_->set(heartbeat_key(rank_), value);
       } catch (const std::exception&) {
         // Best-effort: a dead store is the agent's to notice.
       }
@@ -111,7 +114,7 @@ std::string ProcessGroup::describe_stragglers(const Task& task) {
   arrived[static_cast<size_t>(rank_)] = true;
   try {
     store_->set(concat("progress/", rank_), concat(task.sequence, " ", task.call->op));
-    Deadline until = detail::deadline_after(3 * interval);
+    Deadline until = detail::deadline_after(options_.wait_for_failure_reports ? 3 * interval : Milliseconds(0));
     for (;;) {
       bool all = true;
       for (int r = 0; r < size_; ++r) {

@@ -235,6 +235,15 @@ class Agent {
     next_beat_ = Clock::now();
     next_window_ = Clock::now() + o_.straggler_window;
     job.on_spawn = [this](int rank, pid_t pid) { workers_->started(rank, pid); };
+    // A live job (dist/live_membership.h) keeps its survivors: a lost worker is one of the failures
+    // --max-restarts bounds, replaced in its slot while the budget lasts, and the generation goes on.
+    job.live_replacements = std::max(0, o_.max_restarts - result_.restarts);
+    job.on_live_loss = [this, &m](int rank, int, const std::string& what, pid_t replacement) {
+      ++result_.restarts;
+      ++result_.live_losses;
+      result_.failures.push_back(concat("generation ", m.generation, " (live): ", what));
+      if (replacement < 0) workers_->forget(rank);
+    };
     job.on_failure = [this, &m](int rank, int status, const std::string& what) {
       // End the generation at once, so the other agents stop their workers while ours stop.
       std::string text = what;

@@ -36,7 +36,17 @@ class WorkerWatch {
   WorkerWatch(const Membership& m, int slots, std::shared_ptr<dist::TcpStore> worker_store, const WorkerWatchOptions& options,
               ElasticResult& result);
 
-  void started(int rank, pid_t pid) { pids_[rank] = pid; }
+  // A worker started (or, in a live job, a replacement in a lost worker's slot: its heartbeats are
+  // awaited from now, not from the lost one's last).
+  void started(int rank, pid_t pid) {
+    pids_[rank] = pid;
+    if (auto it = beats_.find(rank); it != beats_.end()) it->second.second = std::chrono::steady_clock::now();
+  }
+  // A live job's worker lost without a replacement: nothing of it is watched any more.
+  void forget(int rank) {
+    pids_.erase(rank);
+    beats_.erase(rank);
+  }
   const std::map<int, pid_t>& pids() const { return pids_; }
   // The stall report that preceded `rank`'s end, if this watch killed it.
   std::optional<std::string> stall_report(int rank) const;

@@ -77,6 +77,8 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.debug_kill_step", &c.distributed.debug_kill_step},
       {"distributed.debug_stop_rank", &c.distributed.debug_stop_rank},
       {"distributed.debug_stop_step", &c.distributed.debug_stop_step},
+      {"distributed.live_membership", &c.distributed.live_membership},
+      {"distributed.live_settle_ms", &c.distributed.live_settle_ms},
       {"distributed.backend", &c.distributed.backend}, {"distributed.timeout_s", &c.distributed.timeout_s},
       {"distributed.bucket_cap_mb", &c.distributed.bucket_cap_mb}, {"distributed.comm_hook", &c.distributed.comm_hook},
       {"distributed.reduce_dtype", &c.distributed.reduce_dtype},
@@ -409,6 +411,9 @@ void check_settings(const TrainConfig& c) {
   if (c.distributed.strategy == "ps")
     one_of("optimizer.name (the parameter servers run it)", c.optimizer.name, {"sgd", "adam", "adamw"});
   one_of("distributed.comm_hook", c.distributed.comm_hook, {"none", "fp16", "bf16", "powersgd", "topk"});
+  one_of("distributed.live_membership", c.distributed.live_membership, {"auto", "on", "off"});
+  TESSERA_CHECK(c.distributed.live_settle_ms >= 10 && c.distributed.live_settle_ms <= 60000,
+                "[config] distributed.live_settle_ms must be between 10 and 60000, got ", c.distributed.live_settle_ms);
   one_of("distributed.reduce_dtype", c.distributed.reduce_dtype, {"auto", "fp32", "bf16"});
   TESSERA_CHECK(c.distributed.reduce_dtype != "bf16" || c.distributed.comm_hook == "none",
                 "[config] distributed.reduce_dtype = 'bf16' sets how the plain all-reduce sends gradients; "

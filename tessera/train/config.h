@@ -161,6 +161,12 @@ struct DistributedConfig {
   // Worker debug_stop_rank sends itself SIGSTOP at step debug_stop_step (a stalled process). Under the
   // elastic agent both fire in generation 0 only, so the restarted job does not fail again.
   int64_t debug_stop_rank = -1, debug_stop_step = 0;
+  // Live membership (train/trainer_live.cpp, dist/live_membership.h): a lost rank's peers go on
+  // without restarting, and new ranks join the running job. "auto": on for a DDP job under the
+  // elastic agent (`tessera run --nnodes MIN:MAX`); "on": under any `tessera run` too; "off": a
+  // lost rank ends the generation and every worker restarts from the survivors' save.
+  std::string live_membership = "auto";
+  int64_t live_settle_ms = 300;  // a membership round closes once nobody has arrived for this long
 };
 
 // Model parallelism (tessera/parallel/pipeline, tessera/parallel/tensor) on a DP × PP × TP mesh

@@ -23,6 +23,11 @@ dist::ProcessGroupPtr init_group(const TrainConfig& config) {
   dist::InitOptions init;
   init.backend = config.distributed.backend;
   init.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
+  // A job that may run with live membership regroups as soon as a collective fails: no waiting for
+  // the others' reports first (the trainer decides whether it does: trainer_live.cpp).
+  const std::string& live = config.distributed.live_membership;
+  init.wait_for_failure_reports =
+      live == "off" || (live == "auto" && env_setting(dist::launcher::kElasticGenerationVariable) == nullptr);
   return dist::init_process_group(init);
 }
 
@@ -37,6 +42,9 @@ std::unique_ptr<Trainer> make_trainer(const TrainConfig& config) {
                      std::to_string(config.parallel.tp) + " need at least " + std::to_string(needed) +
                      " processes: add --nproc " + std::to_string(needed));
   }
+  // A replacement for a lost worker of a live job joins the running job (null: it had ended).
+  if (dist::launcher::has_worker_rank() && env_flag(dist::launcher::kLiveJoinerVariable, false))
+    return Trainer::join_live_job(config);
   if (dist::launched_as_job()) return std::make_unique<Trainer>(config, init_group(config));
   // A job that asked Slurm for several tasks, running this in its batch script (or salloc's shell)
   // without srun: one process trains, and the user should know the other tasks sit idle.
@@ -64,7 +72,10 @@ RunOutcome run(const TrainConfig& config, const RunOptions& options) {
   dist::set_flight_recorder_dir((std::filesystem::path(config.train.output_dir) / "flight").string());
   if (options.stop_on_signals) dist::install_flight_recorder_signal();
   std::unique_ptr<Trainer> trainer = make_trainer(config);
+  if (!trainer) return outcome;  // a live job's replacement that came after the end
   const bool lead = trainer->rank() == 0;
+  // A live job's joiner takes the members' state, never a checkpoint.
+  const bool joiner = dist::launcher::has_worker_rank() && env_flag(dist::launcher::kLiveJoinerVariable, false);
   // "auto" (an elastic job's restarted workers): the newest checkpoint that reads back whole, never
   // one that fails its checksums; a fresh start only where there is none at all.
   std::string resume_from = options.resume == "latest" ? "" : options.resume;
@@ -74,7 +85,7 @@ RunOutcome run(const TrainConfig& config, const RunOptions& options) {
         (std::filesystem::path(config.train.output_dir) / "checkpoints").string(), &skipped);
     for (const std::string& why : skipped) std::fprintf(stderr, "[resume] skipped: %s\n", why.c_str());
   }
-  const bool fresh = options.resume.empty() || (options.resume == "auto" && resume_from.empty());
+  const bool fresh = joiner || options.resume.empty() || (options.resume == "auto" && resume_from.empty());
   if (!fresh) {
     trainer->resume(resume_from);
     if (lead) std::fprintf(stderr, "resumed at step %lld\n", static_cast<long long>(trainer->global_step()));
@@ -94,12 +105,13 @@ RunOutcome run(const TrainConfig& config, const RunOptions& options) {
     std::signal(SIGTERM, previous_term);
   }
   const FitResult& r = outcome.fit;
+  const bool lead_at_end = trainer->rank() == 0;  // a live job's rank 0 may have changed
   outcome.interrupted = r.stopped_early && !(config.train.max_steps > 0 && r.steps >= config.train.max_steps);
   // An interrupted run (Ctrl-C, or an elastic agent's SIGTERM before a resize) is not final: its
   // latest evaluation is reported as such, so the one "final" line is the finished run's.
   const char* which = outcome.interrupted ? "latest (interrupted at step " : "final";
   const std::string at = outcome.interrupted ? std::to_string(r.steps) + ")" : "";
-  if (r.last_eval && lead) {
+  if (r.last_eval && lead_at_end) {
     if (trainer->vocabulary())
       std::printf("%s%s validation loss %.4f\n", which, at.c_str(), r.last_eval->loss);
     else if (std::isnan(r.last_eval->accuracy))
@@ -109,7 +121,7 @@ RunOutcome run(const TrainConfig& config, const RunOptions& options) {
       std::printf("%s%s test accuracy %.2f%% (loss %.4f) on %lld samples\n", which, at.c_str(),
                   100.0 * r.last_eval->accuracy, r.last_eval->loss, static_cast<long long>(r.last_eval->samples));
   }
-  if (lead) std::printf("checkpoint: %s\n", r.last_checkpoint.c_str());
+  if (lead_at_end) std::printf("checkpoint: %s\n", r.last_checkpoint.c_str());
   return outcome;
 }
 

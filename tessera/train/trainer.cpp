@@ -259,7 +259,7 @@ double Trainer::train_step(const data::Batch& batch) {
   }
   if (scaler_) scaler_->update(overflow);
   ++step_;
-  if (survivor_) rng_at_step_ = default_generator();  // a copy of the engine, not its text
+  if (survivor_ || live_) rng_at_step_ = default_generator();  // a copy of the engine, not its text
   return loss;
 }
 
@@ -326,10 +326,26 @@ void Trainer::save_after_losing_a_peer() {
 
 FitResult Trainer::fit_epochs() {
   const auto& run = config_.train;
-  const bool lead = rank() == 0;  // the rank that reports and writes
+  // A joiner of a live job first takes a member's state (its run id among it), as the members
+  // send it at the end of their membership change (trainer_live.cpp).
+  if (take_live_state_) {
+    take_live_state_ = false;
+    share_live_state(live_->current().source, std::string());
+  }
   claim_run();
   std::optional<MetricsLog> metrics;
   std::optional<observe::TensorBoardWriter> tensorboard;
+  std::optional<Progress> progress;
+  // Rank 0 reports and writes. A live job's rank 0 may change with its members: the new one opens
+  // the metrics log (which appends) and the progress display when it takes over.
+  auto lead = [&] { return rank() == 0; };
+  auto take_the_lead = [&] {
+    progress.emplace(lead() && Progress::stderr_is_terminal(), lead() ? run.log_every : INT64_MAX);
+    if (!lead() || metrics) return;
+    fs::create_directories(run.output_dir);
+    metrics.emplace((fs::path(run.output_dir) / "metrics.jsonl").string());
+    if (!config_.observability.tensorboard.empty()) tensorboard.emplace(config_.observability.tensorboard);
+  };
   // Every metrics.jsonl record also goes to TensorBoard when asked ([observability] tensorboard).
   auto record_metrics = [&](const nlohmann::json& record) {
     metrics->write(record);
@@ -337,17 +353,12 @@ FitResult Trainer::fit_epochs() {
       tensorboard->write_scalars(record.value("step", int64_t{0}), observe::scalars_of_record(record),
                                  record.value("unix_time", unix_seconds()));
   };
-  if (lead) {
-    fs::create_directories(run.output_dir);
-    metrics.emplace((fs::path(run.output_dir) / "metrics.jsonl").string());
-    if (!config_.observability.tensorboard.empty()) tensorboard.emplace(config_.observability.tensorboard);
-    if (!strategy_->describe().empty()) std::fprintf(stderr, "%s\n", strategy_->describe().c_str());
-  }
+  take_the_lead();
+  if (lead() && !strategy_->describe().empty()) std::fprintf(stderr, "%s\n", strategy_->describe().c_str());
   // Where the run (re)started, for tessera report's list of starts and resumptions.
-  if (lead)
+  if (lead())
     record_metrics({{"type", "start"}, {"step", step_}, {"epoch", epoch_}, {"resumed", resumed_},
                     {"world_size", world_size()}, {"unix_time", unix_seconds()}});
-  Progress progress(lead && Progress::stderr_is_terminal(), lead ? run.log_every : INT64_MAX);
   FitResult result;
   stop_requested_ = false;
   strategy_->on_fit_start(step_, resumed_, run_output());
@@ -359,99 +370,144 @@ FitResult Trainer::fit_epochs() {
   if (progress_) {
     progress_->set_flight_dir(dist::flight_recorder_dir());
     // `tessera trace stacks <output_dir>` asks this launcher (the parent) for the job's stacks.
-    if (lead && progress_->launcher_pid() > 0)
+    if (lead() && progress_->launcher_pid() > 0)
       io::write_file_atomic((fs::path(run.output_dir) / "launcher.pid").string(),
                             std::to_string(progress_->launcher_pid()) + "\n");
   }
   const std::optional<int64_t> wedge_before_step = debug_wedge_point("step");
-  if (strategy_->holds_whole_state() && world_size() > 1 && !survivor_) {
-    {
-      std::lock_guard lock(state_mu_);
-      rng_at_step_ = default_generator();
-    }
-    survivor_ = SurvivorSave::from_environment(rank(), [this] { return save_survivor_checkpoint(); });
+  start_live_membership();
+  // The launcher keeps a live job's survivors running when one of its workers is lost (progress_file.h).
+  if (progress_ && live_) progress_->set_live(true);
+  if ((live_ || (strategy_->holds_whole_state() && world_size() > 1)) && !survivor_) {
+    std::lock_guard lock(state_mu_);
+    rng_at_step_ = default_generator();
   }
-  while (epoch_ < run.epochs) {
-    const int64_t batches = loader_->batches_per_epoch();
-    loader_->start_epoch(epoch_, batch_in_epoch_);
-    if (lead) progress.start_epoch(epoch_, run.epochs, batches, batch_in_epoch_);
-    record_progress(Phase::Step);  // from here the silence until the next step is a step's
-    auto epoch_start = std::chrono::steady_clock::now();
-    double loss_sum = 0.0, rate = 0.0;
-    int64_t loss_count = 0;
-    while (true) {
-      std::optional<data::Batch> batch;
-      {
-        observe::TraceSpan span("data", "train");
-        batch = loader_->next();
-      }
-      if (!batch) break;
-      if (wedge_before_step == step_ + 1) block_as_a_wedged_rank();
-      auto t0 = std::chrono::steady_clock::now();
-      const double loss = train_step(*batch);
-      ++batch_in_epoch_;
-      apply_fault_injection();
-      TESSERA_CHECK(std::isfinite(loss), "[train] the loss became ", loss, " at step ", step_,
-                    "; lower optimizer.lr or set optimizer.clip_grad_norm");
-      loss_sum += loss;
-      ++loss_count;
-      // Samples/s of the whole job (every replica runs the same step in lockstep), smoothed.
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const double now_rate = static_cast<double>(global_batch_size()) / std::max(seconds, 1e-9);
-      rate = rate == 0.0 ? now_rate : 0.9 * rate + 0.1 * now_rate;
-      // The stop flag's all-reduce comes first: once it completes, every rank has finished this
-      // step's optimizer update, so a step in the metrics or in the elastic agent's count is one every
-      // surviving replica holds (a survivors' save keeps it; none is lost or done twice).
-      const bool stop = agree_on_stopping();
-      if (elastic_) elastic_->stepped(step_);
-      if (lead) {
-        progress.step(batch_in_epoch_ - 1, step_, loss, optimizer_->lr(), rate);
-        nlohmann::json record{{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss},
-                              {"lr", optimizer_->lr()}, {"samples_per_s", rate}, {"unix_time", unix_seconds()}};
-        if (batch->targets.dim() == 2)  // tokens
-          record["tokens_per_s"] = rate * static_cast<double>(batch->targets.shape()[1]);
-        strategy_->add_step_metrics(record);
-        if (scaler_) {
-          record["loss_scale"] = scaler_->scale();
-          record["skipped_steps_total"] = scaler_->skipped_steps();
-        }
+  if (strategy_->holds_whole_state() && world_size() > 1 && !survivor_)
+    survivor_ = SurvivorSave::from_environment(rank(), [this] { return save_survivor_checkpoint(); });
+  // A live job's membership changes (trainer_live.cpp): the lead records them, then the epoch goes
+  // on from the position the members took.
+  std::optional<nlohmann::json> unwritten_step;  // the lead's record of the step in its boundary collective
+  auto after_membership_change = [&] {
+    if (unwritten_step && lead()) record_metrics(*unwritten_step);  // still the lead: its step stands
+    unwritten_step.reset();
+    take_the_lead();
+    if (lead())
+      for (nlohmann::json& record : membership_changes_) {
+        record["unix_time"] = unix_seconds();
         record_metrics(record);
       }
-      record_progress(Phase::Step);
-      if (stop || (run.checkpoint_every > 0 && step_ % run.checkpoint_every == 0)) {
-        record_progress(Phase::Other);  // a save takes as long as it takes: not a wedge
-        result.last_checkpoint = save_checkpoint();
+    membership_changes_.clear();
+  };
+  while (epoch_ < run.epochs) {
+    try {
+      const int64_t batches = loader_->batches_per_epoch();
+      loader_->start_epoch(epoch_, batch_in_epoch_);
+      if (lead()) progress->start_epoch(epoch_, run.epochs, batches, batch_in_epoch_);
+      record_progress(Phase::Step);  // from here the silence until the next step is a step's
+      auto epoch_start = std::chrono::steady_clock::now();
+      double loss_sum = 0.0, rate = 0.0;
+      int64_t loss_count = 0;
+      bool regroup = false;  // rank 0 admitted joiners: the members meet after this step
+      while (true) {
+        std::optional<data::Batch> batch;
+        {
+          observe::TraceSpan span("data", "train");
+          batch = loader_->next();
+        }
+        if (!batch) break;
+        if (wedge_before_step == step_ + 1) block_as_a_wedged_rank();
+        auto t0 = std::chrono::steady_clock::now();
+        const double loss = train_step(*batch);
+        ++batch_in_epoch_;
+        apply_fault_injection();
+        TESSERA_CHECK(std::isfinite(loss), "[train] the loss became ", loss, " at step ", step_,
+                      "; lower optimizer.lr or set optimizer.clip_grad_norm");
+        loss_sum += loss;
+        ++loss_count;
+        // Samples/s of the whole job (every replica runs the same step in lockstep), smoothed.
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double now_rate = static_cast<double>(global_batch_size()) / std::max(seconds, 1e-9);
+        rate = rate == 0.0 ? now_rate : 0.9 * rate + 0.1 * now_rate;
+        // The stop flag's all-reduce comes first: once it completes, every rank has finished this
+        // step's optimizer update, so a step in the metrics or in the elastic agent's count is one every
+        // surviving replica holds (a survivors' save keeps it; none is lost or done twice).
+        // A live job's lead keeps this step's record over a failure in that collective: the step it
+        // completed is never rolled back (the furthest member's state wins; trainer_live.cpp).
+        if (lead()) {
+          nlohmann::json record{{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss},
+                                {"lr", optimizer_->lr()}, {"samples_per_s", rate}, {"unix_time", unix_seconds()}};
+          if (batch->targets.dim() == 2)  // tokens
+            record["tokens_per_s"] = rate * static_cast<double>(batch->targets.shape()[1]);
+          strategy_->add_step_metrics(record);
+          if (scaler_) {
+            record["loss_scale"] = scaler_->scale();
+            record["skipped_steps_total"] = scaler_->skipped_steps();
+          }
+          unwritten_step = std::move(record);
+        }
+        bool stop = false;
+        if (live_)
+          std::tie(stop, regroup) = live_step_boundary();
+        else
+          stop = agree_on_stopping();
+        if (elastic_) elastic_->stepped(step_);
+        if (lead()) {
+          progress->step(batch_in_epoch_ - 1, step_, loss, optimizer_->lr(), rate);
+          record_metrics(*unwritten_step);
+          unwritten_step.reset();
+        }
         record_progress(Phase::Step);
+        if (stop || (run.checkpoint_every > 0 && step_ % run.checkpoint_every == 0)) {
+          record_progress(Phase::Other);  // a save takes as long as it takes: not a wedge
+          result.last_checkpoint = save_checkpoint();
+          record_progress(Phase::Step);
+        }
+        if (stop) {
+          record_progress(Phase::Done);
+          result.stopped_early = true;
+          result.steps = step_;
+          if (lead()) progress->end_epoch("stopped at step " + std::to_string(step_) + "; checkpoint " + result.last_checkpoint);
+          end_live_membership();
+          strategy_->on_fit_end();
+          return result;
+        }
+        if (regroup) break;
       }
-      if (stop) {
-        record_progress(Phase::Done);
-        result.stopped_early = true;
-        result.steps = step_;
-        if (lead) progress.end_epoch("stopped at step " + std::to_string(step_) + "; checkpoint " + result.last_checkpoint);
-        strategy_->on_fit_end();
-        return result;
+      if (regroup) {
+        change_membership("joiners admitted");
+        after_membership_change();
+        continue;
       }
-    }
-    const double epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-    EvalResult eval;
-    record_progress(Phase::Other);  // evaluation and the epoch's save, until the next epoch's steps
-    {
-      observe::TraceSpan span("evaluate", "train");
-      eval = evaluate();
-    }
-    result.last_eval = eval;
-    ++epoch_;
-    batch_in_epoch_ = 0;
-    const double train_loss = loss_count ? loss_sum / loss_count : std::numeric_limits<double>::quiet_NaN();
-    EpochReport report = epoch_report(epoch_, step_, train_loss, eval.loss, eval.accuracy, epoch_seconds, vocab_ != nullptr);
-    result.last_checkpoint = save_checkpoint();
-    if (lead) {
-      record_metrics(report.record);
-      progress.end_epoch(report.summary);
+      const double epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
+      EvalResult eval;
+      record_progress(Phase::Other);  // evaluation and the epoch's save, until the next epoch's steps
+      {
+        observe::TraceSpan span("evaluate", "train");
+        eval = evaluate();
+      }
+      result.last_eval = eval;
+      ++epoch_;
+      batch_in_epoch_ = 0;
+      const double train_loss = loss_count ? loss_sum / loss_count : std::numeric_limits<double>::quiet_NaN();
+      EpochReport report = epoch_report(epoch_, step_, train_loss, eval.loss, eval.accuracy, epoch_seconds, vocab_ != nullptr);
+      result.last_checkpoint = save_checkpoint();
+      if (lead()) {
+        record_metrics(report.record);
+        progress->end_epoch(report.summary);
+      }
+    } catch (const PeerFailureError& e) {
+      if (!live_) throw;
+      regroup_after_failure(e.what());  // then the epoch goes on where the members' state is
+      after_membership_change();
+    } catch (const TimeoutError& e) {
+      if (!live_) throw;
+      regroup_after_failure(e.what());
+      after_membership_change();
     }
   }
   result.steps = step_;
   record_progress(Phase::Done);
+  end_live_membership();
   strategy_->on_fit_end();
   return result;
 }
@@ -471,6 +527,7 @@ void Trainer::apply_fault_injection() {
     std::this_thread::sleep_for(std::chrono::milliseconds(d.debug_slow_ms));  // the artificial straggler
   const char* generation = env_setting(dist::launcher::kElasticGenerationVariable);
   if (generation != nullptr && std::string(generation) != "0") return;  // the restarted job runs clean
+  if (live_ && live_->current().number > 0) return;  // so does a live job after its first change
   if (rank() == d.debug_stop_rank && step_ == d.debug_stop_step) {
     std::fprintf(stderr, "[train] fault injection: worker %d stops itself (SIGSTOP) at step %lld\n", rank(),
                  static_cast<long long>(step_));
@@ -681,16 +738,21 @@ void Trainer::resume(const std::string& path_in) {
     strategy_->load_model_state(files.model.tensors);
     strategy_->load_optimizer_state(*optimizer_, files.trainer.tensors);
   }
+  restore_position(files.trainer.metadata, trainer_file);
+}
+
+void Trainer::restore_position(const io::Metadata& metadata, const std::string& trainer_file) {
+  // (A checkpoint's trainer metadata, or a live member's state sent in memory: trainer_live.cpp.)
   resumed_ = true;
-  step_ = metadata_int(files.trainer.metadata, checkpoint_keys::kStep, trainer_file);
-  epoch_ = metadata_int(files.trainer.metadata, checkpoint_keys::kEpoch, trainer_file);
-  batch_in_epoch_ = metadata_int(files.trainer.metadata, checkpoint_keys::kBatchInEpoch, trainer_file);
-  if (files.trainer.metadata.count(checkpoint_keys::kSamplesInEpoch)) {
+  step_ = metadata_int(metadata, checkpoint_keys::kStep, trainer_file);
+  epoch_ = metadata_int(metadata, checkpoint_keys::kEpoch, trainer_file);
+  batch_in_epoch_ = metadata_int(metadata, checkpoint_keys::kBatchInEpoch, trainer_file);
+  if (metadata.count(checkpoint_keys::kSamplesInEpoch)) {
     // Step s of every world size covers positions [s·G, (s+1)·G) of the epoch's global order
     // (DistributedSampler deals position p to rank p mod W), so the position in samples is all a run
     // with another world size needs, provided its global batch G divides it.
-    const int64_t samples = metadata_int(files.trainer.metadata, checkpoint_keys::kSamplesInEpoch, trainer_file);
-    const int64_t saved_global = metadata_int(files.trainer.metadata, checkpoint_keys::kGlobalBatchSize, trainer_file);
+    const int64_t samples = metadata_int(metadata, checkpoint_keys::kSamplesInEpoch, trainer_file);
+    const int64_t saved_global = metadata_int(metadata, checkpoint_keys::kGlobalBatchSize, trainer_file);
     TESSERA_CHECK(samples % global_batch_size() == 0, "[resume] ", trainer_file, " stopped after ", samples,
                   " samples of epoch ", epoch_, " with a global batch of ", saved_global,
                   "; this run's global batch of ", global_batch_size(), " (", world_size(),
@@ -703,18 +765,18 @@ void Trainer::resume(const std::string& path_in) {
                 batch_in_epoch_, " of ", loader_->batches_per_epoch(), "); was the batch size or dataset changed?");
   {
     std::lock_guard lock(generator_mutex);
-    default_generator().set_state(metadata_value(files.trainer.metadata, checkpoint_keys::kRng, trainer_file));
+    default_generator().set_state(metadata_value(metadata, checkpoint_keys::kRng, trainer_file));
   }
   // The run continues under the id of the run that wrote the checkpoint (one written before runs had
   // ids starts a new one).
-  if (scaler_ && files.trainer.metadata.count(checkpoint_keys::kLossScale))  // a checkpoint of an fp32 or bf16 run has none
-    scaler_->restore(std::strtod(files.trainer.metadata.at(checkpoint_keys::kLossScale).c_str(), nullptr),
-                     metadata_int(files.trainer.metadata, checkpoint_keys::kLossScaleGrowthTracker, trainer_file),
-                     metadata_int(files.trainer.metadata, checkpoint_keys::kSkippedSteps, trainer_file));
-  auto survivors = files.trainer.metadata.find(checkpoint_keys::kSurvivorsOfGeneration);
-  resumed_survivors_of_ = survivors == files.trainer.metadata.end() ? -1 : std::atoll(survivors->second.c_str());
-  auto id = files.trainer.metadata.find(checkpoint_keys::kRunId);
-  if (id != files.trainer.metadata.end() && !id->second.empty()) run_id_ = id->second;
+  if (scaler_ && metadata.count(checkpoint_keys::kLossScale))  // a checkpoint of an fp32 or bf16 run has none
+    scaler_->restore(std::strtod(metadata.at(checkpoint_keys::kLossScale).c_str(), nullptr),
+                     metadata_int(metadata, checkpoint_keys::kLossScaleGrowthTracker, trainer_file),
+                     metadata_int(metadata, checkpoint_keys::kSkippedSteps, trainer_file));
+  auto survivors = metadata.find(checkpoint_keys::kSurvivorsOfGeneration);
+  resumed_survivors_of_ = survivors == metadata.end() ? -1 : std::atoll(survivors->second.c_str());
+  auto id = metadata.find(checkpoint_keys::kRunId);
+  if (id != metadata.end() && !id->second.empty()) run_id_ = id->second;
   if (batch_in_epoch_ == loader_->batches_per_epoch()) {  // saved right at an epoch's end, before evaluation
     ++epoch_;
     batch_in_epoch_ = 0;

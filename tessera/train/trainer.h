@@ -29,6 +29,7 @@
 #include "tessera/core/rng.h"
 #include "tessera/data/char_dataset.h"
 #include "tessera/data/data_loader.h"
+#include "tessera/dist/live_membership.h"
 #include "tessera/dist/process_group.h"
 #include "tessera/io/checkpoint.h"
 #include "tessera/io/safetensors.h"
@@ -77,6 +78,11 @@ class Trainer {
   explicit Trainer(TrainConfig config, dist::ProcessGroupPtr group = nullptr);
   // One worker of a parameter-server job: `ps.rank` of `num_workers`, served by `ps.servers`.
   Trainer(TrainConfig config, parallel::ps::ClientOptions ps, int num_workers);
+  // A process that joins a running live job (the launcher starts it in a lost worker's slot, with
+  // TESSERA_LIVE_JOINER=1): waits until a member admits it, builds as the members do, and fit()
+  // first takes the training state from a member (trainer_live.cpp). Null when the job ended before
+  // it was admitted.
+  static std::unique_ptr<Trainer> join_live_job(TrainConfig config);
   ~Trainer();
   // Loads model, optimizer, schedule, data position and RNG state. `path` as io::load_checkpoint
   // takes it; "" means the latest checkpoint of this run's output_dir (an IoError if there is none).
@@ -140,6 +146,27 @@ class Trainer {
   void claim_output_dir();
   FitResult fit_epochs();  // fit's loop; fit adds the save after a peer's loss
   void save_after_losing_a_peer();
+  // Live membership (trainer_live.cpp, dist/live_membership.h). Whether this job runs with it (the
+  // config's distributed.live_membership, the launcher and what the strategy can carry); ValueError
+  // where "on" asks for what cannot be.
+  bool wants_live_membership() const;
+  void start_live_membership();  // fit's start, on each rank of the launch
+  // At a step boundary: whether the job stops, and whether the members meet for a new epoch (rank 0
+  // admitted joiners). Replaces agree_on_stopping's collective: still one tiny all-reduce.
+  std::pair<bool, bool> live_step_boundary();
+  // The members meet for the next epoch (after a failed collective `cause`, or to admit joiners),
+  // rebuild the group, the strategy and the data share, and take the state of the member that got
+  // furthest. No process restarts.
+  void change_membership(const std::string& cause);
+  // change_membership after a failed collective, again while the new group fails too (another
+  // peer lost meanwhile), a bounded number of times.
+  void regroup_after_failure(std::string cause);
+  // Collective over the new group: `source`'s state (encoded by it before prepare) to every member.
+  void share_live_state(int source, const std::string& mine);
+  void end_live_membership();  // rank 0 when fit ends: a joiner still waiting stops
+  std::string encode_live_state();
+  // Training position and the rest of a checkpoint's trainer metadata (resume, and a live state).
+  void restore_position(const io::Metadata& metadata, const std::string& trainer_file);
   void agree_on_run_id();  // collective
   // train.checkpoint_verify: how far a save is read back before it counts.
   io::Verify checkpoint_verification() const { return io::parse_verify(config_.train.checkpoint_verify); }
@@ -191,6 +218,10 @@ class Trainer {
   // Last, so destroyed first: its thread may read every member above.
   std::unique_ptr<SurvivorSave> survivor_;
   int64_t resumed_survivors_of_ = -1;  // the generation whose survivors saved the resumed checkpoint
+  std::unique_ptr<dist::LiveMembership> live_;  // null unless the job runs with live membership
+  bool take_live_state_ = false;  // a joiner: fit starts by taking a member's state
+  int launch_rank_ = -1;          // RANK as the launcher gave it: the heartbeats' name
+  std::vector<nlohmann::json> membership_changes_;  // for the lead's metrics.jsonl
   static std::atomic<bool> stop_requested_;
 };
 

@@ -140,6 +140,9 @@ constexpr std::array kSettings{
     Setting{"TESSERA_PROGRESS_FILE", "unset (not under a launcher)",
             "the file where the trainer records its steps for the launcher's wedge watch (dist/launcher/progress_file.h)",
             kLauncher},
+    Setting{"TESSERA_LIVE_JOINER", "0",
+            "1: this worker replaces a lost one of a live job and joins the running job (dist/live_membership.h)",
+            kLauncher, kFlag},
     Setting{"TESSERA_HEARTBEAT_MS", "0 (no heartbeat)",
             "the process group's watchdog publishes a heartbeat this often (dist/heartbeat.h)", kElasticAgent, kInteger, 0, 3600000},
 };

@@ -93,7 +93,8 @@ class ChaosRun {
                    bin + " run --nnodes 2:" + std::to_string(kAgentHosts) + " --nproc-per-node 1 --rdzv-backend etcd " +
                        "--rdzv-endpoint 198.18.0.1:2379 --rdzv-id chaos --max-restarts 200 --heartbeat-timeout 3 " +
                        "--last-call 1 --join-timeout 10 --grace-period 2 -- " + bin + " train " + config_ +
-                       " --resume auto --set distributed.debug_slow_rank=0 --set distributed.debug_slow_ms=25",
+                       " --resume auto --set distributed.debug_slow_rank=0 --set distributed.debug_slow_ms=25 " +
+                       "--set distributed.live_membership=off",
                    log);
   }
 

@@ -344,7 +344,8 @@ std::string start_elastic_agents(const Cluster& cluster, const std::string& dir,
               cluster.in(host, bin + " run --nnodes 1:3 --nproc-per-node 1 --rdzv-backend store --rdzv-endpoint " +
                                    "198.18.0.1:29400 --heartbeat-timeout 3 --last-call 1 --grace-period 2 " + agent_args +
                                    " -- " + bin + " train " + dir + "/config.toml --resume auto " +
-                                   "--set distributed.debug_slow_rank=0 --set distributed.debug_slow_ms=20 " + train_args) +
+                                   "--set distributed.debug_slow_rank=0 --set distributed.debug_slow_ms=20 " +
+                                   "--set distributed.live_membership=off " + train_args) +
               " > " + dir + "/agent" + std::to_string(host) + ".log 2>&1 & a" + std::to_string(host) + "=$!; " +
               (host == 1 ? wait_for_log(dir, "hosting the rendezvous store") : std::string());
   return script;
@@ -449,7 +450,7 @@ TEST(MultiHost, AnEtcdClusterInTheJobsHostsLosesAMemberAndNodeZerosHostAndTheJob
               cluster.in(h, bin + " run --nnodes 2:3 --nproc-per-node 1 --rdzv-backend etcd --rdzv-endpoint " + members +
                                 " --rdzv-id mhetcd --heartbeat-timeout 3 --last-call 1 --grace-period 2 --join-timeout 30 -- " +
                                 bin + " train " + dir + "/config.toml --resume auto --set distributed.debug_slow_rank=0 " +
-                                "--set distributed.debug_slow_ms=20") +
+                                "--set distributed.debug_slow_ms=20 --set distributed.live_membership=off") +
               " > " + dir + "/agent" + std::to_string(h) + ".log 2>&1 & a" + std::to_string(h) + "=$!; ";
   // Node 0's host, then an etcd member on another host killed once the job of 3 has written step 10.
   script += wait_for_log(dir, "generation 0: 3 agent(s)") + wait_file(dir + "/run/checkpoints/step-00000010") +

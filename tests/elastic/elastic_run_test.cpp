@@ -27,74 +27,13 @@
 #include "testing/listen_port.h"
 #include "testing/state_compare.h"
 #include "testing/temp_dir.h"
+#include "elastic/elastic_jobs.h"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-
-// 2 epochs of 40 global batches of 12, checkpoints every 5 steps.
-std::string write_config(const std::string& dir, int64_t samples = 480) {
-  std::string path = dir + "/config.toml";
-  std::ofstream(path) << "[model]\nname = \"mlp\"\nhidden = [32]\n"
-                      << "[data]\ndataset = \"synthetic\"\nsamples = " << samples
-                      << "\ntest_samples = 64\nclasses = 4\n"
-                      << "[optimizer]\nname = \"sgd\"\nmomentum = 0.9\nlr = 0.02\n"
-                      << "[train]\nepochs = 2\nglobal_batch_size = 12\ncheckpoint_every = 5\nthreads = 1\n"
-                      << "log_every = 1000\noutput_dir = \"" << dir << "/run\"\n"
-                      << "[distributed]\ntimeout_s = 30\n";
-  return path;
-}
-
-// The agent command line; `extra` goes before `--`, `train_extra` to tessera train.
-std::string agent(const std::string& dir, const std::string& nnodes, int nproc, const std::string& backend,
-                  const std::string& endpoint, const std::string& extra, const std::string& train_extra) {
-  return std::string(TESSERA_BINARY) + " run --nnodes " + nnodes + " --nproc-per-node " + std::to_string(nproc) +
-         " --rdzv-backend " + backend + " --rdzv-endpoint " + endpoint + " --rdzv-id test --grace-period 2 " +
-         "--heartbeat-timeout 3 " + extra + " -- " + TESSERA_BINARY + " train " + dir + "/config.toml --resume auto " +
-         train_extra;
-}
-
-struct Outcome {
-  int status = 0;
-  std::string log;
-};
-
-// Runs `script` with bash, bounded: a job that hangs is killed after 10 minutes (status 124) and
-// fails the test's assertions rather than hanging it.
-Outcome run_shell(const std::string& script, const std::string& log) {
-  Outcome o;
-  const std::string file = log + ".sh";
-  std::ofstream(file) << script << "\n";
-  int status = std::system(("timeout -k 10 600 bash " + file + " > " + log + " 2>&1").c_str());
-  o.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  o.log = tessera::testing::read_text(log);
-  return o;
-}
-
-// Below the ephemeral range: the agents race to bind it, and no outgoing connection may hold it
-// meanwhile (testing/listen_port.h).
-std::string endpoint() { return "127.0.0.1:" + std::to_string(tessera::testing::free_listen_port()); }
-
-int64_t final_step(const std::string& dir, const std::string& run = "run") {
-  return io::latest_checkpoint_step(dir + "/" + run + "/checkpoints");
-}
-
-// The final model of <dir>/<run>.
-nn::StateDict final_model(const std::string& dir, const std::string& run) {
-  return io::load_checkpoint(dir + "/" + run + "/checkpoints").model.tensors;
-}
-
-// Each step's loss in <dir>/<run>/metrics.jsonl (a step written twice, by two generations, keeps the last).
-std::map<int64_t, double> step_losses(const std::string& dir, const std::string& run) {
-  std::map<int64_t, double> losses;
-  std::istringstream in(tessera::testing::read_text(dir + "/" + run + "/metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    auto record = nlohmann::json::parse(line, nullptr, false);
-    if (!record.is_discarded() && record.value("type", "") == "step") losses[record["step"]] = record["loss"];
-  }
-  return losses;
-}
+using namespace tessera::elastic_jobs;
 
 // The step the recovered generation resumed at, from the agent's recovery line (-1 if none).
 int64_t resumed_step(const std::string& log) {
@@ -384,7 +323,7 @@ TEST(ElasticRunLongTier, KilledWorkerOnFashionMnistKeepsTheAccuracy) {
                                         << "[optimizer]\nname = \"sgd\"\nmomentum = 0.9\nlr = 0.05\n"
                                         << "[train]\nepochs = 1\nglobal_batch_size = 120\ncheckpoint_every = 20\n"
                                         << "threads = 1\nlog_every = 1000\nseed = " << seed << "\n"
-                                        << "[distributed]\ntimeout_s = 60\n";
+                                        << "[distributed]\ntimeout_s = 60\nlive_membership = \"off\"\n";
     const std::string base = "--set train.output_dir=" + dir + "/";
     Outcome calm = run_shell(agent(dir, "1", 4, "store", endpoint(), "", base + "calm"), dir + "/calm.log");
     ASSERT_EQ(calm.status, 0) << calm.log;

@@ -57,6 +57,7 @@ class AutoCommunicator : public Communicator {
   // Point-to-point bypasses the group's queue, so aborting the collectives is what the check needs.
   bool abortable() const override { return collectives_->abortable(); }
   void abort() override { collectives_->abort(); }
+  void leave() override { collectives_->leave(); }
   std::unique_ptr<PendingTransfer> post_send(Buffer data, int peer, int tag) override {
     return point_to_point_->post_send(data, peer, tag);
   }

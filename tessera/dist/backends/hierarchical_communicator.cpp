@@ -37,6 +37,11 @@ class HierarchicalCommunicator : public Communicator {
   bool abortable() const override {
     return flat_->abortable() && host_->abortable() && (!leaders_ || leaders_->abortable());
   }
+  void leave() override {
+    flat_->leave();
+    host_->leave();
+    if (leaders_) leaders_->leave();
+  }
   void abort() override {
     flat_->abort();
     host_->abort();

@@ -43,7 +43,7 @@ constexpr const char* kContractVariables[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
     "TESSERA_JOB_TOKEN", "TESSERA_NUM_THREADS",
     "TESSERA_ROLE", "TESSERA_SERVER_RANK", "TESSERA_NUM_SERVERS", "TESSERA_NUM_WORKERS", "TESSERA_PROGRESS_FILE",
-    "TESSERA_LAUNCHER_PID"};
+    "TESSERA_LAUNCHER_PID", "TESSERA_LIVE_JOINER"};
 
 // The contract's variables that are set in this process's environment.
 std::map<std::string, std::string> contract_environment() {

@@ -69,6 +69,9 @@ inline constexpr const char* kElasticMaxWorldVariable = "TESSERA_ELASTIC_MAX_WOR
 inline constexpr const char* kElasticGenerationVariable = "TESSERA_ELASTIC_GENERATION";
 inline constexpr const char* kRestartCountVariable = "TESSERA_RESTART_COUNT";
 inline constexpr const char* kHeartbeatMsVariable = "TESSERA_HEARTBEAT_MS";
+// "1" for a process the launcher starts in a lost worker's slot of a live job: it asks to join the
+// running job (dist/live_membership.h) instead of meeting the launch's ranks.
+inline constexpr const char* kLiveJoinerVariable = "TESSERA_LIVE_JOINER";
 inline constexpr const char* kElasticResumedKey = "elastic/resumed";  // the step the generation started at
 inline constexpr const char* kElasticStepKey = "elastic/step";        // the last step it completed
 // The generation whose survivors saved the step this generation resumed from ("-1": a scheduled

@@ -16,6 +16,7 @@
 //  - a server that exits non-zero or by a signal fails the job as a failing worker does above
 //    ("server I (pid P) exited with status 5; stopped the other 3 processes");
 //  - a worker that does so does not stop the job: asynchronous training goes on with fewer workers.
+//    (So does a lost worker of a live job: LaunchOptions::live_replacements below.)
 //    The launcher writes one line to stderr_fd ("tessera run: worker rank 1 (pid P) exited with
 //    status 3; a parameter-server job goes on without it"), records the rank in failed_workers and
 //    keeps supervising the rest. The servers decide whether they can go on; a synchronous server
@@ -60,6 +61,13 @@ struct LaunchOptions {
   // Watch the workers' progress and report a wedged job with every worker's stacks and flight
   // records (wedge_watch.h; TESSERA_WEDGE_FACTOR=0 turns it off too).
   bool watch_wedges = true;
+  // Live membership (dist/live_membership.h). A worker whose progress record (progress_file.h) says
+  // its job runs live does not fail the job when it is lost: its peers go on without it, and while
+  // replacements last the launcher starts a process in its slot (TESSERA_LIVE_JOINER=1, the same
+  // contract otherwise) that joins the running job. The lost rank is in failed_workers; the job's
+  // exit code is 0 when a worker finished. on_live_loss is told of each loss.
+  int live_replacements = 0;
+  std::function<void(int rank, int wait_status, const std::string& what, pid_t replacement)> on_live_loss;
   int stdout_fd = 1;                  // where the workers' prefixed stdout goes
   int stderr_fd = 2;                  // ... and their stderr, and the launcher's notices during the job
 };

@@ -38,7 +38,8 @@ std::string_view next_field(std::string_view text, size_t& at) {
 std::string format_progress(const ProgressRecord& record) {
   std::string dir = record.flight_dir.empty() ? "-" : record.flight_dir;
   std::string line = std::to_string(record.steps) + " " + phase_text(record.phase) + " " + std::to_string(record.unix_us) +
-                     " " + std::to_string(record.median_step_us) + " " + std::to_string(record.pid);
+                     " " + std::to_string(record.median_step_us) + " " + std::to_string(record.pid) +
+                     (record.live ? " 1" : " 0");
   // A path with spaces or one too long to fit is not sent: the watch then reads no flight records.
   if (dir.find_first_of(" \n") != std::string::npos || line.size() + 1 + dir.size() + 1 > kProgressRecordSize) dir = "-";
   line += " " + dir;
@@ -55,8 +56,10 @@ std::optional<ProgressRecord> parse_progress(std::string_view text) {
   auto unix_us = parse_whole_number(next_field(text, at));
   auto median = parse_whole_number(next_field(text, at));
   auto pid = parse_whole_number(next_field(text, at));
+  const std::string_view live = next_field(text, at);
   const std::string_view dir = next_field(text, at);
-  if (!steps || !unix_us || !median || !pid || dir.empty()) return std::nullopt;
+  if (!steps || !unix_us || !median || !pid || (live != "0" && live != "1") || dir.empty()) return std::nullopt;
+  record.live = live == "1";
   if (phase == "step") record.phase = ProgressRecord::Phase::Step;
   else if (phase == "other") record.phase = ProgressRecord::Phase::Other;
   else if (phase == "done") record.phase = ProgressRecord::Phase::Done;
@@ -101,7 +104,7 @@ void ProgressWriter::write(int64_t steps, ProgressRecord::Phase phase) {
     if (steps_us_.size() < kStepsKept) steps_us_.push_back(each);
     else steps_us_[next_++ % kStepsKept] = each;
   }
-  last_ = ProgressRecord{steps, phase, now, median_step_us(), static_cast<int64_t>(::getpid()), flight_dir_};
+  last_ = ProgressRecord{steps, phase, now, median_step_us(), static_cast<int64_t>(::getpid()), flight_dir_, live_};
   const std::string record = format_progress(*last_);
   ssize_t n;
   do n = ::pwrite(fd_, record.data(), record.size(), 0);

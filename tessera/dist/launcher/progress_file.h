@@ -5,7 +5,7 @@
 // is not a step. A program that never writes one is never watched.
 //
 // The record, kRecordSize bytes, a line padded with spaces:
-//   "<steps> <phase> <unix us> <median step us> <pid> <flight dir>"
+//   "<steps> <phase> <unix us> <median step us> <pid> <live> <flight dir>"
 //   steps      training steps completed so far
 //   phase      "step": between training steps, so a long silence is a wedge; "other": evaluating
 //              or saving a checkpoint, which may take as long as it takes; "done": training ended
@@ -15,6 +15,8 @@
 //              itself from one step's record to the next; 0 before its first
 //   pid        the trainer's process (the launcher's child may be a wrapper, a shell script): the
 //              one whose stacks are taken and that is sent SIGUSR2
+//   live       1 when the job runs with live membership (dist/live_membership.h): when this worker
+//              is lost, the launcher keeps its peers running and starts a replacement that joins
 //   flight dir where this worker's flight records go (dist/flight_recorder.h), "-" when none
 #pragma once
 #include <cstdint>
@@ -39,6 +41,7 @@ struct ProgressRecord {
   int64_t median_step_us = 0;  // 0: none measured yet
   int64_t pid = 0;
   std::string flight_dir;      // empty: none
+  bool live = false;
 };
 
 inline constexpr size_t kProgressRecordSize = 512;
@@ -59,6 +62,7 @@ class ProgressWriter {
   ProgressWriter& operator=(const ProgressWriter&) = delete;
   void write(int64_t steps, ProgressRecord::Phase phase);
   void set_flight_dir(std::string dir) { flight_dir_ = std::move(dir); }
+  void set_live(bool live) { live_ = live; }
   // The launcher's pid ($TESSERA_LAUNCHER_PID), 0 when unknown.
   int64_t launcher_pid() const { return launcher_pid_; }
 
@@ -68,6 +72,7 @@ class ProgressWriter {
   int fd_;
   int64_t launcher_pid_;
   std::string flight_dir_;
+  bool live_ = false;
   std::optional<ProgressRecord> last_;
   std::vector<int64_t> steps_us_;  // the newest step times, a ring of kStepsKept
   size_t next_ = 0;

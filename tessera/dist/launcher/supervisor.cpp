@@ -225,19 +225,17 @@ class Supervisor {
 
  private:
   void spawn_all(const std::vector<ProcessSpec>& specs) {
-    std::string path = resolve_program(job_.command.front());
+    program_ = resolve_program(job_.command.front());
     const std::vector<std::vector<int>> cores =
         core_binding(static_cast<int>(specs.size()), std::max(1, job_.threads_per_worker));
+    replacements_left_ = job_.live_replacements;
     try {
       for (size_t k = 0; k < specs.size(); ++k) {
-        const ProcessSpec& spec = specs[k];
-        WorkerProcess p = spawn_worker(path, job_.command, environment_for(spec.variables), cores[k]);
-        std::string prefix = std::string(spec.server ? "[server " : "[rank ") + std::to_string(spec.rank) + "] ";
-        processes_.push_back(Process{spec.server, spec.rank, p.pid,
-                                     Stream{std::move(p.stdout_read), LinePrefixer(prefix, job_.stdout_fd)},
-                                     Stream{std::move(p.stderr_read), LinePrefixer(prefix, job_.stderr_fd)},
-                                     {}, false});
-        if (job_.on_spawn) job_.on_spawn(spec.rank, p.pid);
+        if (!specs[k].server) {
+          spec_of_rank_[specs[k].rank] = specs[k];
+          cores_of_rank_[specs[k].rank] = cores[k];
+        }
+        spawn_one(specs[k], cores[k]);
       }
     } catch (...) {
       // Those already started must not outlive the error: kill and reap them (SIGKILL cannot be
@@ -249,6 +247,17 @@ class Supervisor {
       }
       throw;
     }
+  }
+
+  pid_t spawn_one(const ProcessSpec& spec, const std::vector<int>& cores) {
+    WorkerProcess p = spawn_worker(program_, job_.command, environment_for(spec.variables), cores);
+    std::string prefix = std::string(spec.server ? "[server " : "[rank ") + std::to_string(spec.rank) + "] ";
+    processes_.push_back(Process{spec.server, spec.rank, p.pid,
+                                 Stream{std::move(p.stdout_read), LinePrefixer(prefix, job_.stdout_fd)},
+                                 Stream{std::move(p.stderr_read), LinePrefixer(prefix, job_.stderr_fd)},
+                                 {}, false});
+    if (job_.on_spawn) job_.on_spawn(spec.rank, p.pid);
+    return p.pid;
   }
 
   void wait_for_events(const SignalPipe& signals) {
@@ -293,6 +302,10 @@ class Supervisor {
         go_on_without(w);
         continue;
       }
+      if (runs_live(w)) {
+        lose_live_worker(i);
+        continue;
+      }
       failed_ = static_cast<int>(i);
       stopped_on_failure_ = running_count();
       stop();
@@ -308,6 +321,41 @@ class Supervisor {
     write_all(job_.stderr_fd, tessera::detail::concat("tessera run: worker rank ", w.rank, " (pid ", w.pid, ") ",
                                                       describe_wait_status(*w.status),
                                                       "; a parameter-server job goes on without it\n"));
+  }
+
+  // Whether a lost worker belongs to a live job that goes on without it: its last progress record
+  // said so, and a peer still runs.
+  bool runs_live(const Process& w) const {
+    if (w.server || job_dir_.empty() || running_count() == 0) return false;
+    const std::optional<ProgressRecord> record = read_progress_file(progress_file(w.rank));
+    return record && record->live;
+  }
+
+  // A live job's lost worker: its peers form a group without it (dist/live_membership.h); a
+  // replacement in its slot, while they last, joins them at a step boundary.
+  void lose_live_worker(size_t index) {
+    // Copied first: starting the replacement grows processes_.
+    const int rank = processes_[index].rank;
+    const int status = *processes_[index].status;
+    const std::string what = tessera::detail::concat(processes_[index].name(), " (pid ", processes_[index].pid, ") ",
+                                                     describe_wait_status(status));
+    failed_workers_.push_back(rank);
+    pid_t replacement = -1;
+    if (replacements_left_ > 0) {
+      --replacements_left_;
+      ::unlink(progress_file(rank).c_str());  // the replacement writes its own
+      ProcessSpec spec = spec_of_rank_.at(rank);
+      spec.variables[kLiveJoinerVariable] = "1";
+      replacement = spawn_one(spec, cores_of_rank_.at(rank));
+      if (wedge_) wedge_->watch({rank, replacement, progress_file(rank)});
+    }
+    write_all(job_.stderr_fd,
+              tessera::detail::concat("tessera run: ", what, "; live membership: its peers go on without it",
+                                      replacement > 0 ? tessera::detail::concat("; started a replacement (pid ", replacement,
+                                                                                ") that joins the running job")
+                                                      : std::string(),
+                                      "\n"));
+    if (job_.on_live_loss) job_.on_live_loss(rank, status, what, replacement);
   }
 
   // SIGTERM to every running process, SIGKILL after the grace period (check_deadlines).
@@ -417,6 +465,11 @@ class Supervisor {
   std::vector<char> buffer_;
   std::vector<Process> processes_;  // servers first, then workers, as spawned
   std::vector<int> failed_workers_;
+  std::string program_;  // the resolved PROGRAM
+  // What each worker rank was started with, for a live job's replacements.
+  std::map<int, ProcessSpec> spec_of_rank_;
+  std::map<int, std::vector<int>> cores_of_rank_;
+  int replacements_left_ = 0;
   std::optional<Clock::time_point> job_deadline_, stop_deadline_;
   bool escalated_ = false, timed_out_ = false, interrupted_ = false;
   int stopped_on_interrupt_ = 0;

@@ -33,6 +33,9 @@ TEST(ProgressFile, ARecordReadsBackAndAnythingElseIsNone) {
   EXPECT_EQ(back->median_step_us, 2500);
   EXPECT_EQ(back->pid, 4321);
   EXPECT_EQ(back->flight_dir, "/runs/a/flight");
+  EXPECT_FALSE(back->live);
+  // A live job's record says so: the launcher keeps its peers when this worker is lost.
+  EXPECT_TRUE(parse_progress(format_progress({42, Phase::Step, 5, 0, 1, "/f", true}))->live);
   // A flight directory with a space, or too long to fit, is left out rather than cut.
   EXPECT_EQ(parse_progress(format_progress({1, Phase::Other, 5, 0, 1, "/a b"}))->flight_dir, "");
   EXPECT_EQ(parse_progress(format_progress({1, Phase::Done, 5, 0, 1, std::string(600, 'x')}))->flight_dir, "");

@@ -82,6 +82,9 @@ class ShmCommunicator final : public Communicator {
   void abort() override {
     if (sync_) sync_->abort();  // a group of one has nothing to wait for
   }
+  void leave() override {
+    if (sync_) sync_->leave();
+  }
 
  private:
   static constexpr int kBuffers = 3;  // per slot; see above

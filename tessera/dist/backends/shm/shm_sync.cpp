@@ -193,7 +193,17 @@ void ShmSync::wait_one(int peer, uint32_t value, const char* op, Deadline deadli
   }
 }
 
+void ShmSync::leave() {
+  abort();
+  ShmCounter& mine = counters_[rank_];
+  mine.departed.store(1, std::memory_order_release);
+  shm_futex_wake_all(&mine.value);  // a peer asleep on this rank's counter looks again
+}
+
 void ShmSync::check_aborted(int peer, const char* op) const {
+  if (counters_[peer].departed.load(std::memory_order_acquire) != 0)
+    throw PeerFailureError(concat("[shm ", op, "] rank ", rank_, " of ", size_, ": peer rank ", peer,
+                                  " left the group (its process group failed)"));
   if (!aborted_.load(std::memory_order_relaxed)) return;
   throw Error(concat("[shm ", op, "] rank ", rank_, " of ", size_, ": aborted while waiting for rank ", peer,
                      " (the process group failed)"));

@@ -25,6 +25,8 @@ struct alignas(128) ShmCounter {
   // When `value` was last published to a sleeping waiter (CLOCK_MONOTONIC, the same in every
   // process): the waiter learns from it how long spinning would have had to last (ShmSync::wait_one).
   std::atomic<int64_t> published_ns{0};
+  // Set once by a rank that left the group (ShmSync::leave): waits for it end at once.
+  std::atomic<uint32_t> departed{0};
 };
 
 // The futex and liveness primitives ShmSync waits with, shared with point-to-point
@@ -49,6 +51,9 @@ class ShmSync {
   void set_idle_hook(std::function<void()> hook) { idle_hook_ = std::move(hook); }
   // Every wait, now and later, throws Error within one sleep slice (20 ms). Thread-safe.
   void abort() { aborted_.store(true, std::memory_order_relaxed); }
+  // abort(), and the peers' waits for this rank end within one slice too (PeerFailureError): this
+  // rank has left the group for good (a live job's survivor, live_membership.h).
+  void leave();
 
  private:
   void wait_one(int peer, uint32_t value, const char* op, Deadline deadline, int only_peer);

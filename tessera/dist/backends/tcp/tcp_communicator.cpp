@@ -2,6 +2,8 @@
 
 #include "tessera/dist/backends/backend.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -59,6 +61,13 @@ class TcpCommunicator : public Communicator {
   // A collective checks the flag before each sleep in poll, and sleeps at most kTcpAbortSlice.
   bool abortable() const override { return true; }
   void abort() override { aborted_.store(true, std::memory_order_relaxed); }
+  // Shut every connection down (the sockets stay open until the communicator goes): a peer waiting
+  // for this rank reads the end of its stream at once, a PeerFailureError.
+  void leave() override {
+    abort();
+    for (const auto& peer : mesh_.peers)
+      if (peer.valid()) ::shutdown(peer.fd(), SHUT_RDWR);
+  }
   int rank() const override { return mesh_.rank; }
   int size() const override { return mesh_.size; }
 

@@ -1,0 +1,266 @@
+// Live membership in the trainer (dist/live_membership.h is the protocol): when a collective fails
+// on a lost peer, the survivors meet in the store, build a process group of those present, and take
+// the state of the member that got furthest; at a step boundary rank 0 admits processes waiting to
+// join, and the members meet the same way. Nobody restarts.
+//
+// What a failure costs: the step in flight when the peer was lost is redone over the new members.
+// DDP updates a replica only after every bucket's all-reduce has completed, and an all-reduce
+// completes only with every rank's gradient in it, so a survivor either holds step s (it did not
+// finish step s+1) or holds step s+1 whole (its all-reduces completed before the loss; it failed in
+// the step boundary's collective). The member with the highest step is the source, every other
+// member takes its parameters, optimizer state, position and random state, and the job goes on from
+// there: no step that any survivor completed is lost. The redone step reads the same samples
+// (train.global_batch_size fixes the global batch; the new members split it), so the run follows an
+// undisturbed one, up to the order of floating-point sums.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "tessera/dist/heartbeat.h"
+#include "tessera/dist/launcher/env.h"
+#include "tessera/dist/store/store_from_env.h"
+#include "tessera/io/checkpoint_keys.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/ops/ops.h"
+#include "tessera/train/trainer.h"
+#include "tessera/util/settings.h"
+
+namespace tessera::train {
+
+using tessera::detail::concat;
+
+namespace {
+
+Milliseconds collective_timeout(const TrainConfig& config) {
+  return Milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
+}
+
+dist::LiveOptions live_options(const TrainConfig& config) {
+  dist::LiveOptions o;
+  o.settle = Milliseconds(config.distributed.live_settle_ms);
+  o.timeout = collective_timeout(config);
+  return o;
+}
+
+Milliseconds heartbeat_interval() { return Milliseconds(env_int(dist::launcher::kHeartbeatMsVariable, 0)); }
+
+// What a member's state travels as: the two files of a checkpoint, in memory, one after the other.
+std::string pack(const std::string& model, const std::string& trainer) {
+  std::string out(sizeof(int64_t), '\0');
+  const int64_t n = static_cast<int64_t>(model.size());
+  std::memcpy(out.data(), &n, sizeof n);
+  return out + model + trainer;
+}
+
+std::pair<std::string_view, std::string_view> unpack(std::string_view bytes) {
+  int64_t n = -1;
+  TESSERA_CHECK(bytes.size() >= sizeof n, "[live membership] a member's state is truncated");
+  std::memcpy(&n, bytes.data(), sizeof n);
+  TESSERA_CHECK(n >= 0 && static_cast<size_t>(n) <= bytes.size() - sizeof n, "[live membership] a member's state is malformed");
+  return {bytes.substr(sizeof n, static_cast<size_t>(n)), bytes.substr(sizeof n + static_cast<size_t>(n))};
+}
+
+}  // namespace
+
+bool Trainer::wants_live_membership() const {
+  const std::string& mode = config_.distributed.live_membership;
+  if (mode == "off" || !dist::launcher::has_worker_rank()) return false;
+  const bool elastic = env_setting(dist::launcher::kElasticGenerationVariable) != nullptr;
+  if (mode == "auto" && !elastic) return false;
+  const std::string& backend = config_.distributed.backend;
+  std::string cannot;
+  if (strategy_->name() != "ddp")
+    cannot = concat("the ", strategy_->name(), " strategy (live membership carries ddp; the others restart from the "
+                    "survivors' save or a checkpoint)");
+  else if (backend != "auto" && backend != "shm" && backend != "tcp")
+    cannot = concat("distributed.backend = '", backend, "' (its groups cannot be left: use auto, shm or tcp)");
+  else if (config_.train.global_batch_size <= 0)
+    cannot = "a global batch that changes with the world size (set train.global_batch_size: the lost rank's share "
+             "then moves to the others, and every world size reads the same samples per step)";
+  else if (train_set_->reads_one_share())
+    cannot = "a training table each rank reads a byte range of (its shares cannot move to other ranks)";
+  else if (config_.distributed.sync_batchnorm)
+    cannot = "distributed.sync_batchnorm";
+  if (cannot.empty()) return true;
+  TESSERA_CHECK(mode != "on", "[train] distributed.live_membership = \"on\" cannot carry ", cannot,
+                "; set it to \"off\" (or \"auto\": on where it can be)");
+  return false;
+}
+
+void Trainer::start_live_membership() {
+  if (live_ || !wants_live_membership()) return;
+  launch_rank_ = dist::launcher::worker_env_from_environment().rank;
+  auto root = dist::store_from_env(collective_timeout(config_));
+  live_ = dist::LiveMembership::launched(std::move(root), rank(), world_size(), live_options(config_));
+  if (rank() == 0)
+    std::fprintf(stderr,
+                 "[live] live membership (distributed.live_membership = %s): a lost rank's peers go on without "
+                 "restarting; a replacement joins at a step boundary\n",
+                 config_.distributed.live_membership.c_str());
+}
+
+std::unique_ptr<Trainer> Trainer::join_live_job(TrainConfig config) {
+  validate(config);
+  const int slot = dist::launcher::worker_env_from_environment().rank;
+  const Milliseconds timeout = collective_timeout(config);
+  auto root = dist::store_from_env(timeout);
+  root->set_timeout(timeout);
+  auto live = dist::LiveMembership::asking_to_join(root, concat("j", slot, "-", ::getpid()), live_options(config));
+  std::fprintf(stderr, "[live] joining the running job in rank %d's slot\n", slot);
+  // Admission comes at a member's step boundary; a job that ends first says so (live/done).
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  // Until it has a group to beat for it, the joiner beats itself in its slot, where an elastic agent
+  // watches: a process waiting for admission is idle, not stalled.
+  dist::Heartbeat idle;
+  const Milliseconds beat = heartbeat_interval();
+  while (true) {
+    if (beat > Milliseconds(0)) {
+      ++idle.count;
+      root->set(dist::worker_heartbeat_key(slot), dist::format_heartbeat(idle));
+    }
+    if (live->job_done()) {
+      std::fprintf(stderr, "[live] the job ended before this process was admitted; nothing to do\n");
+      return nullptr;
+    }
+    try {
+      live->join({0, 0}, beat > Milliseconds(0) ? std::min(beat * 2, Milliseconds(1000)) : Milliseconds(1000));
+      break;
+    } catch (const dist::NotAdmittedYet&) {
+      if (std::chrono::steady_clock::now() >= give_up) throw;
+    } catch (const dist::LateForEpoch&) {
+      // The round closed without it (its settle time passed first): it asks again.
+    }
+  }
+  const dist::LiveEpoch& e = live->current();
+  auto group = live->make_group(config.distributed.backend, timeout, slot, heartbeat_interval());
+  auto trainer = std::make_unique<Trainer>(std::move(config), std::move(group));
+  trainer->live_ = std::move(live);
+  trainer->take_live_state_ = true;
+  trainer->launch_rank_ = slot;
+  std::fprintf(stderr, "[live] admitted as rank %d of %d (epoch %lld)\n", e.rank, e.size(),
+               static_cast<long long>(e.number));
+  return trainer;
+}
+
+std::pair<bool, bool> Trainer::live_step_boundary() {
+  // Rank 0 admits the joiners before the collective that tells the others: by the time they learn
+  // of the round, its expected count is in the store. A stop wins: joiners admitted into a round
+  // that never comes see the job's end (live/done) instead.
+  const bool max_steps_reached = config_.train.max_steps > 0 && step_ >= config_.train.max_steps;
+  bool admitted = false;
+  if (rank() == 0 && !stop_requested_ && !max_steps_reached && live_->joiners_waiting() > 0)
+    admitted = live_->admit_joiners() > 0;
+  const int64_t agreed = strategy_->max_over_job((stop_requested_ ? 1 : 0) + (admitted ? 2 : 0));
+  const bool stop = (agreed & 1) != 0 || max_steps_reached;
+  return {stop, agreed >= 2 && !stop};
+}
+
+std::string Trainer::encode_live_state() {
+  std::lock_guard lock(state_mu_);
+  auto [model, trainer] = checkpoint_files(model_->state_dict(), optimizer_->state_dict(), rng_at_step_.state());
+  return pack(io::encode_safetensors(model.tensors, model.metadata),
+              io::encode_safetensors(trainer.tensors, trainer.metadata));
+}
+
+void Trainer::share_live_state(int source, const std::string& mine) {
+  const bool sending = group_->rank() == source;
+  Tensor size = from_vector(std::vector<int64_t>{sending ? static_cast<int64_t>(mine.size()) : 0}, {1});
+  group_->broadcast(size, source)->wait();
+  const int64_t bytes = size.to_vector<int64_t>()[0];
+  TESSERA_CHECK(bytes > 0, "[live membership] rank ", source, " sent an empty state");
+  // As int64 words: the collectives carry the engine's dtypes, and bytes are not one of them.
+  Tensor words = zeros({(bytes + 7) / 8}, DType::Int64);
+  if (sending) std::memcpy(words.data_ptr(), mine.data(), mine.size());
+  group_->broadcast(words, source)->wait();
+  const std::string_view all(static_cast<const char*>(words.data_ptr()), static_cast<size_t>(bytes));
+  auto [model_bytes, trainer_bytes] = unpack(all);
+  const std::string from = concat("the state of live member rank ", source);
+  io::SafetensorsFile model = io::decode_safetensors(model_bytes, from + " (model)");
+  io::SafetensorsFile trainer = io::decode_safetensors(trainer_bytes, from + " (trainer)");
+  std::lock_guard lock(state_mu_);
+  strategy_->load_model_state(model.tensors);
+  strategy_->load_optimizer_state(*optimizer_, trainer.tensors);
+  restore_position(trainer.metadata, from);
+  rng_at_step_ = default_generator();
+}
+
+void Trainer::change_membership(const std::string& cause) {
+  const auto started = std::chrono::steady_clock::now();
+  const int old_world = world_size();
+  const int64_t old_epoch = live_->current().number;
+  const dist::LivePosition mine{step_, epoch_};
+  // Leave the failed (or outgrown) group first: a peer still waiting for this rank in it stops at
+  // once instead of at the timeout. The group itself goes once the round has closed (the strategy,
+  // which holds it, describes the state the source sends).
+  group_->leave();
+  const dist::LiveEpoch* e = nullptr;
+  try {
+    e = &live_->next_epoch(mine);
+  } catch (const dist::LateForEpoch&) {
+    // The others closed the round without this rank: it joins as a new process would, at their
+    // next step boundary, and takes the state then.
+    std::fprintf(stderr, "[live] %s: the round closed before this rank arrived; joining again\n", live_->id().c_str());
+    while (true) {
+      try {
+        e = &live_->join(mine, collective_timeout(config_));
+        break;
+      } catch (const dist::LateForEpoch&) {
+      }
+    }
+  }
+  // The source's state, before prepare broadcasts rank 0's parameters over it.
+  const std::string my_state = e->rank == e->source ? encode_live_state() : std::string();
+  strategy_.reset();  // DDP's reducer and buckets hold the old group
+  group_.reset();     // its worker thread ends: every operation still queued fails at once
+  group_ = live_->make_group(config_.distributed.backend, collective_timeout(config_), launch_rank_, heartbeat_interval());
+  strategy_ = make_strategy(config_, {group_, train_set_, std::nullopt, 0});
+  const ModelEntry& model_kind = model_entry(config_.model.name);
+  if (model_kind.objective) strategy_->set_objective(model_kind.objective(config_));
+  strategy_->prepare(model_);  // the same parameters: the optimizer over them stays
+  build_data();
+  share_live_state(e->source, my_state);
+  reading_batches_ = false;
+  elastic_ = ElasticReport::from_environment(rank());  // the new rank 0 reports the steps
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (rank() != 0) return;
+  const int64_t source_step = e->positions[static_cast<size_t>(e->source)].step;
+  std::string brief = cause.substr(0, std::min<size_t>(cause.size(), 200));
+  std::fprintf(stderr,
+               "[live] epoch %lld: %d rank(s) go on (were %d in epoch %lld) at step %lld, the state of rank %d; "
+               "steps lost: 0; %.2f s; cause: %s\n",
+               static_cast<long long>(e->number), e->size(), old_world, static_cast<long long>(old_epoch),
+               static_cast<long long>(source_step), e->source, seconds, brief.c_str());
+  membership_changes_.push_back({{"type", "membership"}, {"live_epoch", e->number}, {"step", source_step},
+                                 {"world_size", e->size()}, {"previous_world_size", old_world},
+                                 {"seconds", seconds}, {"cause", brief}});
+}
+
+void Trainer::regroup_after_failure(std::string cause) {
+  constexpr int kAttempts = 8;  // each attempt after the first means another peer was lost meanwhile
+  for (int attempt = 1;; ++attempt) {
+    try {
+      change_membership(cause);
+      return;
+    } catch (const dist::NotAdmittedYet&) {
+      throw;
+    } catch (const PeerFailureError& e) {
+      if (attempt == kAttempts) throw;
+      cause = e.what();
+    } catch (const TimeoutError& e) {
+      if (attempt == kAttempts) throw;
+      cause = e.what();
+    }
+  }
+}
+
+void Trainer::end_live_membership() {
+  if (!live_ || rank() != 0) return;
+  try {
+    live_->mark_job_done();
+  } catch (const Error&) {
+  }
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,135 @@
+// Live membership end to end (dist/live_membership.h, train/trainer_live.cpp): real launchers and
+// `tessera train` workers on loopback. A worker kills itself (the trainer's fault injection) at a
+// given step; its peers go on in the same processes, and a replacement, where the launcher may start
+// one, joins at a step boundary with their state. Each test then checks the run against the same job
+// resized on purpose at the same steps, through checkpoints: bit for bit, so the recovery changed
+// nothing but the world size.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+
+#include "elastic/elastic_jobs.h"
+#include "testing/state_compare.h"
+
+namespace tessera {
+namespace {
+
+using namespace tessera::elastic_jobs;
+
+// The lines the launcher and the trainer log about membership.
+void print_live_lines(const std::string& log) {
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("[live]") != std::string::npos || line.find("live membership:") != std::string::npos)
+      std::printf("  %s\n", line.c_str());
+}
+
+// The metrics records of <dir>/run of one type.
+std::vector<nlohmann::json> records(const std::string& dir, const std::string& type) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(tessera::testing::read_text(dir + "/run/metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    auto record = nlohmann::json::parse(line, nullptr, false);
+    if (!record.is_discarded() && record.value("type", "") == type) out.push_back(record);
+  }
+  return out;
+}
+
+// `tessera run --nproc-per-node N` of the config in <dir> into <dir>/<run>, resuming, up to `steps`
+// (0: the end).
+Outcome plain_run(const std::string& dir, const std::string& run, int nproc, int64_t steps, const std::string& extra = "") {
+  return run_shell(std::string(TESSERA_BINARY) + " run --nproc-per-node " + std::to_string(nproc) + " --grace-period 2 " +
+                       extra + " -- " + TESSERA_BINARY + " train " + dir + "/config.toml --resume auto --set " +
+                       "train.output_dir=" + dir + "/" + run +
+                       (steps > 0 ? " --set train.max_steps=" + std::to_string(steps) : std::string()),
+                   dir + "/" + run + "-" + std::to_string(nproc) + "-" + std::to_string(steps) + ".log");
+}
+
+// The same job without faults, resized on purpose: world sizes[i] up to steps[i] (the last to the end).
+void run_planned(const std::string& dir, const std::vector<int>& sizes, const std::vector<int64_t>& steps) {
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    Outcome o = plain_run(dir, "planned", sizes[i], i < steps.size() ? steps[i] : 0);
+    ASSERT_EQ(o.status, 0) << o.log;
+  }
+}
+
+// Every step's loss and the final parameters, bit for bit. `unrecorded`: a step whose metrics record
+// went with a lost rank 0 (its loss was that rank's own).
+void expect_equal_to_planned(const std::string& dir, const std::set<int64_t>& unrecorded = {}) {
+  auto live = step_losses(dir, "run"), planned = step_losses(dir, "planned");
+  ASSERT_EQ(live.size() + unrecorded.size(), planned.size());
+  for (const auto& [step, loss] : planned) {
+    if (unrecorded.count(step)) continue;
+    ASSERT_TRUE(live.count(step)) << "no record of step " << step;
+    EXPECT_EQ(live[step], loss) << "step " << step;
+  }
+  EXPECT_EQ(tessera::testing::count_bitwise_differences(final_model(dir, "run"), final_model(dir, "planned")), 0);
+}
+
+// Under the elastic agent (live membership's default there): rank 2 of 4 is lost at step 23; the
+// three others go on in the same processes, and the agent's replacement joins them.
+TEST(LiveRun, AKilledWorkersPeersGoOnInTheirProcessesAndAReplacementJoinsWithTheirState) {
+  const std::string dir = tessera::testing::fresh_dir("live_run", "agent");
+  write_config(dir, 480, "auto");
+  Outcome o = run_shell(agent(dir, "1:1", 4, "store", endpoint(), "--max-restarts 1",
+                              "--set distributed.debug_kill_rank=2 --set distributed.debug_kill_step=23"),
+                        dir + "/agent.log");
+  print_live_lines(o.log);
+  ASSERT_EQ(o.status, 0) << o.log;
+  EXPECT_EQ(o.log.find("generation 1:"), std::string::npos) << "no new generation, no restart:\n" << o.log;
+  EXPECT_NE(o.log.find("rank 2 (pid"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("started a replacement (pid"), std::string::npos) << o.log;
+  // One start: rank 0's trainer ran from the first step to the last in one process.
+  EXPECT_EQ(records(dir, "start").size(), 1u);
+  const auto changes = records(dir, "membership");
+  ASSERT_EQ(changes.size(), 2u) << o.log;
+  EXPECT_EQ(changes[0]["world_size"], 3);
+  EXPECT_EQ(changes[0]["step"], 23) << "the state every survivor held: no step lost";
+  EXPECT_EQ(changes[1]["world_size"], 4);
+  const int64_t rejoined = changes[1]["step"];
+  std::printf("  the replacement joined after step %lld; recoveries took %.3f s and %.3f s\n",
+              static_cast<long long>(rejoined), changes[0]["seconds"].get<double>(), changes[1]["seconds"].get<double>());
+  EXPECT_EQ(final_step(dir), 80);
+  EXPECT_EQ(step_losses(dir, "run").size(), 80u) << "every step once";
+  run_planned(dir, {4, 3, 4}, {23, rejoined});
+  expect_equal_to_planned(dir);
+}
+
+// With `tessera run` and live membership "on", rank 0 itself is lost and no replacement may start:
+// the two others finish the job, the new rank 0 writing the metrics and checkpoints.
+TEST(LiveRun, WithoutAReplacementThePeersOfALostRankZeroFinishTheJob) {
+  const std::string dir = tessera::testing::fresh_dir("live_run", "plain");
+  write_config(dir, 480, "on");
+  Outcome o = run_shell(std::string(TESSERA_BINARY) + " run --nproc-per-node 3 --grace-period 2 -- " + TESSERA_BINARY +
+                            " train " + dir + "/config.toml --set distributed.debug_kill_rank=0 " +
+                            "--set distributed.debug_kill_step=12",
+                        dir + "/run.log");
+  print_live_lines(o.log);
+  ASSERT_EQ(o.status, 0) << o.log;
+  EXPECT_NE(o.log.find("rank 0 (pid"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("live membership: its peers go on without it"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("final test accuracy"), std::string::npos) << o.log;
+  const auto changes = records(dir, "membership");
+  ASSERT_EQ(changes.size(), 1u) << o.log;
+  EXPECT_EQ(changes[0]["world_size"], 2);
+  EXPECT_EQ(changes[0]["step"], 12);
+  EXPECT_EQ(final_step(dir), 80);
+  run_planned(dir, {3, 2}, {12});
+  expect_equal_to_planned(dir, {12});
+}
+
+// "on" where live membership cannot carry the job is refused before step 1, saying what to do.
+TEST(LiveRun, OnForAStrategyItCannotCarryIsRefusedSayingWhy) {
+  const std::string dir = tessera::testing::fresh_dir("live_run", "refused");
+  write_config(dir, 480, "on");
+  Outcome o = run_shell(std::string(TESSERA_BINARY) + " run --nproc-per-node 2 --grace-period 2 -- " + TESSERA_BINARY +
+                            " train " + dir + "/config.toml --set distributed.strategy=zero",
+                        dir + "/run.log");
+  EXPECT_NE(o.status, 0);
+  EXPECT_NE(o.log.find("distributed.live_membership = \"on\" cannot carry the zero strategy"), std::string::npos)
+      << o.log;
+}
+
+}  // namespace
+}  // namespace tessera
