@@ -164,16 +164,15 @@ const LiveEpoch& LiveMembership::meet(int64_t number, LivePosition mine) {
   return current_;
 }
 
-int64_t LiveMembership::order_in_previous_epoch(const std::string& id, int64_t arrival) const {
-  // The closer orders by the last epoch it was a member of: ids match exactly, but for epoch 0,
-  // whose ids each process knows only as "r<launch rank>". A joiner closing a round (it knows no
-  // epoch) orders the launch ranks by their number too, which keeps rank 0 first where it survived.
-  for (int r = 0; r < current_.size(); ++r)
-    if (current_.ids[static_cast<size_t>(r)] == id) return r;
-  const auto dash = id.find('-');
-  if ((current_.number <= 0) && id.size() > 1 && id[0] == 'r' && dash != std::string::npos)
-    if (auto r = parse_whole_number(id.substr(1, dash - 1))) return *r;
-  return 1'000'000 + arrival;  // joiners after the members, in the order they arrived
+std::map<std::string, int64_t> LiveMembership::ranks_in_epoch(int64_t number) {
+  // Epoch 0's members are known by their launch ranks alone ("r<rank>-<pid>"); a later epoch's are
+  // in the store. Whoever closes a round (a joiner knows no epoch) orders the members alike.
+  std::map<std::string, int64_t> ranks;
+  if (number >= 1 && root_->check({round_key(number, "members")})) {
+    const LiveEpoch e = parse_live_members(number, root_->get_string(round_key(number, "members")), id_);
+    for (int r = 0; r < e.size(); ++r) ranks[e.ids[static_cast<size_t>(r)]] = r;
+  }
+  return ranks;
 }
 
 void LiveMembership::close_round(int64_t number) {
@@ -203,11 +202,21 @@ void LiveMembership::close_round(int64_t number) {
     LivePosition position;
     int64_t order;  // the rank in the epoch before, or after every member for a joiner
   };
+  const std::map<std::string, int64_t> previous = ranks_in_epoch(number - 1);
   std::vector<Arrival> arrivals;
   for (int64_t k = 1; k <= seen; ++k) {
     auto a = parse_live_arrival(root_->get_string(keys[static_cast<size_t>(k - 1)]));
     TESSERA_CHECK(a.has_value(), "[live membership] arrival ", k, " of round ", number, " is malformed");
-    arrivals.push_back({a->first, a->second, order_in_previous_epoch(a->first, k)});
+    // The members of the epoch before in their order there (rank 0 stays rank 0 where it survived),
+    // then joiners in the order they arrived.
+    int64_t order = 1'000'000 + k;
+    if (auto it = previous.find(a->first); it != previous.end()) {
+      order = it->second;
+    } else if (const auto dash = a->first.find('-'); number == 1 && a->first.size() > 1 && a->first[0] == 'r' &&
+                                                    dash != std::string::npos) {
+      order = parse_whole_number(a->first.substr(1, dash - 1)).value_or(order);
+    }
+    arrivals.push_back({a->first, a->second, order});
   }
   std::stable_sort(arrivals.begin(), arrivals.end(), [](const Arrival& a, const Arrival& b) { return a.order < b.order; });
   LiveEpoch e;

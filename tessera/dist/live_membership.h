@@ -28,6 +28,7 @@
 // wrote the members (every other arrival's wait then ends in a TimeoutError naming the round).
 #pragma once
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,8 +103,8 @@ class LiveMembership {
   // Arrives at round `number` and, when it is the first to, closes it; then reads the members.
   const LiveEpoch& meet(int64_t number, LivePosition mine);
   void close_round(int64_t number);
-  // Where an arrival goes among the members of the round being closed (close_round).
-  int64_t order_in_previous_epoch(const std::string& id, int64_t arrival) const;
+  // Each member's rank in epoch `number` as the store has it (empty for epoch 0: launch ranks).
+  std::map<std::string, int64_t> ranks_in_epoch(int64_t number);
   void register_as_joiner();
 
   std::shared_ptr<Store> root_;

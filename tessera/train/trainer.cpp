@@ -327,7 +327,8 @@ void Trainer::save_after_losing_a_peer() {
 FitResult Trainer::fit_epochs() {
   const auto& run = config_.train;
   // A joiner of a live job first takes a member's state (its run id among it), as the members
-  // send it at the end of their membership change (trainer_live.cpp).
+  // send it at the end of their membership change (trainer_live.cpp). It starts nothing anew.
+  const bool joined_live = take_live_state_;
   if (take_live_state_) {
     take_live_state_ = false;
     share_live_state(live_->current().source, std::string());
@@ -356,7 +357,7 @@ FitResult Trainer::fit_epochs() {
   take_the_lead();
   if (lead() && !strategy_->describe().empty()) std::fprintf(stderr, "%s\n", strategy_->describe().c_str());
   // Where the run (re)started, for tessera report's list of starts and resumptions.
-  if (lead())
+  if (lead() && !joined_live)
     record_metrics({{"type", "start"}, {"step", step_}, {"epoch", epoch_}, {"resumed", resumed_},
                     {"world_size", world_size()}, {"unix_time", unix_seconds()}});
   FitResult result;

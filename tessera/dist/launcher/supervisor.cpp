@@ -324,9 +324,10 @@ class Supervisor {
   }
 
   // Whether a lost worker belongs to a live job that goes on without it: its last progress record
-  // said so, and a peer still runs.
+  // said so, and on this node a peer still runs or a replacement may start (one worker per node:
+  // the peers are elsewhere).
   bool runs_live(const Process& w) const {
-    if (w.server || job_dir_.empty() || running_count() == 0) return false;
+    if (w.server || job_dir_.empty() || (running_count() == 0 && replacements_left_ == 0)) return false;
     const std::optional<ProgressRecord> record = read_progress_file(progress_file(w.rank));
     return record && record->live;
   }
