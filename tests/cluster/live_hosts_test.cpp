@@ -24,8 +24,16 @@ namespace {
 using tessera::testing::Cluster;
 
 constexpr int kHosts = 4;
-constexpr int kKills = 6;
-constexpr int64_t kSteps = 1200;
+// The suite's run: 6 losses, 40 steps apart (about 45 s). TESSERA_LIVE_SOAK_KILLS and
+// TESSERA_LIVE_SOAK_GAP (steps between losses) make it a longer soak, for the figures in
+// docs/distributed.md.
+int env_or(const char* name, int fallback) {
+  const char* text = std::getenv(name);
+  return text != nullptr && *text != '\0' ? std::atoi(text) : fallback;
+}
+const int kKills = env_or("TESSERA_LIVE_SOAK_KILLS", 6);
+const int kGap = env_or("TESSERA_LIVE_SOAK_GAP", 40);
+const int64_t kSteps = std::max<int64_t>(1200, int64_t{kKills} * (kGap + 30) + 300);
 
 void write_config(const std::string& dir) {
   std::ofstream(dir + "/config.toml") << "[model]\nname = \"mlp\"\nhidden = [64, 32]\n"
@@ -47,19 +55,19 @@ std::string job(const Cluster& cluster, const std::string& dir, const std::strin
   const std::string bin = TESSERA_BINARY;
   std::string script = "export TESSERA_JOB_TOKEN=0123456789abcdef0123456789abcdef; ";
   for (int node = 0; node < kHosts; ++node)
-    script += "timeout -k 5 300 " +
+    script += "timeout -k 5 " + std::to_string(300 + kKills * 60) + " " +
               cluster.in(node + 1, bin + " run --nnodes " + std::to_string(kHosts) + " --node-rank " + std::to_string(node) +
                                        " --nproc-per-node 1 --master-addr 198.18.0.1 --master-port 29500 --grace-period 2 " +
-                                       "--live-replacements 4 -- " + bin + " train " + dir + "/config.toml --set " +
+                                       "--live-replacements " + std::to_string(kKills) + " -- " + bin + " train " + dir + "/config.toml --set " +
                                        "train.output_dir=" + dir + "/" + run) +
               " > " + dir + "/" + run + "-node" + std::to_string(node) + ".log 2>&1 & p" + std::to_string(node) + "=$!; ";
   if (kills) {
-    // Kill k (1..6) waits (bounded) until the (k-1)-th replacement has been admitted and the job has
-    // gone 40 steps further, then SIGKILLs the trainer on host 2, 3, 4, 1, 2, 3 in turn.
+    // Kill k waits (bounded) until the (k-1)-th replacement has been admitted and the job has gone
+    // kGap steps further, then SIGKILLs the trainer on host 2, 3, 4, 1, 2, 3, ... in turn.
     const std::string steps = "$(grep -c '\"type\":\"step\"' " + dir + "/" + run + "/metrics.jsonl 2>/dev/null || echo 0)";
     script += "for k in $(seq " + std::to_string(kKills) + "); do "
               "for i in $(seq 1200); do [ $(" + logs(dir, run) + " | grep -c 'admitted as rank') -ge $((k - 1)) ] && break; sleep 0.05; done; "
-              "s=" + steps + "; for i in $(seq 1200); do [ " + steps + " -ge $((s + 40)) ] && break; sleep 0.05; done; "
+              "s=" + steps + "; for i in $(seq 12000); do [ " + steps + " -ge $((s + " + std::to_string(kGap) + ")) ] && break; sleep 0.05; done; "
               "h=$(( (k % 4) + 1 )); echo \"kill $k: host$h after " + steps + " steps\"; "
               "env TESSERA_CLUSTER=" + cluster.name() + " bash " + tessera::testing::kClusterScript +
               " signal host$h KILL train; done; ";

@@ -119,6 +119,28 @@ TEST(LiveRun, WithoutAReplacementThePeersOfALostRankZeroFinishTheJob) {
   expect_equal_to_planned(dir, {12});
 }
 
+// A stopped worker (SIGSTOP) is found by the agent's heartbeat watch and killed; that loss is a live
+// one too: the others go on and a replacement joins, in the same generation.
+TEST(LiveRun, AStoppedWorkerIsKilledAndReplacedWithinTheGeneration) {
+  const std::string dir = tessera::testing::fresh_dir("live_run", "stop");
+  write_config(dir, 480, "auto");
+  Outcome o = run_shell(agent(dir, "1:1", 3, "store", endpoint(), "--max-restarts 1",
+                              "--set distributed.debug_stop_rank=1 --set distributed.debug_stop_step=12"),
+                        dir + "/agent.log");
+  print_live_lines(o.log);
+  ASSERT_EQ(o.status, 0) << o.log;
+  EXPECT_TRUE(std::regex_search(o.log, std::regex("stall: rank 1 \\(pid \\d+\\) sent no heartbeat for [0-9.]+ s "
+                                                  "\\(process state T \\(stopped\\)\\)")))
+      << o.log;
+  EXPECT_EQ(o.log.find("generation 1:"), std::string::npos) << o.log;
+  const auto changes = records(dir, "membership");
+  ASSERT_EQ(changes.size(), 2u) << o.log;
+  EXPECT_EQ(changes[0]["world_size"], 2);
+  EXPECT_EQ(changes[1]["world_size"], 3);
+  EXPECT_EQ(final_step(dir), 80);
+  EXPECT_EQ(step_losses(dir, "run").size(), 80u);
+}
+
 // "on" where live membership cannot carry the job is refused before step 1, saying what to do.
 TEST(LiveRun, OnForAStrategyItCannotCarryIsRefusedSayingWhy) {
   const std::string dir = tessera::testing::fresh_dir("live_run", "refused");

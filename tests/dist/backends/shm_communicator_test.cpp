@@ -378,6 +378,44 @@ TEST(ShmFailure, ARankThatNeverArrivesIsNamedWithinTheTimeout) {
   }
 }
 
+TEST(ShmFailure, ARankThatLeavesTheGroupEndsItsPeersWaitsAtOnce) {
+  // Ranks 0 and 1 allreduce with a 10 s deadline; rank 2 leaves the group (a live job's survivor
+  // regrouping, dist/live_membership.h) instead of calling. Its peers stop waiting for it within a
+  // sleep slice, with a PeerFailureError naming it, long before the deadline.
+  auto store = std::make_shared<dist::HashStore>(10s);
+  std::vector<std::string> errors(3);
+  std::vector<std::chrono::milliseconds> took(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      dist::BackendContext c;
+      c.store = store;
+      c.rank = r;
+      c.size = 3;
+      c.local_size = 3;
+      c.timeout = 10s;
+      auto comm = dist::make_shm_communicator(c);
+      if (r == 2) {
+        comm->leave();
+        return;
+      }
+      std::vector<float> data(1000, 1.0f);
+      auto start = std::chrono::steady_clock::now();
+      try {
+        comm->allreduce(dist::Buffer{data.data(), 1000, DType::Float32}, ReduceOp::Sum, start + 10s);
+      } catch (const PeerFailureError& e) {
+        errors[r] = e.what();
+      }
+      took[r] = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("peer rank 2 left the group"), std::string::npos) << errors[r];
+    EXPECT_LT(took[r], 5000ms);  // the deadline is 10 s; generous: the machine is shared
+  }
+}
+
 TEST(ShmFailure, AProcessThatExitsIsAPeerFailureWellBeforeTheTimeout) {
   // A forked child joins as rank 1 and exits without calling the collective; rank 0 must report it
   // (the child is a zombie until reaped below, which the liveness check must see through). The

@@ -156,6 +156,34 @@ TEST(TcpAllreduce, APeerThatGoesAwayIsNamedAtOnce) {
   EXPECT_TRUE(said) << errors[0];
 }
 
+// A live job's survivor leaves a failed group while keeping it (dist/live_membership.h): its peers
+// read the end of its connections at once, not at their deadline.
+TEST(TcpAllreduce, APeerThatLeavesTheGroupIsNamedAtOnceThoughItsCommunicatorLives) {
+  auto errors = on_threads(3, [&](int r, Communicator& comm) {
+    std::vector<float> v(1 << 16, 1.f);
+    comm.barrier(in(Milliseconds(20000)));
+    if (r == 2) {
+      comm.leave();
+      return;  // the communicator lives on until every rank's body has returned
+    }
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm.allreduce(Buffer{v.data(), static_cast<int64_t>(v.size()), DType::Float32}, ReduceOp::Sum, in(Milliseconds(20000)));
+    } catch (...) {
+      // As a survivor does: it leaves too, so that a peer waiting for it (not for rank 2) stops.
+      comm.leave();
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+      throw;
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    const bool said = errors[r].find("closed its connection") != std::string::npos ||
+                      errors[r].find("reset its connection") != std::string::npos;
+    EXPECT_TRUE(said) << "rank " << r << ": " << errors[r];
+    EXPECT_EQ(errors[r].find("timed out"), std::string::npos) << errors[r];
+  }
+}
+
 TEST(TcpAllreduce, APeerThatNeverComesTimesOutNamingIt) {
   std::mutex mu;
   std::condition_variable cv;
