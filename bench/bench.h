@@ -201,6 +201,15 @@ struct RayBenchOptions {
 // tessera and Ray doing the same training, search and serving in one run (bench/ray.cpp).
 int ray(const RayBenchOptions& options);
 
+struct LiveBenchOptions {
+  int steps = 400, kill_step = 230, repeats = 3;
+  bool with_torch = true;
+  std::string python = reference_python();  // torchrun beside it (scripts/setup.sh --bench)
+  int timeout_s = 600;                      // per job
+};
+// What losing one worker of four costs: live membership, tessera's restart path, torchrun (bench/live.cpp).
+int live(const LiveBenchOptions& options);
+
 struct CheckpointBenchOptions {
   double megabytes = 512;
   int repeats = 3;

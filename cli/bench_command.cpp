@@ -1,4 +1,4 @@
-// tessera bench train-step | matmul | comm | ddp | ps | zero | model-parallel | tp-overlap | plan | infer | serve | ray
+// tessera bench train-step | matmul | comm | ddp | ps | zero | model-parallel | tp-overlap | plan | infer | serve | ray | live
 #include "bench/bench.h"
 #include "cli/commands.h"
 
@@ -215,6 +215,16 @@ Command add_bench_command(CLI::App& app) {
   rayb->add_option("--clients", ro->clients, "serve: comma-separated wrk connections")->capture_default_str();
   rayb->add_option("--seconds", ro->seconds, "serve: seconds per cell")->capture_default_str()->check(CLI::Range(1, 600));
 
+  auto lo = std::make_shared<bench::LiveBenchOptions>();
+  auto* liveb = bench->add_subcommand("live", "What losing one of 4 workers costs a DDP job: live membership, tessera's "
+                                              "restart path and torchrun's elastic restart, side by side");
+  liveb->add_option("--steps", lo->steps, "Steps of the job")->capture_default_str()->check(CLI::Range(20, 100000));
+  liveb->add_option("--kill-step", lo->kill_step, "The step after which rank 2 is lost")
+      ->capture_default_str()->check(CLI::Range(2, 100000));
+  liveb->add_option("--repeats", lo->repeats, "Repeats (medians)")->capture_default_str()->check(CLI::Range(1, 20));
+  liveb->add_option("--python", lo->python, "Python whose torchrun is the reference")->capture_default_str();
+  liveb->add_flag("!--no-torch", lo->with_torch, "Leave torchrun out");
+
   auto co = std::make_shared<bench::CheckpointBenchOptions>();
   auto* ckpt = bench->add_subcommand("checkpoint", "How long a checkpoint save stalls training: foreground vs "
                                                    "train.checkpoint_async, for a state of --mb MiB");
@@ -227,6 +237,11 @@ Command add_bench_command(CLI::App& app) {
   return {bench, [=]() -> int {
     if (ckpt->parsed()) return bench::checkpoint(*co);
     if (rayb->parsed()) return bench::ray(*ro);
+    if (liveb->parsed()) {
+      TESSERA_CHECK(lo->kill_step < lo->steps, "[bench live] --kill-step ", lo->kill_step, " must come before the last step ",
+                    lo->steps);
+      return bench::live(*lo);
+    }
     if (infer->parsed()) return bench::infer(*so);
     if (serve->parsed()) return bench::serve(*so);
     if (mpb->parsed()) return bench::model_parallel(*mo);

@@ -72,6 +72,11 @@ Trainer::Trainer(TrainConfig config, dist::ProcessGroupPtr group)
   build({group_, nullptr, std::nullopt, 0});
 }
 
+Trainer::Trainer(TrainConfig config, dist::ProcessGroupPtr group, Datasets preloaded)
+    : config_(std::move(config)), group_(std::move(group)), preloaded_(std::move(preloaded)) {
+  build({group_, nullptr, std::nullopt, 0});
+}
+
 Trainer::Trainer(TrainConfig config, parallel::ps::ClientOptions ps, int num_workers) : config_(std::move(config)) {
   build({nullptr, nullptr, std::move(ps), num_workers});
 }
@@ -98,7 +103,8 @@ void Trainer::build(StrategyEnvironment env) {
 }
 
 void Trainer::assemble(StrategyEnvironment env) {
-  Datasets sets = load_datasets(config_);
+  Datasets sets = preloaded_ ? std::move(*preloaded_) : load_datasets(config_);
+  preloaded_.reset();
   train_set_ = sets.train, eval_set_ = sets.eval, vocab_ = sets.vocabulary;
   env.train_set = train_set_;
   strategy_ = make_strategy(config_, std::move(env));

@@ -135,7 +135,10 @@ class Trainer {
   const std::string& run_id() const { return run_id_; }
 
  private:
-  void build(StrategyEnvironment env);  // what both constructors do
+  // A live job's joiner: its data loaded before it asked to join (join_live_job), so the members
+  // never wait for that.
+  Trainer(TrainConfig config, dist::ProcessGroupPtr group, Datasets preloaded);
+  void build(StrategyEnvironment env);  // what the constructors do
   void assemble(StrategyEnvironment env);  // build()'s datasets, strategy, model and optimizer
   void build_data();
   // Under the elastic agent: refuses a global batch that a world size the job may reach cannot divide.
@@ -191,6 +194,7 @@ class Trainer {
   std::unique_ptr<Strategy> strategy_;
   bool resumed_ = false;
   std::string run_id_;
+  std::optional<Datasets> preloaded_;  // consumed by assemble
   std::shared_ptr<data::Dataset> train_set_, eval_set_;
   std::shared_ptr<data::Vocabulary> vocab_;
   std::unique_ptr<data::DataLoader> loader_;
@@ -221,6 +225,7 @@ class Trainer {
   std::unique_ptr<dist::LiveMembership> live_;  // null unless the job runs with live membership
   bool take_live_state_ = false;  // a joiner: fit starts by taking a member's state
   int launch_rank_ = -1;          // RANK as the launcher gave it: the heartbeats' name
+  std::chrono::steady_clock::time_point last_joiner_check_{};  // rank 0's last look for joiners
   std::vector<nlohmann::json> membership_changes_;  // for the lead's metrics.jsonl
   static std::atomic<bool> stop_requested_;
 };

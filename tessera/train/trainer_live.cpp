@@ -104,6 +104,8 @@ void Trainer::start_live_membership() {
 std::unique_ptr<Trainer> Trainer::join_live_job(TrainConfig config) {
   validate(config);
   const int slot = dist::launcher::worker_env_from_environment().rank;
+  // Everything that takes time before asking: once admitted, the members wait for this process.
+  Datasets data = load_datasets(config);
   const Milliseconds timeout = collective_timeout(config);
   auto root = dist::store_from_env(timeout);
   root->set_timeout(timeout);
@@ -135,7 +137,7 @@ std::unique_ptr<Trainer> Trainer::join_live_job(TrainConfig config) {
   }
   const dist::LiveEpoch& e = live->current();
   auto group = live->make_group(config.distributed.backend, timeout, slot, heartbeat_interval());
-  auto trainer = std::make_unique<Trainer>(std::move(config), std::move(group));
+  std::unique_ptr<Trainer> trainer(new Trainer(std::move(config), std::move(group), std::move(data)));
   trainer->live_ = std::move(live);
   trainer->take_live_state_ = true;
   trainer->launch_rank_ = slot;
@@ -149,9 +151,14 @@ std::pair<bool, bool> Trainer::live_step_boundary() {
   // of the round, its expected count is in the store. A stop wins: joiners admitted into a round
   // that never comes see the job's end (live/done) instead.
   const bool max_steps_reached = config_.train.max_steps > 0 && step_ >= config_.train.max_steps;
+  // Rank 0 looks at most every 50 ms (one store round trip), not every step: a short step would
+  // pay for it, and a joiner waits a step boundary anyway.
   bool admitted = false;
-  if (rank() == 0 && !stop_requested_ && !max_steps_reached && live_->joiners_waiting() > 0)
-    admitted = live_->admit_joiners() > 0;
+  const auto now = std::chrono::steady_clock::now();
+  if (rank() == 0 && !stop_requested_ && !max_steps_reached && now - last_joiner_check_ >= std::chrono::milliseconds(50)) {
+    last_joiner_check_ = now;
+    if (live_->joiners_waiting() > 0) admitted = live_->admit_joiners() > 0;
+  }
   const int64_t agreed = strategy_->max_over_job((stop_requested_ ? 1 : 0) + (admitted ? 2 : 0));
   const bool stop = (agreed & 1) != 0 || max_steps_reached;
   return {stop, agreed >= 2 && !stop};
@@ -188,6 +195,7 @@ void Trainer::share_live_state(int source, const std::string& mine) {
 
 void Trainer::change_membership(const std::string& cause) {
   const auto started = std::chrono::steady_clock::now();
+  record_progress(dist::launcher::ProgressRecord::Phase::Other);  // a membership round is not a wedge
   const int old_world = world_size();
   const int64_t old_epoch = live_->current().number;
   const dist::LivePosition mine{step_, epoch_};
@@ -219,10 +227,12 @@ void Trainer::change_membership(const std::string& cause) {
   const ModelEntry& model_kind = model_entry(config_.model.name);
   if (model_kind.objective) strategy_->set_objective(model_kind.objective(config_));
   strategy_->prepare(model_);  // the same parameters: the optimizer over them stays
+  strategy_->set_training(true);
   build_data();
   share_live_state(e->source, my_state);
   reading_batches_ = false;
   elastic_ = ElasticReport::from_environment(rank());  // the new rank 0 reports the steps
+  record_progress(dist::launcher::ProgressRecord::Phase::Step);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (rank() != 0) return;
   const int64_t source_step = e->positions[static_cast<size_t>(e->source)].step;

@@ -67,15 +67,20 @@ void expect_equal_to_planned(const std::string& dir, const std::set<int64_t>& un
   EXPECT_EQ(tessera::testing::count_bitwise_differences(final_model(dir, "run"), final_model(dir, "planned")), 0);
 }
 
+// One agent on loopback with `nproc` workers of a live job (the default there) and one replacement
+// allowed; `fault` is the trainer's fault injection.
+Outcome live_agent_run(const std::string& dir, int nproc, const std::string& fault) {
+  write_config(dir, 480, "auto");
+  Outcome o = run_shell(agent(dir, "1:1", nproc, "store", endpoint(), "--max-restarts 1", fault), dir + "/agent.log");
+  print_live_lines(o.log);
+  return o;
+}
+
 // Under the elastic agent (live membership's default there): rank 2 of 4 is lost at step 23; the
 // three others go on in the same processes, and the agent's replacement joins them.
 TEST(LiveRun, AKilledWorkersPeersGoOnInTheirProcessesAndAReplacementJoinsWithTheirState) {
   const std::string dir = tessera::testing::fresh_dir("live_run", "agent");
-  write_config(dir, 480, "auto");
-  Outcome o = run_shell(agent(dir, "1:1", 4, "store", endpoint(), "--max-restarts 1",
-                              "--set distributed.debug_kill_rank=2 --set distributed.debug_kill_step=23"),
-                        dir + "/agent.log");
-  print_live_lines(o.log);
+  Outcome o = live_agent_run(dir, 4, "--set distributed.debug_kill_rank=2 --set distributed.debug_kill_step=23");
   ASSERT_EQ(o.status, 0) << o.log;
   EXPECT_EQ(o.log.find("generation 1:"), std::string::npos) << "no new generation, no restart:\n" << o.log;
   EXPECT_NE(o.log.find("rank 2 (pid"), std::string::npos) << o.log;
@@ -123,11 +128,7 @@ TEST(LiveRun, WithoutAReplacementThePeersOfALostRankZeroFinishTheJob) {
 // one too: the others go on and a replacement joins, in the same generation.
 TEST(LiveRun, AStoppedWorkerIsKilledAndReplacedWithinTheGeneration) {
   const std::string dir = tessera::testing::fresh_dir("live_run", "stop");
-  write_config(dir, 480, "auto");
-  Outcome o = run_shell(agent(dir, "1:1", 3, "store", endpoint(), "--max-restarts 1",
-                              "--set distributed.debug_stop_rank=1 --set distributed.debug_stop_step=12"),
-                        dir + "/agent.log");
-  print_live_lines(o.log);
+  Outcome o = live_agent_run(dir, 3, "--set distributed.debug_stop_rank=1 --set distributed.debug_stop_step=12");
   ASSERT_EQ(o.status, 0) << o.log;
   EXPECT_TRUE(std::regex_search(o.log, std::regex("stall: rank 1 \\(pid \\d+\\) sent no heartbeat for [0-9.]+ s "
                                                   "\\(process state T \\(stopped\\)\\)")))

@@ -328,6 +328,8 @@ class Supervisor {
   // the peers are elsewhere).
   bool runs_live(const Process& w) const {
     if (w.server || job_dir_.empty() || (running_count() == 0 && replacements_left_ == 0)) return false;
+    // A configuration or input error would repeat in a replacement: it fails the job as ever.
+    if (WIFEXITED(*w.status) && WEXITSTATUS(*w.status) == kConfigErrorExitStatus) return false;
     const std::optional<ProgressRecord> record = read_progress_file(progress_file(w.rank));
     return record && record->live;
   }
@@ -347,8 +349,13 @@ class Supervisor {
       ::unlink(progress_file(rank).c_str());  // the replacement writes its own
       ProcessSpec spec = spec_of_rank_.at(rank);
       spec.variables[kLiveJoinerVariable] = "1";
-      replacement = spawn_one(spec, cores_of_rank_.at(rank));
-      if (wedge_) wedge_->watch({rank, replacement, progress_file(rank)});
+      try {
+        replacement = spawn_one(spec, cores_of_rank_.at(rank));
+        if (wedge_) wedge_->watch({rank, replacement, progress_file(rank)});
+      } catch (const std::exception& e) {  // (fork or exec failing now): the job goes on without it
+        write_all(job_.stderr_fd, tessera::detail::concat("tessera run: could not start a replacement for ", what,
+                                                          ": ", e.what(), "\n"));
+      }
     }
     write_all(job_.stderr_fd,
               tessera::detail::concat("tessera run: ", what, "; live membership: its peers go on without it",

@@ -336,6 +336,17 @@ TEST(ShmPointToPoint, ARecvNobodySendsTimesOutNamingThePeerAndTag) {
       short_timeout);
 }
 
+// Rank r of `size` ranks that are threads of this process, over `store`, with a 10 s setup timeout.
+dist::BackendContext thread_rank(std::shared_ptr<dist::Store> store, int r, int size) {
+  dist::BackendContext c;
+  c.store = std::move(store);
+  c.rank = r;
+  c.size = size;
+  c.local_size = size;
+  c.timeout = 10s;
+  return c;
+}
+
 TEST(ShmFailure, ARankThatNeverArrivesIsNamedWithinTheTimeout) {
   // Ranks 0 and 1 allreduce with a 300 ms deadline; rank 2 joins the group but never calls.
   auto store = std::make_shared<dist::HashStore>(10s);
@@ -345,13 +356,7 @@ TEST(ShmFailure, ARankThatNeverArrivesIsNamedWithinTheTimeout) {
   std::atomic<int> finished{0};
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
-      dist::BackendContext c;
-      c.store = store;
-      c.rank = r;
-      c.size = 3;
-      c.local_size = 3;
-      c.timeout = 10s;
-      auto comm = dist::make_shm_communicator(c);
+      auto comm = dist::make_shm_communicator(thread_rank(store, r, 3));
       if (r == 2) {
         // Stay alive (a live, slow peer) until the others have given up; bounded by their
         // 300 ms deadline, not a sleep.
@@ -388,13 +393,7 @@ TEST(ShmFailure, ARankThatLeavesTheGroupEndsItsPeersWaitsAtOnce) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
-      dist::BackendContext c;
-      c.store = store;
-      c.rank = r;
-      c.size = 3;
-      c.local_size = 3;
-      c.timeout = 10s;
-      auto comm = dist::make_shm_communicator(c);
+      auto comm = dist::make_shm_communicator(thread_rank(store, r, 3));
       if (r == 2) {
         comm->leave();
         return;
