@@ -1,6 +1,7 @@
 #include "tessera/dist/live_membership.h"
 
 #include <algorithm>
+#include <set>
 #include <sstream>
 
 #include "tessera/dist/backends/backend.h"
@@ -119,18 +120,35 @@ int64_t LiveMembership::admit_joiners() {
 
 const LiveEpoch& LiveMembership::next_epoch(LivePosition mine) {
   TESSERA_CHECK(member_, "[live membership] ", id_, " is a member of no epoch: it must join()");
-  return meet(current_.number + 1, mine);
+  // After a round that never closed (its closer lost), the next try is a fresh round.
+  return meet(std::max(current_.number + 1, fresh_round_), mine);
 }
 
 void LiveMembership::mark_job_done() { root_->set("live/done", std::string("1")); }
 
 bool LiveMembership::job_done() { return root_->check({"live/done"}); }
 
+void LiveMembership::wait_unless_done(const std::string& key, Milliseconds wait, const std::string& waiting_for) {
+  const Clock::time_point until = Clock::now() + wait;
+  while (true) {
+    if (job_done()) throw JobEnded(concat("[live membership] ", id_, ": the job ended while this process waited for ", waiting_for));
+    const auto left = std::chrono::duration_cast<Milliseconds>(until - Clock::now());
+    if (left <= Milliseconds(0)) throw TimeoutError("");
+    try {
+      root_->wait({key}, std::min(left, Milliseconds(1000)));
+      return;
+    } catch (const TimeoutError&) {
+    }
+  }
+}
+
 const LiveEpoch& LiveMembership::join(LivePosition mine, Milliseconds wait) {
   if (joiner_index_ == 0) register_as_joiner();  // a late member asks again
   const std::string admit = concat("live/admit/", joiner_index_);
   try {
-    root_->wait({admit}, wait);
+    wait_unless_done(admit, wait, "its admission");
+  } catch (const JobEnded&) {
+    throw;
   } catch (const TimeoutError&) {
     throw NotAdmittedYet(concat("[live membership] ", id_, " asked to join the running job (joiner ", joiner_index_,
                                 ") and was not admitted within ", wait.count(),
@@ -145,18 +163,22 @@ const LiveEpoch& LiveMembership::join(LivePosition mine, Milliseconds wait) {
 const LiveEpoch& LiveMembership::meet(int64_t number, LivePosition mine) {
   const int64_t n = root_->add(round_key(number, "arrivals"), 1);
   root_->set(round_key(number, concat("arrival/", n)), format_live_arrival(id_, mine));
-  if (n == 1) close_round(number);
   const std::string members = round_key(number, "members");
   try {
-    root_->wait({members}, options_.timeout);
+    if (n == 1) close_round(number);
+    wait_unless_done(members, options_.round_timeout, concat("the members of round ", number));
+  } catch (const JobEnded&) {
+    throw;
   } catch (const TimeoutError&) {
+    fresh_round_ = std::max(fresh_round_, number + 1);
     throw TimeoutError(concat("[live membership] ", id_, " arrived at round ", number, " (arrival ", n,
-                              ") and its members were not written within ", options_.timeout.count(),
-                              " ms: the member closing it was lost"));
+                              ") and its members were not written within ", options_.round_timeout.count(),
+                              " ms: the member closing it was lost; the next try meets in round ", number + 1));
   }
   LiveEpoch e = parse_live_members(number, root_->get_string(members), id_);
   if (e.rank < 0) {
     member_ = false;  // current_ stays the last epoch it was a member of: it still orders a round it closes
+    fresh_round_ = std::max(fresh_round_, number + 1);
     throw LateForEpoch(concat("[live membership] ", id_, " arrived at round ", number, " after it closed"));
   }
   current_ = std::move(e);
@@ -176,43 +198,65 @@ std::map<std::string, int64_t> LiveMembership::ranks_in_epoch(int64_t number) {
 }
 
 void LiveMembership::close_round(int64_t number) {
-  const Clock::time_point give_up = Clock::now() + options_.timeout;
+  const Clock::time_point give_up = Clock::now() + options_.round_timeout;
+  // The epoch before's members (a round that closed never; the newest one that did).
+  std::map<std::string, int64_t> previous;
+  for (int64_t before = number - 1; before >= 1 && previous.empty(); --before) previous = ranks_in_epoch(before);
+  auto was_a_member = [&](const std::string& id) {
+    if (previous.count(id)) return true;
+    return previous.empty() && id.size() > 1 && id[0] == 'r';  // epoch 0: "r<launch rank>-<pid>"
+  };
+  auto a_member_arrived = [&](int64_t seen) {
+    for (int64_t k = 1; k <= seen; ++k) {
+      const std::string key = round_key(number, concat("arrival/", k));
+      if (!root_->check({key})) continue;
+      if (auto a = parse_live_arrival(root_->get_string(key)); a && was_a_member(a->first)) return true;
+    }
+    return false;
+  };
   int64_t seen = read_count(*root_, round_key(number, "arrivals"));
   while (true) {
     int64_t expected = 0;
     if (root_->check({round_key(number, "expected")}))
       expected = parse_whole_number(root_->get_string(round_key(number, "expected"))).value_or(0);
     if (expected > 0 && seen >= expected) break;
-    if (Clock::now() >= give_up) break;
-    // The next arrival, or the end of the settle time: the store's wait answers at either.
+    if (Clock::now() >= give_up) throw TimeoutError("");
+    // The next arrival, or the end of the settle time: the store's wait answers at either. A round
+    // of joiners alone (admitted at a step boundary where the job then stopped) never closes: they
+    // wait for a member, or for the job's end.
     try {
       root_->wait({round_key(number, concat("arrival/", seen + 1))}, options_.settle);
     } catch (const TimeoutError&) {
-      break;
+      if (a_member_arrived(seen)) break;
+      if (job_done()) throw JobEnded(concat("[live membership] ", id_, ": the job ended before round ", number, " met"));
     }
     seen = read_count(*root_, round_key(number, "arrivals"));
   }
   seen = read_count(*root_, round_key(number, "arrivals"));
-  // The arrivals counted so far, each of which writes its line right after counting itself.
-  std::vector<std::string> keys;
-  for (int64_t k = 1; k <= seen; ++k) keys.push_back(round_key(number, concat("arrival/", k)));
-  root_->wait(keys, options_.timeout);
   struct Arrival {
     std::string id;
     LivePosition position;
     int64_t order;  // the rank in the epoch before, or after every member for a joiner
   };
-  const std::map<std::string, int64_t> previous = ranks_in_epoch(number - 1);
   std::vector<Arrival> arrivals;
+  std::set<std::string> ids;
   for (int64_t k = 1; k <= seen; ++k) {
-    auto a = parse_live_arrival(root_->get_string(keys[static_cast<size_t>(k - 1)]));
+    // Each arrival writes its line right after counting itself; one that died in between is left out.
+    const std::string key = round_key(number, concat("arrival/", k));
+    try {
+      root_->wait({key}, Milliseconds(2000));
+    } catch (const TimeoutError&) {
+      continue;
+    }
+    auto a = parse_live_arrival(root_->get_string(key));
     TESSERA_CHECK(a.has_value(), "[live membership] arrival ", k, " of round ", number, " is malformed");
+    if (!ids.insert(a->first).second) continue;  // the same process twice (a try after a timeout)
     // The members of the epoch before in their order there (rank 0 stays rank 0 where it survived),
     // then joiners in the order they arrived.
     int64_t order = 1'000'000 + k;
     if (auto it = previous.find(a->first); it != previous.end()) {
       order = it->second;
-    } else if (const auto dash = a->first.find('-'); number == 1 && a->first.size() > 1 && a->first[0] == 'r' &&
+    } else if (const auto dash = a->first.find('-'); previous.empty() && a->first.size() > 1 && a->first[0] == 'r' &&
                                                     dash != std::string::npos) {
       order = parse_whole_number(a->first.substr(1, dash - 1)).value_or(order);
     }

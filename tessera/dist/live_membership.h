@@ -25,7 +25,9 @@
 //
 // What this cannot survive: the loss of the store's host (the launcher of node 0, or the elastic
 // agent of node 0 for the generation's store), and the loss of the member closing a round before it
-// wrote the members (every other arrival's wait then ends in a TimeoutError naming the round).
+// wrote the members (every other arrival's wait then ends, after `round_timeout`, in a TimeoutError
+// naming the round; the next try meets in a fresh round). A round of joiners alone never closes: they
+// wait for a member or for the job's end (live/done, JobEnded).
 #pragma once
 #include <chrono>
 #include <map>
@@ -62,10 +64,15 @@ class LateForEpoch : public Error {
 class NotAdmittedYet : public TimeoutError {
   using TimeoutError::TimeoutError;
 };
+// The job ended (rank 0 wrote live/done) while this process waited to be admitted or for a round.
+class JobEnded : public Error {
+  using Error::Error;
+};
 
 struct LiveOptions {
-  Milliseconds settle{300};    // a round closes once no member has arrived for this long
-  Milliseconds timeout{60000};  // every wait (for a round's members, for admission)
+  Milliseconds settle{300};          // a round closes once no member has arrived for this long
+  Milliseconds timeout{60000};       // the store's waits
+  Milliseconds round_timeout{30000};  // for a round's members: then its closer is taken for lost
 };
 
 class LiveMembership {
@@ -102,6 +109,9 @@ class LiveMembership {
   LiveMembership(std::shared_ptr<Store> root, std::string id, LiveOptions options);
   // Arrives at round `number` and, when it is the first to, closes it; then reads the members.
   const LiveEpoch& meet(int64_t number, LivePosition mine);
+  // Waits for `key` up to `wait` (TimeoutError), looking every second whether the job has ended
+  // (JobEnded).
+  void wait_unless_done(const std::string& key, Milliseconds wait, const std::string& waiting_for);
   void close_round(int64_t number);
   // Each member's rank in epoch `number` as the store has it (empty for epoch 0: launch ranks).
   std::map<std::string, int64_t> ranks_in_epoch(int64_t number);
@@ -113,6 +123,7 @@ class LiveMembership {
   LiveEpoch current_;
   bool member_ = true;        // of current_: false for a joiner, and for a member found late
   int64_t joiner_index_ = 0;  // this process's number among the joiners (0: none)
+  int64_t fresh_round_ = 0;   // the lowest round the next next_epoch may meet in
 };
 
 // "<id> <step> <epoch>" and back; nullopt for anything else (never trusts a peer's bytes).

@@ -40,6 +40,7 @@ class WorkerWatch {
   // awaited from now, not from the lost one's last).
   void started(int rank, pid_t pid) {
     pids_[rank] = pid;
+    stall_reports_.erase(rank);  // a stalled worker's replacement is watched afresh
     if (auto it = beats_.find(rank); it != beats_.end()) it->second.second = std::chrono::steady_clock::now();
   }
   // A live job's worker lost without a replacement: nothing of it is watched any more.

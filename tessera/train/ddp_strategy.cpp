@@ -5,8 +5,8 @@
 
 namespace tessera::train {
 
-DdpStrategy::DdpStrategy(const TrainConfig& config, dist::ProcessGroupPtr group)
-    : config_(config), group_(std::move(group)) {
+DdpStrategy::DdpStrategy(const TrainConfig& config, dist::ProcessGroupPtr group, bool values_from_caller)
+    : config_(config), group_(std::move(group)), values_from_caller_(values_from_caller) {
   TESSERA_CHECK(group_, "[ddp] needs the job's process group");
 }
 
@@ -28,6 +28,7 @@ std::vector<Tensor> DdpStrategy::prepare_replicas(std::shared_ptr<nn::Module> mo
   o.comm_hook_options.topk_ratio = d.topk_ratio;
   o.find_unused_parameters = d.find_unused_parameters;
   o.ignored_parameters = std::move(kept_out);
+  o.broadcast_initial_state = !values_from_caller_;
   ddp_ = std::make_unique<parallel::ddp::DistributedDataParallel>(model, group_, o);
   return LocalStrategy::prepare(std::move(model));
 }

@@ -14,7 +14,9 @@ namespace tessera::train {
 
 class DdpStrategy : public LocalStrategy {
  public:
-  DdpStrategy(const TrainConfig& config, dist::ProcessGroupPtr group);
+  // `values_from_caller`: the replicas' values come from the caller after prepare (a live job's
+  // membership change), not from rank 0's broadcast.
+  DdpStrategy(const TrainConfig& config, dist::ProcessGroupPtr group, bool values_from_caller = false);
   std::string name() const override { return "ddp"; }
   int rank() const override { return group_->rank(); }
   int world_size() const override { return group_->size(); }
@@ -40,6 +42,7 @@ class DdpStrategy : public LocalStrategy {
  private:
   TrainConfig config_;
   dist::ProcessGroupPtr group_;
+  bool values_from_caller_ = false;
   std::unique_ptr<parallel::ddp::DistributedDataParallel> ddp_;
 };
 

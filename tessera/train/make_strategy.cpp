@@ -42,7 +42,7 @@ std::unique_ptr<Strategy> make_strategy(const TrainConfig& config, StrategyEnvir
     }
     if (config.parallel.ep > 1) return std::make_unique<ExpertParallelStrategy>(config, env.group);
     if (config.parallel.cp > 1) return std::make_unique<ContextParallel<DdpStrategy>>(config, env.group);
-    return std::make_unique<DdpStrategy>(config, env.group);
+    return std::make_unique<DdpStrategy>(config, env.group, env.live_rebuild);
   }
   TESSERA_CHECK(config.parallel.ep == 1 && config.parallel.cp == 1, "[train] parallel.ep = ", config.parallel.ep,
                 " and parallel.cp = ", config.parallel.cp, " spread a model over several processes; this job has one "

@@ -17,6 +17,9 @@ struct StrategyEnvironment {
   std::shared_ptr<data::Dataset> train_set;  // the mesh measures its layers' time on a batch of it
   std::optional<parallel::ps::ClientOptions> ps;
   int ps_workers = 0;
+  // A live job's membership change (train/trainer_live.cpp): the trainer gives the replicas their
+  // values itself, so DDP does not broadcast rank 0's.
+  bool live_rebuild = false;
 };
 
 // The strategy the config and environment ask for: ps when there are client options; mesh when

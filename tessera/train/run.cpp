@@ -26,8 +26,10 @@ dist::ProcessGroupPtr init_group(const TrainConfig& config) {
   // A job that may run with live membership regroups as soon as a collective fails: no waiting for
   // the others' reports first (the trainer decides whether it does: trainer_live.cpp).
   const std::string& live = config.distributed.live_membership;
+  const bool plain_ddp = config.distributed.strategy == "ddp" && config.distributed.local_sgd == 0 &&
+                         !uses_model_parallelism(config) && config.parallel.ep <= 1 && config.parallel.cp <= 1;
   init.wait_for_failure_reports =
-      live == "off" || (live == "auto" && env_setting(dist::launcher::kElasticGenerationVariable) == nullptr);
+      !plain_ddp || live == "off" || (live == "auto" && env_setting(dist::launcher::kElasticGenerationVariable) == nullptr);
   return dist::init_process_group(init);
 }
 
@@ -79,7 +81,7 @@ RunOutcome run(const TrainConfig& config, const RunOptions& options) {
   // "auto" (an elastic job's restarted workers): the newest checkpoint that reads back whole, never
   // one that fails its checksums; a fresh start only where there is none at all.
   std::string resume_from = options.resume == "latest" ? "" : options.resume;
-  if (options.resume == "auto") {
+  if (options.resume == "auto" && !joiner) {
     std::vector<std::string> skipped;
     resume_from = io::newest_verified_checkpoint(
         (std::filesystem::path(config.train.output_dir) / "checkpoints").string(), &skipped);

@@ -74,7 +74,9 @@ Trainer::Trainer(TrainConfig config, dist::ProcessGroupPtr group)
 
 Trainer::Trainer(TrainConfig config, dist::ProcessGroupPtr group, Datasets preloaded)
     : config_(std::move(config)), group_(std::move(group)), preloaded_(std::move(preloaded)) {
-  build({group_, nullptr, std::nullopt, 0});
+  StrategyEnvironment env{group_, nullptr, std::nullopt, 0};
+  env.live_rebuild = true;  // as the members rebuild theirs: the values come from a member's state
+  build(env);
 }
 
 Trainer::Trainer(TrainConfig config, parallel::ps::ClientOptions ps, int num_workers) : config_(std::move(config)) {
@@ -313,6 +315,13 @@ FitResult Trainer::fit() {
     FitResult result = fit_epochs();
     if (saver_) saver_->wait();  // a job that ends waits for its last save (and fails if it failed)
     return result;
+  } catch (const dist::JobEnded& e) {
+    // A live member left out of a round (late) waited to rejoin, and the job ended without it.
+    std::fprintf(stderr, "[live] %s\n", e.what());
+    FitResult ended;
+    ended.steps = step_;
+    ended.stopped_early = true;
+    return ended;
   } catch (const PeerFailureError&) {
     save_after_losing_a_peer();
     throw;
@@ -405,15 +414,23 @@ FitResult Trainer::fit_epochs() {
       }
     membership_changes_.clear();
   };
+  // An epoch's figures, kept over a live membership change in its middle.
+  auto epoch_start = std::chrono::steady_clock::now();
+  double loss_sum = 0.0, rate = 0.0;
+  int64_t loss_count = 0;
+  bool epoch_goes_on = false;  // the loop comes round again after a membership change
   while (epoch_ < run.epochs) {
     try {
       const int64_t batches = loader_->batches_per_epoch();
       loader_->start_epoch(epoch_, batch_in_epoch_);
       if (lead()) progress->start_epoch(epoch_, run.epochs, batches, batch_in_epoch_);
       record_progress(Phase::Step);  // from here the silence until the next step is a step's
-      auto epoch_start = std::chrono::steady_clock::now();
-      double loss_sum = 0.0, rate = 0.0;
-      int64_t loss_count = 0;
+      if (!epoch_goes_on) {
+        epoch_start = std::chrono::steady_clock::now();
+        loss_sum = rate = 0.0;
+        loss_count = 0;
+      }
+      epoch_goes_on = false;
       bool regroup = false;  // rank 0 admitted joiners: the members meet after this step
       while (true) {
         std::optional<data::Batch> batch;
@@ -483,6 +500,7 @@ FitResult Trainer::fit_epochs() {
       if (regroup) {
         change_membership("joiners admitted");
         after_membership_change();
+        epoch_goes_on = true;
         continue;
       }
       const double epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
@@ -506,10 +524,12 @@ FitResult Trainer::fit_epochs() {
       if (!live_) throw;
       regroup_after_failure(e.what());  // then the epoch goes on where the members' state is
       after_membership_change();
+      epoch_goes_on = true;
     } catch (const TimeoutError& e) {
       if (!live_) throw;
       regroup_after_failure(e.what());
       after_membership_change();
+      epoch_goes_on = true;
     }
   }
   result.steps = step_;
@@ -748,7 +768,7 @@ void Trainer::resume(const std::string& path_in) {
   restore_position(files.trainer.metadata, trainer_file);
 }
 
-void Trainer::restore_position(const io::Metadata& metadata, const std::string& trainer_file) {
+void Trainer::restore_position(const io::Metadata& metadata, const std::string& trainer_file, bool past_an_epochs_end) {
   // (A checkpoint's trainer metadata, or a live member's state sent in memory: trainer_live.cpp.)
   resumed_ = true;
   step_ = metadata_int(metadata, checkpoint_keys::kStep, trainer_file);
@@ -784,7 +804,7 @@ void Trainer::restore_position(const io::Metadata& metadata, const std::string& 
   resumed_survivors_of_ = survivors == metadata.end() ? -1 : std::atoll(survivors->second.c_str());
   auto id = metadata.find(checkpoint_keys::kRunId);
   if (id != metadata.end() && !id->second.empty()) run_id_ = id->second;
-  if (batch_in_epoch_ == loader_->batches_per_epoch()) {  // saved right at an epoch's end, before evaluation
+  if (past_an_epochs_end && batch_in_epoch_ == loader_->batches_per_epoch()) {  // saved right at an epoch's end, before evaluation
     ++epoch_;
     batch_in_epoch_ = 0;
   }

@@ -169,7 +169,9 @@ class Trainer {
   void end_live_membership();  // rank 0 when fit ends: a joiner still waiting stops
   std::string encode_live_state();
   // Training position and the rest of a checkpoint's trainer metadata (resume, and a live state).
-  void restore_position(const io::Metadata& metadata, const std::string& trainer_file);
+  // `past_an_epochs_end`: a position at the end of an epoch moves to the next one's start (a resume;
+  // a live member's state, whose epoch still needs its evaluation, stays).
+  void restore_position(const io::Metadata& metadata, const std::string& trainer_file, bool past_an_epochs_end = true);
   void agree_on_run_id();  // collective
   // train.checkpoint_verify: how far a save is read back before it counts.
   io::Verify checkpoint_verification() const { return io::parse_verify(config_.train.checkpoint_verify); }
@@ -227,6 +229,7 @@ class Trainer {
   int launch_rank_ = -1;          // RANK as the launcher gave it: the heartbeats' name
   std::chrono::steady_clock::time_point last_joiner_check_{};  // rank 0's last look for joiners
   std::vector<nlohmann::json> membership_changes_;  // for the lead's metrics.jsonl
+  std::string pending_state_;  // the source's encoded state, until a membership change completes
   static std::atomic<bool> stop_requested_;
 };
 

@@ -41,6 +41,7 @@ dist::LiveOptions live_options(const TrainConfig& config) {
   dist::LiveOptions o;
   o.settle = Milliseconds(config.distributed.live_settle_ms);
   o.timeout = collective_timeout(config);
+  o.round_timeout = std::min(o.timeout, Milliseconds(30000));
   return o;
 }
 
@@ -70,17 +71,24 @@ bool Trainer::wants_live_membership() const {
   const bool elastic = env_setting(dist::launcher::kElasticGenerationVariable) != nullptr;
   if (mode == "auto" && !elastic) return false;
   const std::string& backend = config_.distributed.backend;
+  const int64_t global = config_.train.global_batch_size;
+  bool every_size_divides = global > 0;
+  for (int64_t w = 1; every_size_divides && w <= world_size(); ++w) every_size_divides = global % w == 0;
   std::string cannot;
-  if (strategy_->name() != "ddp")
-    cannot = concat("the ", strategy_->name(), " strategy (live membership carries ddp; the others restart from the "
-                    "survivors' save or a checkpoint)");
+  if (strategy_->name() != "ddp" || config_.parallel.ep > 1 || config_.parallel.cp > 1 || !strategy_->holds_whole_state() ||
+      !strategy_->keeps_whole_model())
+    cannot = concat("the ", strategy_->name(), " strategy",
+                    config_.parallel.ep > 1 ? " with expert parallelism" : config_.parallel.cp > 1 ? " with context parallelism" : "",
+                    " (live membership carries plain ddp; the others restart from the survivors' save or a checkpoint)");
   else if (backend != "auto" && backend != "shm" && backend != "tcp")
     cannot = concat("distributed.backend = '", backend, "' (its groups cannot be left: use auto, shm or tcp)");
   else if (config_.train.global_batch_size <= 0)
     cannot = "a global batch that changes with the world size (set train.global_batch_size: the lost rank's share "
              "then moves to the others, and every world size reads the same samples per step)";
-  else if (train_set_->reads_one_share())
-    cannot = "a training table each rank reads a byte range of (its shares cannot move to other ranks)";
+  else if (!every_size_divides)
+    cannot = concat("train.global_batch_size ", global, ", which a smaller world (down to 1) does not divide");
+  else if (train_set_->reads_one_share() || eval_set_->reads_one_share())
+    cannot = "a table each rank reads a byte range of (its shares cannot move to other ranks)";
   else if (config_.distributed.sync_batchnorm)
     cannot = "distributed.sync_batchnorm";
   if (cannot.empty()) return true;
@@ -104,36 +112,41 @@ void Trainer::start_live_membership() {
 std::unique_ptr<Trainer> Trainer::join_live_job(TrainConfig config) {
   validate(config);
   const int slot = dist::launcher::worker_env_from_environment().rank;
-  // Everything that takes time before asking: once admitted, the members wait for this process.
-  Datasets data = load_datasets(config);
   const Milliseconds timeout = collective_timeout(config);
   auto root = dist::store_from_env(timeout);
   root->set_timeout(timeout);
-  auto live = dist::LiveMembership::asking_to_join(root, concat("j", slot, "-", ::getpid()), live_options(config));
-  std::fprintf(stderr, "[live] joining the running job in rank %d's slot\n", slot);
-  // Admission comes at a member's step boundary; a job that ends first says so (live/done).
-  const auto give_up = std::chrono::steady_clock::now() + timeout;
   // Until it has a group to beat for it, the joiner beats itself in its slot, where an elastic agent
-  // watches: a process waiting for admission is idle, not stalled.
+  // watches: a process loading its data or waiting for admission is busy or idle, not stalled.
   dist::Heartbeat idle;
   const Milliseconds beat = heartbeat_interval();
-  while (true) {
-    if (beat > Milliseconds(0)) {
-      ++idle.count;
-      root->set(dist::worker_heartbeat_key(slot), dist::format_heartbeat(idle));
+  auto beat_once = [&] {
+    if (beat <= Milliseconds(0)) return;
+    ++idle.count;
+    root->set(dist::worker_heartbeat_key(slot), dist::format_heartbeat(idle));
+  };
+  beat_once();
+  // Everything that takes time before asking: once admitted, the members wait for this process.
+  Datasets data = load_datasets(config);
+  beat_once();
+  auto live = dist::LiveMembership::asking_to_join(root, concat("j", slot, "-", ::getpid()), live_options(config));
+  std::fprintf(stderr, "[live] joining the running job in rank %d's slot\n", slot);
+  // Admission comes at a member's step boundary; a job that ends first says so (dist::JobEnded).
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  try {
+    while (true) {
+      beat_once();
+      try {
+        live->join({0, 0}, beat > Milliseconds(0) ? std::min(beat * 2, Milliseconds(1000)) : Milliseconds(1000));
+        break;
+      } catch (const dist::NotAdmittedYet&) {
+        if (std::chrono::steady_clock::now() >= give_up) throw;
+      } catch (const dist::LateForEpoch&) {
+        // The round closed without it (its settle time passed first): it asks again.
+      }
     }
-    if (live->job_done()) {
-      std::fprintf(stderr, "[live] the job ended before this process was admitted; nothing to do\n");
-      return nullptr;
-    }
-    try {
-      live->join({0, 0}, beat > Milliseconds(0) ? std::min(beat * 2, Milliseconds(1000)) : Milliseconds(1000));
-      break;
-    } catch (const dist::NotAdmittedYet&) {
-      if (std::chrono::steady_clock::now() >= give_up) throw;
-    } catch (const dist::LateForEpoch&) {
-      // The round closed without it (its settle time passed first): it asks again.
-    }
+  } catch (const dist::JobEnded&) {
+    std::fprintf(stderr, "[live] the job ended before this process was admitted; nothing to do\n");
+    return nullptr;
   }
   const dist::LiveEpoch& e = live->current();
   auto group = live->make_group(config.distributed.backend, timeout, slot, heartbeat_interval());
@@ -155,7 +168,10 @@ std::pair<bool, bool> Trainer::live_step_boundary() {
   // pay for it, and a joiner waits a step boundary anyway.
   bool admitted = false;
   const auto now = std::chrono::steady_clock::now();
-  if (rank() == 0 && !stop_requested_ && !max_steps_reached && now - last_joiner_check_ >= std::chrono::milliseconds(50)) {
+  // Nor at a step that saves a checkpoint: rank 0 would arrive at the round after its save, late.
+  const bool saving = config_.train.checkpoint_every > 0 && step_ % config_.train.checkpoint_every == 0;
+  if (rank() == 0 && !stop_requested_ && !max_steps_reached && !saving &&
+      now - last_joiner_check_ >= std::chrono::milliseconds(50)) {
     last_joiner_check_ = now;
     if (live_->joiners_waiting() > 0) admitted = live_->admit_joiners() > 0;
   }
@@ -189,47 +205,61 @@ void Trainer::share_live_state(int source, const std::string& mine) {
   std::lock_guard lock(state_mu_);
   strategy_->load_model_state(model.tensors);
   strategy_->load_optimizer_state(*optimizer_, trainer.tensors);
-  restore_position(trainer.metadata, from);
+  // A source at the end of an epoch has not evaluated it yet: every member does, next.
+  restore_position(trainer.metadata, from, /*past_an_epochs_end=*/false);
   rng_at_step_ = default_generator();
 }
 
 void Trainer::change_membership(const std::string& cause) {
   const auto started = std::chrono::steady_clock::now();
   record_progress(dist::launcher::ProgressRecord::Phase::Other);  // a membership round is not a wedge
-  const int old_world = world_size();
+  const int old_world = live_->current().size();
   const int64_t old_epoch = live_->current().number;
   const dist::LivePosition mine{step_, epoch_};
   // Leave the failed (or outgrown) group first: a peer still waiting for this rank in it stops at
-  // once instead of at the timeout. The group itself goes once the round has closed (the strategy,
+  // once instead of at the timeout. The group itself goes once the new one works (the strategy,
   // which holds it, describes the state the source sends).
-  group_->leave();
+  if (group_) group_->leave();
   const dist::LiveEpoch* e = nullptr;
   try {
     e = &live_->next_epoch(mine);
   } catch (const dist::LateForEpoch&) {
     // The others closed the round without this rank: it joins as a new process would, at their
-    // next step boundary, and takes the state then.
+    // next step boundary, and takes the state then (dist::JobEnded if the job ends first).
     std::fprintf(stderr, "[live] %s: the round closed before this rank arrived; joining again\n", live_->id().c_str());
-    while (true) {
+    for (int attempt = 0;; ++attempt) {
       try {
         e = &live_->join(mine, collective_timeout(config_));
         break;
       } catch (const dist::LateForEpoch&) {
+        if (attempt == 8) throw;
       }
     }
   }
-  // The source's state, before prepare broadcasts rank 0's parameters over it.
-  const std::string my_state = e->rank == e->source ? encode_live_state() : std::string();
-  strategy_.reset();  // DDP's reducer and buckets hold the old group
-  group_.reset();     // its worker thread ends: every operation still queued fails at once
-  group_ = live_->make_group(config_.distributed.backend, collective_timeout(config_), launch_rank_, heartbeat_interval());
-  strategy_ = make_strategy(config_, {group_, train_set_, std::nullopt, 0});
+  // The source's state, encoded once: a change that fails after this (another member lost) and is
+  // tried again sends the same. Nothing below touches this rank's own state until every member has
+  // the source's (DDP's prepare does not broadcast here: StrategyEnvironment::live_rebuild).
+  if (e->rank == e->source && pending_state_.empty()) pending_state_ = encode_live_state();
+  // The new group and strategy are built aside and swapped in whole: a failure while they form
+  // leaves the old ones (left, not destroyed) for the next try, and the survivors' save thread
+  // never sees a strategy half made.
+  dist::ProcessGroupPtr group =
+      live_->make_group(config_.distributed.backend, collective_timeout(config_), launch_rank_, heartbeat_interval());
+  StrategyEnvironment env{group, train_set_, std::nullopt, 0};
+  env.live_rebuild = true;
+  std::unique_ptr<Strategy> strategy = make_strategy(config_, env);
   const ModelEntry& model_kind = model_entry(config_.model.name);
-  if (model_kind.objective) strategy_->set_objective(model_kind.objective(config_));
-  strategy_->prepare(model_);  // the same parameters: the optimizer over them stays
-  strategy_->set_training(true);
+  if (model_kind.objective) strategy->set_objective(model_kind.objective(config_));
+  strategy->prepare(model_);  // the same parameters: the optimizer over them stays
+  strategy->set_training(true);
+  {
+    std::lock_guard lock(state_mu_);
+    strategy_ = std::move(strategy);  // the old DDP's reducer and buckets go, and with them the old group
+    group_ = std::move(group);
+  }
   build_data();
-  share_live_state(e->source, my_state);
+  share_live_state(e->source, pending_state_);
+  pending_state_.clear();
   reading_batches_ = false;
   elastic_ = ElasticReport::from_environment(rank());  // the new rank 0 reports the steps
   record_progress(dist::launcher::ProgressRecord::Phase::Step);

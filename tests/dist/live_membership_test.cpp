@@ -118,13 +118,20 @@ TEST(LiveMembership, AMemberArrivingAfterTheCloseIsLateAndIsAdmittedAtTheNextBou
   EXPECT_EQ(got[2].source, 0);
 }
 
-TEST(LiveMembership, TheJobsEndIsVisibleToAJoinerStillWaiting) {
+TEST(LiveMembership, TheJobsEndReleasesAJoinerWaitingForAdmissionOrInARoundThatNeverMeets) {
   auto store = std::make_shared<HashStore>(10s);
-  auto member = LiveMembership::launched(store, 0, 1, quick());
-  auto joiner = LiveMembership::asking_to_join(store, "j0-test", quick());
-  EXPECT_FALSE(joiner->job_done());
-  member->mark_job_done();
-  EXPECT_TRUE(joiner->job_done());
+  auto member = LiveMembership::launched(store, 0, 1, quick(100ms));
+  auto waiting = LiveMembership::asking_to_join(store, "j0-test", quick(100ms));
+  auto admitted = LiveMembership::asking_to_join(store, "j1-test", quick(100ms));
+  testing::expect_error<NotAdmittedYet>([&] { waiting->join({0, 0}, 100ms); }, {"was not admitted within 100 ms"});
+  // Both admitted, but the job stops at that step boundary: no member comes to the round.
+  EXPECT_EQ(member->admit_joiners(), 2);
+  std::thread stopper([&] { member->mark_job_done(); });
+  const auto start = std::chrono::steady_clock::now();
+  testing::expect_error<JobEnded>([&] { admitted->join({0, 0}, 10s); }, {"the job ended"});
+  stopper.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "released at the job's end, not at a timeout";
+  EXPECT_TRUE(waiting->job_done());
 }
 
 TEST(LiveMembership, MembersAndArrivalsReadBackAndMalformedTextIsRefused) {

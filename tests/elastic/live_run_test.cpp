@@ -71,7 +71,11 @@ void expect_equal_to_planned(const std::string& dir, const std::set<int64_t>& un
 // allowed; `fault` is the trainer's fault injection.
 Outcome live_agent_run(const std::string& dir, int nproc, const std::string& fault) {
   write_config(dir, 480, "auto");
-  Outcome o = run_shell(agent(dir, "1:1", nproc, "store", endpoint(), "--max-restarts 1", fault), dir + "/agent.log");
+  // Rank 0 paced at 40 ms a step: the replacement (a new process loading its data) joins well before
+  // the job's 80th step however loaded the machine (the planned runs are not paced; it changes no value).
+  Outcome o = run_shell(agent(dir, "1:1", nproc, "store", endpoint(), "--max-restarts 1",
+                              fault + " --set distributed.debug_slow_rank=0 --set distributed.debug_slow_ms=40"),
+                        dir + "/agent.log");
   print_live_lines(o.log);
   return o;
 }
@@ -122,6 +126,24 @@ TEST(LiveRun, WithoutAReplacementThePeersOfALostRankZeroFinishTheJob) {
   EXPECT_EQ(final_step(dir), 80);
   run_planned(dir, {3, 2}, {12});
   expect_equal_to_planned(dir, {12});
+}
+
+// A loss at an epoch's last step (40 of 40): the members' state is at the end of the epoch, which
+// they evaluate and save before the next one, as an undisturbed run does.
+TEST(LiveRun, ALossAtAnEpochsLastStepStillEvaluatesThatEpoch) {
+  const std::string dir = tessera::testing::fresh_dir("live_run", "epoch_end");
+  write_config(dir, 480, "on");
+  Outcome o = run_shell(std::string(TESSERA_BINARY) + " run --nproc-per-node 3 --grace-period 2 -- " + TESSERA_BINARY +
+                            " train " + dir + "/config.toml --set distributed.debug_kill_rank=1 " +
+                            "--set distributed.debug_kill_step=40",
+                        dir + "/run.log");
+  print_live_lines(o.log);
+  ASSERT_EQ(o.status, 0) << o.log;
+  EXPECT_EQ(records(dir, "membership").size(), 1u) << o.log;
+  EXPECT_EQ(records(dir, "epoch").size(), 2u) << "both epochs evaluated:\n" << o.log;
+  EXPECT_EQ(final_step(dir), 80);
+  run_planned(dir, {3, 2}, {40});
+  expect_equal_to_planned(dir);
 }
 
 // A stopped worker (SIGSTOP) is found by the agent's heartbeat watch and killed; that loss is a live

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <poll.h>
 #include <sys/stat.h>
@@ -330,6 +331,8 @@ class Supervisor {
     if (w.server || job_dir_.empty() || (running_count() == 0 && replacements_left_ == 0)) return false;
     // A configuration or input error would repeat in a replacement: it fails the job as ever.
     if (WIFEXITED(*w.status) && WEXITSTATUS(*w.status) == kConfigErrorExitStatus) return false;
+    // A replacement may be lost before its first record: its slot is a live job's already.
+    if (live_slots_.count(w.rank)) return true;
     const std::optional<ProgressRecord> record = read_progress_file(progress_file(w.rank));
     return record && record->live;
   }
@@ -343,6 +346,7 @@ class Supervisor {
     const std::string what = tessera::detail::concat(processes_[index].name(), " (pid ", processes_[index].pid, ") ",
                                                      describe_wait_status(status));
     failed_workers_.push_back(rank);
+    live_slots_.insert(rank);
     pid_t replacement = -1;
     if (replacements_left_ > 0) {
       --replacements_left_;
@@ -478,6 +482,7 @@ class Supervisor {
   std::map<int, ProcessSpec> spec_of_rank_;
   std::map<int, std::vector<int>> cores_of_rank_;
   int replacements_left_ = 0;
+  std::set<int> live_slots_;  // ranks whose worker a live job lost (and may have replaced)
   std::optional<Clock::time_point> job_deadline_, stop_deadline_;
   bool escalated_ = false, timed_out_ = false, interrupted_ = false;
   int stopped_on_interrupt_ = 0;

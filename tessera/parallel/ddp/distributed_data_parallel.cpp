@@ -47,7 +47,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   TESSERA_CHECK(module_ != nullptr, "[DistributedDataParallel] module is null");
   TESSERA_CHECK(group_ != nullptr, "[DistributedDataParallel] process group is null");
   check_same_model();
-  broadcast_state(0, /*with_parameters=*/true);  // every replica starts from rank 0's values
+  if (options_.broadcast_initial_state) broadcast_state(0, /*with_parameters=*/true);  // every replica starts from rank 0's values
   ReducerOptions reducer;
   reducer.bucket_cap_bytes = options_.bucket_cap_bytes;
   reducer.first_bucket_cap_bytes = options_.first_bucket_cap_bytes;

@@ -36,6 +36,11 @@ struct DdpOptions {
   // On, a .grad kept from one step to the next is overwritten by the next backward.
   bool gradient_as_bucket_view = true;
   bool broadcast_buffers = true;
+  // Whether construction broadcasts rank 0's parameters and buffers to every replica. false: the
+  // caller gives the replicas one member's values itself, right after (a live job's membership
+  // change, train/trainer_live.cpp: a change that fails half-way then leaves every member its own
+  // consistent state).
+  bool broadcast_initial_state = true;
   std::string comm_hook = "none";  // none, fp16, bf16, powersgd, topk: see make_comm_hook in comm_hook.h
   CommHookOptions comm_hook_options;
   // Ranks may run different numbers of iterations (PyTorch's Join): each training forward
