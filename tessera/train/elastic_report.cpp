@@ -9,6 +9,8 @@
 
 namespace tessera::train {
 
+bool under_the_elastic_agent() { return env_setting(dist::launcher::kElasticMaxWorldVariable) != nullptr; }
+
 std::unique_ptr<ElasticReport> ElasticReport::from_environment(int rank) {
   if (rank != 0 || env_setting(dist::launcher::kElasticGenerationVariable) == nullptr) return nullptr;
   return std::unique_ptr<ElasticReport>(new ElasticReport(dist::store_from_env(dist::Milliseconds(30000))));

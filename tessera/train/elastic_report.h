@@ -11,6 +11,11 @@
 
 namespace tessera::train {
 
+// Whether this process was started by the elastic agent (it alone sets TESSERA_ELASTIC_MAX_WORLD;
+// tessera.ray's trainer sets the generation too, for the survivors' save, but restarts its groups
+// itself). Live membership's "auto" is on there (trainer_live.cpp).
+bool under_the_elastic_agent();
+
 class ElasticReport {
  public:
   // Null when this process is not rank 0 of an elastic job.

@@ -10,6 +10,7 @@
 #include "tessera/dist/launcher/env.h"
 #include "tessera/dist/launcher/slurm_env.h"
 #include "tessera/io/checkpoint.h"
+#include "tessera/train/elastic_report.h"
 #include "tessera/train/ps_job.h"
 #include "tessera/util/settings.h"
 
@@ -29,7 +30,7 @@ dist::ProcessGroupPtr init_group(const TrainConfig& config) {
   const bool plain_ddp = config.distributed.strategy == "ddp" && config.distributed.local_sgd == 0 &&
                          !uses_model_parallelism(config) && config.parallel.ep <= 1 && config.parallel.cp <= 1;
   init.wait_for_failure_reports =
-      !plain_ddp || live == "off" || (live == "auto" && env_setting(dist::launcher::kElasticGenerationVariable) == nullptr);
+      !plain_ddp || live == "off" || (live == "auto" && !under_the_elastic_agent());
   return dist::init_process_group(init);
 }
 

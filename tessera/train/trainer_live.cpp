@@ -68,8 +68,7 @@ std::pair<std::string_view, std::string_view> unpack(std::string_view bytes) {
 bool Trainer::wants_live_membership() const {
   const std::string& mode = config_.distributed.live_membership;
   if (mode == "off" || !dist::launcher::has_worker_rank()) return false;
-  const bool elastic = env_setting(dist::launcher::kElasticGenerationVariable) != nullptr;
-  if (mode == "auto" && !elastic) return false;
+  if (mode == "auto" && !under_the_elastic_agent()) return false;
   const std::string& backend = config_.distributed.backend;
   const int64_t global = config_.train.global_batch_size;
   bool every_size_divides = global > 0;
