@@ -40,12 +40,6 @@ struct Cost {
   bool ok = false;
 };
 
-std::string tessera_binary() {
-  char path[4096] = {};
-  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
-  return n > 0 ? std::string(path, static_cast<size_t>(n)) : std::string("tessera");
-}
-
 
 // step -> Unix time of its record (the last one wins where a restarted job wrote a step again), and
 // the first step each restart resumed after.
@@ -83,17 +77,16 @@ Cost cost_of(const StepTimes& times, int64_t kill_step, double killed_at, double
   return c;
 }
 
-std::vector<nlohmann::json> parse_lines(const std::string& text) {
+// The JSON objects of a file, one per line (a metrics.jsonl, the reference's step log).
+std::vector<nlohmann::json> json_lines(const std::string& path) {
   std::vector<nlohmann::json> out;
-  std::istringstream in(text);
+  std::istringstream in(read_all(path));
   for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_discarded() && j.is_object()) out.push_back(j);
   }
   return out;
 }
-
-std::vector<nlohmann::json> json_lines(const std::string& path) { return parse_lines(read_all(path)); }
 
 Cost run_tessera(const LiveBenchOptions& o, const std::string& dir, bool live) {
   fs::remove_all(dir);
@@ -106,7 +99,7 @@ Cost run_tessera(const LiveBenchOptions& o, const std::string& dir, bool live) {
                                       << "\nthreads = 1\nlog_every = 100000\noutput_dir = \"" << dir << "/run\"\n"
                                       << "[distributed]\ntimeout_s = 60\nlive_membership = \"" << (live ? "auto" : "off")
                                       << "\"\n";
-  const std::string bin = tessera_binary();
+  const std::string bin = fs::read_symlink("/proc/self/exe").string();
   const std::string cmd = bin + " run --nnodes 1:1 --nproc-per-node " + std::to_string(kWorkers) +
                           " --rdzv-backend store --rdzv-endpoint 127.0.0.1:" + std::to_string(dist::launcher::pick_free_port("127.0.0.1")) +
                           " --rdzv-id bench-live --max-restarts 1 --grace-period 2 -- " + bin + " train " + dir +
@@ -159,8 +152,8 @@ Cost run_torchrun(const LiveBenchOptions& o, const std::string& dir, std::string
                  read_all(dir + "/job.err").substr(0, 2000).c_str());
     return {};
   }
-  for (const auto& j : parse_lines(run.out))
-    if (j.contains("torch_version")) *version = j["torch_version"].get<std::string>();
+  if (const nlohmann::json last = last_json_line(run.out); last.is_object())
+    *version = last.value("torch_version", *version);
   StepTimes times;
   int64_t last_attempt = 0;
   for (const auto& r : json_lines(dir + "/steps.jsonl")) {

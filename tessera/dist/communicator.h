@@ -95,7 +95,7 @@ class Communicator {
   // sleep (the group is broken; its first error is what the callers see). Thread-safe. A no-op unless abortable().
   virtual void abort() {}
   // abort(), and this rank leaves for good: where the backend can tell its peers (shm's shared
-  // counters), their waits for this rank end with a PeerFailureError. A live job's survivors
+  // counters, tcp's connections shut down), their waits for this rank end with a PeerFailureError. A live job's survivors
   // (live_membership.h) leave a failed group so that no member stays waiting in it.
   virtual void leave() { abort(); }
 };

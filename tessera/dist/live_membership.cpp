@@ -21,6 +21,13 @@ std::string round_key(int64_t number, const std::string& what) { return concat("
 
 int64_t read_count(Store& store, const std::string& key) { return store.add(key, 0); }
 
+// The launch rank in an id of epoch 0's members ("r<rank>-<pid>"); nullopt for anyone else's.
+std::optional<int64_t> launch_rank_of(const std::string& id) {
+  const auto dash = id.find('-');
+  if (id.size() < 2 || id[0] != 'r' || dash == std::string::npos) return std::nullopt;
+  return parse_whole_number(std::string_view(id).substr(1, dash - 1));
+}
+
 }  // namespace
 
 std::string format_live_arrival(const std::string& id, LivePosition position) {
@@ -98,7 +105,6 @@ std::unique_ptr<LiveMembership> LiveMembership::asking_to_join(std::shared_ptr<S
 
 void LiveMembership::register_as_joiner() {
   joiner_index_ = root_->add("live/joiners", 1);
-  root_->set(concat("live/joiner/", joiner_index_), id_);
 }
 
 int64_t LiveMembership::joiners_waiting() {
@@ -133,7 +139,8 @@ void LiveMembership::wait_unless_done(const std::string& key, Milliseconds wait,
   while (true) {
     if (job_done()) throw JobEnded(concat("[live membership] ", id_, ": the job ended while this process waited for ", waiting_for));
     const auto left = std::chrono::duration_cast<Milliseconds>(until - Clock::now());
-    if (left <= Milliseconds(0)) throw TimeoutError("");
+    if (left <= Milliseconds(0))
+      throw TimeoutError(concat("[live membership] ", id_, " waited ", wait.count(), " ms for ", waiting_for, " (", key, ")"));
     try {
       root_->wait({key}, std::min(left, Milliseconds(1000)));
       return;
@@ -204,7 +211,7 @@ void LiveMembership::close_round(int64_t number) {
   for (int64_t before = number - 1; before >= 1 && previous.empty(); --before) previous = ranks_in_epoch(before);
   auto was_a_member = [&](const std::string& id) {
     if (previous.count(id)) return true;
-    return previous.empty() && id.size() > 1 && id[0] == 'r';  // epoch 0: "r<launch rank>-<pid>"
+    return previous.empty() && launch_rank_of(id).has_value();  // epoch 0's
   };
   auto a_member_arrived = [&](int64_t seen) {
     for (int64_t k = 1; k <= seen; ++k) {
@@ -220,7 +227,9 @@ void LiveMembership::close_round(int64_t number) {
     if (root_->check({round_key(number, "expected")}))
       expected = parse_whole_number(root_->get_string(round_key(number, "expected"))).value_or(0);
     if (expected > 0 && seen >= expected) break;
-    if (Clock::now() >= give_up) throw TimeoutError("");
+    if (Clock::now() >= give_up)
+      throw TimeoutError(concat("[live membership] ", id_, " closing round ", number, " saw no member of the epoch "
+                                "before arrive within ", options_.round_timeout.count(), " ms"));
     // The next arrival, or the end of the settle time: the store's wait answers at either. A round
     // of joiners alone (admitted at a step boundary where the job then stopped) never closes: they
     // wait for a member, or for the job's end.
@@ -254,12 +263,10 @@ void LiveMembership::close_round(int64_t number) {
     // The members of the epoch before in their order there (rank 0 stays rank 0 where it survived),
     // then joiners in the order they arrived.
     int64_t order = 1'000'000 + k;
-    if (auto it = previous.find(a->first); it != previous.end()) {
+    if (auto it = previous.find(a->first); it != previous.end())
       order = it->second;
-    } else if (const auto dash = a->first.find('-'); previous.empty() && a->first.size() > 1 && a->first[0] == 'r' &&
-                                                    dash != std::string::npos) {
-      order = parse_whole_number(a->first.substr(1, dash - 1)).value_or(order);
-    }
+    else if (previous.empty())
+      order = launch_rank_of(a->first).value_or(order);
     arrivals.push_back({a->first, a->second, order});
   }
   std::stable_sort(arrivals.begin(), arrivals.end(), [](const Arrival& a, const Arrival& b) { return a.order < b.order; });

@@ -8,8 +8,8 @@
 //   live/e<E>/arrival/<n>   the n-th of them: "<id> <step> <epoch>"
 //   live/e<E>/expected      how many will arrive, where that is known (joiners admitted into E)
 //   live/e<E>/pg/...        epoch E's process group
-//   live/joiners            counter: processes that asked to join the running job
-//   live/joiner/<j>         the j-th of them: its id
+//   live/joiners            counter: processes that asked to join the running job (the j-th
+//                           learns its number from it; its id comes with its arrival)
 //   live/admit/<j>          the epoch joiner j was admitted into
 //   live/admitted           how many joiners have been admitted
 //   live/done               written by rank 0 when training ends: a joiner not yet admitted stops
@@ -85,10 +85,11 @@ class LiveMembership {
   // The epoch this process is a member of (after next_epoch or join), or was last.
   const LiveEpoch& current() const { return current_; }
   const std::string& id() const { return id_; }
-  // Rank 0 at a step boundary: joiners registered and not yet admitted (one store read).
+  // Joiners registered and not yet admitted (two store reads).
   int64_t joiners_waiting();
   // Rank 0, before the step boundary's collective that tells every member: admits every waiting
-  // joiner into the next epoch and records how many will arrive. Returns how many it admitted.
+  // joiner into the next epoch and records how many will arrive. Returns how many it admitted (0,
+  // after the same two reads, when nobody waits).
   int64_t admit_joiners();
   // Every member of the current epoch, after a failure or at an admission: the next epoch, which
   // becomes current. LateForEpoch when the round closed without this process.
@@ -100,8 +101,8 @@ class LiveMembership {
   void mark_job_done();
   bool job_done();
   // The process group of the current epoch over `backend` (shm, tcp, hierarchical or auto); its
-  // heartbeats go out as the launch rank `heartbeat_rank` of the job's first group, where the
-  // elastic agent watches them (heartbeat_ms 0: none).
+  // heartbeats, every `heartbeat` (0: none), go out as the launch rank `heartbeat_rank` of the job's
+  // first group, where the elastic agent watches them.
   ProcessGroupPtr make_group(const std::string& backend, Milliseconds timeout, int heartbeat_rank,
                              Milliseconds heartbeat) const;
 

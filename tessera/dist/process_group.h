@@ -104,8 +104,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup>, public I
   int rank() const { return rank_; }
   int size() const { return size_; }
   // This rank leaves the group for good (a live job's survivors, before they form the next one):
-  // every wait of its operations ends, and on shm its peers' waits for it end too (PeerFailureError);
-  // on tcp they end once its connections close with the group. Thread-safe.
+  // every wait of its operations ends, and so do its peers' waits for it (PeerFailureError): shm marks
+  // it departed in the shared segment, tcp shuts its connections down. Thread-safe.
   void leave() {
     if (communicator_->abortable()) communicator_->leave();
   }

@@ -240,7 +240,6 @@ class Agent {
     job.live_replacements = std::max(0, o_.max_restarts - result_.restarts);
     job.on_live_loss = [this, &m](int rank, int, const std::string& what, pid_t replacement) {
       ++result_.restarts;
-      ++result_.live_losses;
       result_.failures.push_back(concat("generation ", m.generation, " (live): ", what));
       if (replacement < 0) workers_->forget(rank);
     };

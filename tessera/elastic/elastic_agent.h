@@ -65,8 +65,7 @@ struct Recovery {
 struct ElasticResult {
   int exit_code = 0;
   std::string message;  // empty on success
-  int restarts = 0;     // generations ended by a failure, and this agent's live losses
-  int live_losses = 0;  // this agent's workers lost in a live job, whose generation went on
+  int restarts = 0;     // generations ended by a failure, and this agent's workers lost in a live job
   int64_t generations = 0;
   std::vector<std::string> failures;
   std::vector<Recovery> recoveries;

@@ -2,6 +2,7 @@
 // Every key is declared once in config.cpp with its type and default; an unknown key is an error that
 // names it and suggests the nearest known one.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -205,6 +206,10 @@ struct TrainConfig {
 
 // True when the config asks for pipeline or tensor parallelism.
 inline bool uses_model_parallelism(const TrainConfig& c) { return c.parallel.pp * c.parallel.tp > 1; }
+// distributed.timeout_s as the process groups, stores and rendezvous take it.
+inline std::chrono::milliseconds collective_timeout(const TrainConfig& c) {
+  return std::chrono::milliseconds(static_cast<int64_t>(c.distributed.timeout_s * 1000.0));
+}
 // The type gradients and activations travel in between ranks: distributed.reduce_dtype, "auto"
 // following train.precision (bfloat16 under bf16, else float32).
 inline DType wire_dtype(const TrainConfig& c) {

@@ -20,9 +20,6 @@ using dist::Milliseconds;
 
 namespace {
 
-Milliseconds timeout_of(const TrainConfig& c) {
-  return Milliseconds(static_cast<int64_t>(c.distributed.timeout_s * 1000.0));
-}
 
 std::string job_token() {
   const char* token = env_setting("TESSERA_JOB_TOKEN");
@@ -60,14 +57,14 @@ parallel::ps::ServerOptions ps_server_options(const TrainConfig& c, const dist::
                                           "MASTER_ADDR");
   }
   o.token = token;
-  o.timeout = timeout_of(c);
+  o.timeout = collective_timeout(c);
   o.keep_checkpoints = static_cast<int>(c.train.keep_checkpoints);
   return o;
 }
 
 parallel::ps::ServerReport serve_parameters(const TrainConfig& config, const dist::launcher::PsRoleEnv& role) {
   parallel::ps::ParameterServer server(ps_server_options(config, role, job_token()));
-  auto store = dist::store_from_env(timeout_of(config), -1 - role.server_rank);
+  auto store = dist::store_from_env(collective_timeout(config), -1 - role.server_rank);
   parallel::ps::publish_server_address(*store, role.server_rank, server.address());
   return server.run();
 }
@@ -100,7 +97,7 @@ parallel::ps::ClientOptions ps_client_options_from_env(const TrainConfig& config
   parallel::ps::ClientOptions o;
   o.rank = env.rank;
   o.token = env.job_token;
-  o.timeout = timeout_of(config);
+  o.timeout = collective_timeout(config);
   auto store = dist::store_from_env(o.timeout);
   o.servers = parallel::ps::lookup_server_addresses(*store, role.num_servers);
   return o;

@@ -20,10 +20,13 @@ namespace {
 
 extern "C" void on_stop_signal(int) { Trainer::request_stop(); }
 
+// A process the launcher started in a lost worker's slot of a live job (trainer_live.cpp).
+bool is_live_joiner() { return dist::launcher::has_worker_rank() && env_flag(dist::launcher::kLiveJoinerVariable, false); }
+
 dist::ProcessGroupPtr init_group(const TrainConfig& config) {
   dist::InitOptions init;
   init.backend = config.distributed.backend;
-  init.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
+  init.timeout = collective_timeout(config);
   // A job that may run with live membership regroups as soon as a collective fails: no waiting for
   // the others' reports first (the trainer decides whether it does: trainer_live.cpp).
   const std::string& live = config.distributed.live_membership;
@@ -46,8 +49,7 @@ std::unique_ptr<Trainer> make_trainer(const TrainConfig& config) {
                      " processes: add --nproc " + std::to_string(needed));
   }
   // A replacement for a lost worker of a live job joins the running job (null: it had ended).
-  if (dist::launcher::has_worker_rank() && env_flag(dist::launcher::kLiveJoinerVariable, false))
-    return Trainer::join_live_job(config);
+  if (is_live_joiner()) return Trainer::join_live_job(config);
   if (dist::launched_as_job()) return std::make_unique<Trainer>(config, init_group(config));
   // A job that asked Slurm for several tasks, running this in its batch script (or salloc's shell)
   // without srun: one process trains, and the user should know the other tasks sit idle.
@@ -78,7 +80,7 @@ RunOutcome run(const TrainConfig& config, const RunOptions& options) {
   if (!trainer) return outcome;  // a live job's replacement that came after the end
   const bool lead = trainer->rank() == 0;
   // A live job's joiner takes the members' state, never a checkpoint.
-  const bool joiner = dist::launcher::has_worker_rank() && env_flag(dist::launcher::kLiveJoinerVariable, false);
+  const bool joiner = is_live_joiner();
   // "auto" (an elastic job's restarted workers): the newest checkpoint that reads back whole, never
   // one that fails its checksums; a fresh start only where there is none at all.
   std::string resume_from = options.resume == "latest" ? "" : options.resume;

@@ -414,6 +414,12 @@ FitResult Trainer::fit_epochs() {
       }
     membership_changes_.clear();
   };
+  // After a failed collective of a live job, or joiners admitted: the members regroup, the lead
+  // records it, and the epoch goes on where the members' state is.
+  auto go_on_as_the_new_members = [&](const std::string& cause, bool after_a_failure) {
+    after_a_failure ? regroup_after_failure(cause) : change_membership(cause);
+    after_membership_change();
+  };
   // An epoch's figures, kept over a live membership change in its middle.
   auto epoch_start = std::chrono::steady_clock::now();
   double loss_sum = 0.0, rate = 0.0;
@@ -498,8 +504,7 @@ FitResult Trainer::fit_epochs() {
         if (regroup) break;
       }
       if (regroup) {
-        change_membership("joiners admitted");
-        after_membership_change();
+        go_on_as_the_new_members("joiners admitted", false);
         epoch_goes_on = true;
         continue;
       }
@@ -522,13 +527,11 @@ FitResult Trainer::fit_epochs() {
       }
     } catch (const PeerFailureError& e) {
       if (!live_) throw;
-      regroup_after_failure(e.what());  // then the epoch goes on where the members' state is
-      after_membership_change();
+      go_on_as_the_new_members(e.what(), true);
       epoch_goes_on = true;
     } catch (const TimeoutError& e) {
       if (!live_) throw;
-      regroup_after_failure(e.what());
-      after_membership_change();
+      go_on_as_the_new_members(e.what(), true);
       epoch_goes_on = true;
     }
   }

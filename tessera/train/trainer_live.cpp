@@ -33,10 +33,6 @@ using tessera::detail::concat;
 
 namespace {
 
-Milliseconds collective_timeout(const TrainConfig& config) {
-  return Milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
-}
-
 dist::LiveOptions live_options(const TrainConfig& config) {
   dist::LiveOptions o;
   o.settle = Milliseconds(config.distributed.live_settle_ms);
@@ -163,8 +159,8 @@ std::pair<bool, bool> Trainer::live_step_boundary() {
   // of the round, its expected count is in the store. A stop wins: joiners admitted into a round
   // that never comes see the job's end (live/done) instead.
   const bool max_steps_reached = config_.train.max_steps > 0 && step_ >= config_.train.max_steps;
-  // Rank 0 looks at most every 50 ms (one store round trip), not every step: a short step would
-  // pay for it, and a joiner waits a step boundary anyway.
+  // Rank 0 looks at most every 50 ms (two store reads), not every step: a short step would pay for
+  // it, and a joiner waits a step boundary anyway.
   bool admitted = false;
   const auto now = std::chrono::steady_clock::now();
   // Nor at a step that saves a checkpoint: rank 0 would arrive at the round after its save, late.
@@ -172,7 +168,7 @@ std::pair<bool, bool> Trainer::live_step_boundary() {
   if (rank() == 0 && !stop_requested_ && !max_steps_reached && !saving &&
       now - last_joiner_check_ >= std::chrono::milliseconds(50)) {
     last_joiner_check_ = now;
-    if (live_->joiners_waiting() > 0) admitted = live_->admit_joiners() > 0;
+    admitted = live_->admit_joiners() > 0;
   }
   const int64_t agreed = strategy_->max_over_job((stop_requested_ ? 1 : 0) + (admitted ? 2 : 0));
   const bool stop = (agreed & 1) != 0 || max_steps_reached;

@@ -80,6 +80,16 @@ Outcome live_agent_run(const std::string& dir, int nproc, const std::string& fau
   return o;
 }
 
+// `tessera run --nproc-per-node 3` of the config in <dir> (live membership "on" there, no
+// replacement), with `fault`.
+Outcome live_plain_run(const std::string& dir, const std::string& fault) {
+  Outcome o = run_shell(std::string(TESSERA_BINARY) + " run --nproc-per-node 3 --grace-period 2 -- " + TESSERA_BINARY +
+                            " train " + dir + "/config.toml " + fault,
+                        dir + "/run.log");
+  print_live_lines(o.log);
+  return o;
+}
+
 // Under the elastic agent (live membership's default there): rank 2 of 4 is lost at step 23; the
 // three others go on in the same processes, and the agent's replacement joins them.
 TEST(LiveRun, AKilledWorkersPeersGoOnInTheirProcessesAndAReplacementJoinsWithTheirState) {
@@ -110,11 +120,7 @@ TEST(LiveRun, AKilledWorkersPeersGoOnInTheirProcessesAndAReplacementJoinsWithThe
 TEST(LiveRun, WithoutAReplacementThePeersOfALostRankZeroFinishTheJob) {
   const std::string dir = tessera::testing::fresh_dir("live_run", "plain");
   write_config(dir, 480, "on");
-  Outcome o = run_shell(std::string(TESSERA_BINARY) + " run --nproc-per-node 3 --grace-period 2 -- " + TESSERA_BINARY +
-                            " train " + dir + "/config.toml --set distributed.debug_kill_rank=0 " +
-                            "--set distributed.debug_kill_step=12",
-                        dir + "/run.log");
-  print_live_lines(o.log);
+  Outcome o = live_plain_run(dir, "--set distributed.debug_kill_rank=0 --set distributed.debug_kill_step=12");
   ASSERT_EQ(o.status, 0) << o.log;
   EXPECT_NE(o.log.find("rank 0 (pid"), std::string::npos) << o.log;
   EXPECT_NE(o.log.find("live membership: its peers go on without it"), std::string::npos) << o.log;
@@ -133,11 +139,7 @@ TEST(LiveRun, WithoutAReplacementThePeersOfALostRankZeroFinishTheJob) {
 TEST(LiveRun, ALossAtAnEpochsLastStepStillEvaluatesThatEpoch) {
   const std::string dir = tessera::testing::fresh_dir("live_run", "epoch_end");
   write_config(dir, 480, "on");
-  Outcome o = run_shell(std::string(TESSERA_BINARY) + " run --nproc-per-node 3 --grace-period 2 -- " + TESSERA_BINARY +
-                            " train " + dir + "/config.toml --set distributed.debug_kill_rank=1 " +
-                            "--set distributed.debug_kill_step=40",
-                        dir + "/run.log");
-  print_live_lines(o.log);
+  Outcome o = live_plain_run(dir, "--set distributed.debug_kill_rank=1 --set distributed.debug_kill_step=40");
   ASSERT_EQ(o.status, 0) << o.log;
   EXPECT_EQ(records(dir, "membership").size(), 1u) << o.log;
   EXPECT_EQ(records(dir, "epoch").size(), 2u) << "both epochs evaluated:\n" << o.log;
