@@ -7,14 +7,20 @@
 
 namespace tessera::optim {
 
-Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
+Optimizer::Optimizer(std::vector<Tensor> params, double lr) : lr_(lr) {
   TESSERA_CHECK(lr >= 0.0, "[Optimizer] learning rate must be >= 0, got ", lr);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i];
+  replace_params(std::move(params));
+}
+
+void Optimizer::replace_params(std::vector<Tensor> params) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
     TESSERA_CHECK(p.defined() && p.dtype() == DType::Float32 && p.is_contiguous() && p.is_leaf(),
                   "[Optimizer] parameter ", i, " must be a contiguous float32 leaf tensor");
   }
-  state_.resize(params_.size());
+  params_ = std::move(params);
+  state_.assign(params_.size(), {});
+  partition_ = {};
 }
 
 void Optimizer::zero_grad(bool set_to_none) { nn::zero_grad(params_, set_to_none); }

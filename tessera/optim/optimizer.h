@@ -20,6 +20,10 @@ class Optimizer {
   void set_lr(double lr) { lr_ = lr; }
   int64_t step_count() const { return step_count_; }
   const std::vector<Tensor>& params() const { return params_; }
+  // A layout change under live membership (ZeRO's pieces are cut again at a new world size): the
+  // optimizer updates `params` from now on. Its per-parameter state and partition are dropped;
+  // load_state_dict gives it the state of the new pieces.
+  void replace_params(std::vector<Tensor> params);
 
   nn::StateDict state_dict() const;
   void load_state_dict(const nn::StateDict& state);

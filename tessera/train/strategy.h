@@ -38,6 +38,10 @@
 #include "tessera/train/config.h"
 #include "tessera/train/objective.h"
 
+namespace tessera::parallel::zero {
+class ShardBuddies;
+}
+
 namespace tessera::train {
 
 // Which share of the data a process reads: replica `index` of `count` replicas. Processes of one
@@ -149,6 +153,13 @@ class Strategy {
   virtual bool keeps_whole_model() const { return true; }
   // Whether every rank holds the whole training state (the survivors of an elastic job can save it).
   virtual bool holds_whole_state() const { return false; }
+  // Live membership of a job whose optimizer state is cut over the ranks (ZeRO stages 1 and 2;
+  // trainer_live.cpp): whether the strategy keeps each rank's pieces on a neighbour too, so that a
+  // lost rank's can be found; commit_step hands this rank's pieces after the trainer's `step` to
+  // its neighbour (collective); shard_buddies gives what it keeps (null where it keeps nothing).
+  virtual bool shards_live_state() const { return false; }
+  virtual void commit_step(const optim::Optimizer& /*optimizer*/, int64_t /*step*/) {}
+  virtual const parallel::zero::ShardBuddies* shard_buddies() const { return nullptr; }
 
   // Around fit: the parameter-server workers start (or restore) the servers and finish them.
   virtual void on_fit_start(int64_t /*step*/, bool /*resumed*/, const RunOutput& /*run*/) {}

@@ -265,6 +265,9 @@ double Trainer::train_step(const data::Batch& batch) {
     observe::TraceSpan span("optimizer", "train");
     strategy_->optimizer_step(*optimizer_);
   }
+  // ZeRO under live membership: this step's pieces go to the neighbour before anything counts the
+  // step, so a rank that fails here is still at the step before (trainer_live.cpp).
+  if (live_) strategy_->commit_step(*optimizer_, step_ + 1);
   if (scaler_) scaler_->update(overflow);
   ++step_;
   if (survivor_ || live_) rng_at_step_ = default_generator();  // a copy of the engine, not its text
@@ -346,7 +349,8 @@ FitResult Trainer::fit_epochs() {
   const bool joined_live = take_live_state_;
   if (take_live_state_) {
     take_live_state_ = false;
-    share_live_state(live_->current().source, std::string());
+    const int source = live_state_is_sharded() ? gather_sharded_state(live_->current(), *group_) : live_->current().source;
+    share_live_state(source, std::string());
   }
   claim_run();
   std::optional<MetricsLog> metrics;
@@ -404,7 +408,8 @@ FitResult Trainer::fit_epochs() {
   // on from the position the members took.
   std::optional<nlohmann::json> unwritten_step;  // the lead's record of the step in its boundary collective
   auto after_membership_change = [&] {
-    if (unwritten_step && lead()) record_metrics(*unwritten_step);  // still the lead: its step stands
+    // Still the lead, and its step stands (ZeRO's members may have gone back to the step before).
+    if (unwritten_step && lead() && unwritten_step->value("step", int64_t{0}) <= step_) record_metrics(*unwritten_step);
     unwritten_step.reset();
     take_the_lead();
     if (lead())
@@ -461,8 +466,9 @@ FitResult Trainer::fit_epochs() {
         // The stop flag's all-reduce comes first: once it completes, every rank has finished this
         // step's optimizer update, so a step in the metrics or in the elastic agent's count is one every
         // surviving replica holds (a survivors' save keeps it; none is lost or done twice).
-        // A live job's lead keeps this step's record over a failure in that collective: the step it
-        // completed is never rolled back (the furthest member's state wins; trainer_live.cpp).
+        // A live job's lead keeps this step's record over a failure in that collective: DDP's step
+        // is never rolled back (the furthest member's state wins; trainer_live.cpp), ZeRO's may be
+        // (the lowest member's state wins: the record goes, and the redone step writes its own).
         if (lead()) {
           nlohmann::json record{{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", loss},
                                 {"lr", optimizer_->lr()}, {"samples_per_s", rate}, {"unix_time", unix_seconds()}};

@@ -164,8 +164,23 @@ class Trainer {
   // change_membership after a failed collective, again while the new group fails too (another
   // peer lost meanwhile), a bounded number of times.
   void regroup_after_failure(std::string cause);
-  // Collective over the new group: `source`'s state (encoded by it before prepare) to every member.
-  void share_live_state(int source, const std::string& mine);
+  // ZeRO-1/2 (Strategy::shards_live_state): over the new group, the members agree on the step
+  // whose state they can rebuild (the lowest among them) and the member that rebuilds it (the
+  // source), and send it the pieces they and their neighbours' buddies hold; the source encodes the
+  // whole state into pending_state_. A joiner takes part holding nothing. Returns the source (the
+  // round's own source where the old layout held the whole state: a world of one). Collective.
+  int gather_sharded_state(const dist::LiveEpoch& e, dist::ProcessGroup& group);
+  // A live job whose state is cut over its ranks (wants_live_membership lets zero in at stages 1
+  // and 2 only): its members and joiners rebuild the state through gather_sharded_state.
+  bool live_state_is_sharded() const { return config_.distributed.strategy == "zero"; }
+  // The pieces this process keeps (ZeRO's buddies) in the newest layout that committed any: the
+  // strategy's, or the one being replaced while a change has not completed; null where none (a
+  // joiner, DDP, a world of one). `layout`: the live epoch that layout was built in.
+  const parallel::zero::ShardBuddies* committed_pieces(int64_t* layout = nullptr) const;
+  // Collective over the new group: `source`'s state (encoded by it before prepare) to every member;
+  // `params`, where not empty, are what the optimizer updates from now on (ZeRO's new pieces); then
+  // a sharding strategy's first commit in the new layout.
+  void share_live_state(int source, const std::string& mine, std::vector<Tensor> params = {});
   void end_live_membership();  // rank 0 when fit ends: a joiner still waiting stops
   std::string encode_live_state();
   // Training position and the rest of a checkpoint's trainer metadata (resume, and a live state).
@@ -230,6 +245,11 @@ class Trainer {
   std::chrono::steady_clock::time_point last_joiner_check_{};  // rank 0's last look for joiners
   std::vector<nlohmann::json> membership_changes_;  // for the lead's metrics.jsonl
   std::string pending_state_;  // the source's encoded state, until a membership change completes
+  // ZeRO under live membership: the strategy being replaced (its buddies hold the pieces) until a
+  // membership change completes, and the steps the change took the members back (at most one).
+  std::unique_ptr<Strategy> retired_strategy_;
+  int64_t layout_epoch_ = 0, retired_layout_epoch_ = 0;  // the live epochs they were built in
+  int64_t live_steps_redone_ = 0;
   static std::atomic<bool> stop_requested_;
 };
 

@@ -12,6 +12,12 @@
 // there: no step that any survivor completed is lost. The redone step reads the same samples
 // (train.global_batch_size fixes the global batch; the new members split it), so the run follows an
 // undisturbed one, up to the order of floating-point sums.
+//
+// ZeRO stages 1 and 2 cut the optimizer state over the ranks, so a lost rank's pieces are found on
+// its neighbour (parallel/zero/shard_buddies.h keeps them after every step), and the members rebuild
+// the state of the lowest step among them (at most one step behind the furthest: that step is
+// redone). The member that rebuilds it receives every old rank's pieces from whoever holds them and
+// sends the whole state as DDP's source does; the new strategy cuts it again at the new world size.
 #include <unistd.h>
 
 #include <chrono>
@@ -24,11 +30,14 @@
 #include "tessera/io/checkpoint_keys.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/ops/ops.h"
+#include "tessera/parallel/zero/shard_buddies.h"
+#include "tessera/train/model_registry.h"
 #include "tessera/train/trainer.h"
 #include "tessera/util/settings.h"
 
 namespace tessera::train {
 
+using dist::Milliseconds;
 using tessera::detail::concat;
 
 namespace {
@@ -70,11 +79,14 @@ bool Trainer::wants_live_membership() const {
   bool every_size_divides = global > 0;
   for (int64_t w = 1; every_size_divides && w <= world_size(); ++w) every_size_divides = global % w == 0;
   std::string cannot;
-  if (strategy_->name() != "ddp" || config_.parallel.ep > 1 || config_.parallel.cp > 1 || !strategy_->holds_whole_state() ||
-      !strategy_->keeps_whole_model())
+  const bool plain_ddp = strategy_->name() == "ddp" && strategy_->holds_whole_state();
+  const bool zero_1_or_2 = strategy_->name() == "zero" && strategy_->shards_live_state();
+  if ((!plain_ddp && !zero_1_or_2) || config_.parallel.ep > 1 || config_.parallel.cp > 1 || !strategy_->keeps_whole_model())
     cannot = concat("the ", strategy_->name(), " strategy",
+                    strategy_->name() == "zero" ? concat(" at stage ", config_.distributed.zero_stage) : std::string(),
                     config_.parallel.ep > 1 ? " with expert parallelism" : config_.parallel.cp > 1 ? " with context parallelism" : "",
-                    " (live membership carries plain ddp; the others restart from the survivors' save or a checkpoint)");
+                    " (live membership carries plain ddp and zero stages 1 and 2; the others restart from the survivors' "
+                    "save or a checkpoint)");
   else if (backend != "auto" && backend != "shm" && backend != "tcp")
     cannot = concat("distributed.backend = '", backend, "' (its groups cannot be left: use auto, shm or tcp)");
   else if (config_.train.global_batch_size <= 0)
@@ -97,6 +109,7 @@ void Trainer::start_live_membership() {
   launch_rank_ = dist::launcher::worker_env_from_environment().rank;
   auto root = dist::store_from_env(collective_timeout(config_));
   live_ = dist::LiveMembership::launched(std::move(root), rank(), world_size(), live_options(config_));
+  strategy_->commit_step(*optimizer_, step_);  // ZeRO: each rank's pieces on its neighbour from the start
   if (rank() == 0)
     std::fprintf(stderr,
                  "[live] live membership (distributed.live_membership = %s): a lost rank's peers go on without "
@@ -149,6 +162,7 @@ std::unique_ptr<Trainer> Trainer::join_live_job(TrainConfig config) {
   trainer->live_ = std::move(live);
   trainer->take_live_state_ = true;
   trainer->launch_rank_ = slot;
+  trainer->layout_epoch_ = e.number;
   std::fprintf(stderr, "[live] admitted as rank %d of %d (epoch %lld)\n", e.rank, e.size(),
                static_cast<long long>(e.number));
   return trainer;
@@ -182,7 +196,7 @@ std::string Trainer::encode_live_state() {
               io::encode_safetensors(trainer.tensors, trainer.metadata));
 }
 
-void Trainer::share_live_state(int source, const std::string& mine) {
+void Trainer::share_live_state(int source, const std::string& mine, std::vector<Tensor> params) {
   const bool sending = group_->rank() == source;
   Tensor size = from_vector(std::vector<int64_t>{sending ? static_cast<int64_t>(mine.size()) : 0}, {1});
   group_->broadcast(size, source)->wait();
@@ -197,12 +211,98 @@ void Trainer::share_live_state(int source, const std::string& mine) {
   const std::string from = concat("the state of live member rank ", source);
   io::SafetensorsFile model = io::decode_safetensors(model_bytes, from + " (model)");
   io::SafetensorsFile trainer = io::decode_safetensors(trainer_bytes, from + " (trainer)");
-  std::lock_guard lock(state_mu_);
-  strategy_->load_model_state(model.tensors);
-  strategy_->load_optimizer_state(*optimizer_, trainer.tensors);
-  // A source at the end of an epoch has not evaluated it yet: every member does, next.
-  restore_position(trainer.metadata, from, /*past_an_epochs_end=*/false);
-  rng_at_step_ = default_generator();
+  {
+    std::lock_guard lock(state_mu_);
+    if (!params.empty()) optimizer_->replace_params(std::move(params));
+    strategy_->load_model_state(model.tensors);
+    strategy_->load_optimizer_state(*optimizer_, trainer.tensors);
+    // A source at the end of an epoch has not evaluated it yet: every member does, next.
+    restore_position(trainer.metadata, from, /*past_an_epochs_end=*/false);
+    rng_at_step_ = default_generator();
+  }
+  strategy_->commit_step(*optimizer_, step_);  // ZeRO: the new layout's pieces on their neighbours
+}
+
+const parallel::zero::ShardBuddies* Trainer::committed_pieces(int64_t* layout) const {
+  for (auto [strategy, built_in] : {std::pair{strategy_.get(), layout_epoch_}, {retired_strategy_.get(), retired_layout_epoch_}}) {
+    const parallel::zero::ShardBuddies* buddies = strategy ? strategy->shard_buddies() : nullptr;
+    if (buddies == nullptr || !buddies->committed()) continue;
+    if (layout != nullptr) *layout = built_in;
+    return buddies;
+  }
+  return nullptr;
+}
+
+int Trainer::gather_sharded_state(const dist::LiveEpoch& e, dist::ProcessGroup& group) {
+  const int me = group.rank();
+  auto max_over_group = [&group](std::vector<int64_t> values) {
+    Tensor t = from_vector(values, {static_cast<int64_t>(values.size())});
+    group.blocking_allreduce(t, dist::ReduceOp::Max);
+    return t.to_vector<int64_t>();
+  };
+  // The newest layout any member holds pieces of: a member whose change to it never completed
+  // holds an older one, and takes part as a joiner does, holding nothing.
+  int64_t layout = -1;
+  const parallel::zero::ShardBuddies* held = committed_pieces(&layout);
+  const int64_t newest = max_over_group({held ? layout : -1})[0];
+  if (layout != newest) held = nullptr;
+  if (newest < 0) {  // a world of one held the whole state: the round's source sends it
+    live_steps_redone_ = 0;
+    return e.source;
+  }
+  // The layout's size, and the lowest and highest step among its members: the lowest is rebuilt.
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
+  const auto steps = max_over_group({held ? held->world() : 0, held ? -step_ : kNone, held ? step_ : kNone});
+  const int old_world = static_cast<int>(steps[0]);
+  const int64_t step = -steps[1];
+  live_steps_redone_ = steps[2] - step;
+  // Who holds each old rank's pieces of that step (its own process, else the next rank, its buddy),
+  // and the source: a member at that step (the latest epoch of the data, the lowest rank).
+  constexpr int64_t kRanks = int64_t{1} << 24;
+  std::vector<int64_t> table(1 + 2 * static_cast<size_t>(old_world), -1);
+  if (held != nullptr) {
+    const int r = held->rank();
+    if (step_ == step && held->own_at(step)) table[0] = epoch_ * kRanks + (kRanks - 1 - me);
+    if (held->own_at(step)) table[1 + r] = me;
+    if (old_world > 1 && held->previous_rank_at(step)) table[1 + old_world + (r + old_world - 1) % old_world] = me;
+  }
+  table = max_over_group(std::move(table));
+  TESSERA_CHECK(table[0] >= 0, "[live membership] no member holds its own ZeRO pieces of step ", step);
+  const int source = static_cast<int>(kRanks - 1 - table[0] % kRanks);
+  std::vector<int> holder(static_cast<size_t>(old_world));
+  for (int k = 0; k < old_world; ++k) {
+    const int64_t own = table[1 + k], kept = table[1 + old_world + k];
+    if (own < 0 && kept < 0)
+      throw Error(concat("[live membership] rank ", k, " of the last layout and rank ", (k + 1) % old_world,
+                         ", which kept its ZeRO pieces, were both lost: their part of the optimizer state is gone, so "
+                         "the job cannot go on live (an elastic agent restarts it from its last checkpoint)"));
+    holder[static_cast<size_t>(k)] = static_cast<int>(own >= 0 ? own : kept);
+  }
+  // Every old rank's pieces to the source; it rebuilds the whole state and encodes it as DDP's.
+  constexpr int kPiecesTag = 0x5b00;
+  std::vector<parallel::zero::PackedPieces> by_rank(static_cast<size_t>(old_world));
+  std::vector<dist::WorkPtr> sends;
+  for (int k = 0; k < old_world; ++k) {
+    const int h = holder[static_cast<size_t>(k)];
+    if (h != me && me != source) continue;
+    const parallel::zero::PackedPieces* pieces =
+        h == me ? (held->rank() == k ? held->own_at(step) : held->previous_rank_at(step)) : nullptr;
+    if (me != source)
+      parallel::zero::send_pieces(group, *pieces, source, kPiecesTag + 2 * k, sends);
+    else
+      by_rank[static_cast<size_t>(k)] =
+          pieces ? *pieces
+                 : parallel::zero::receive_pieces(group, h, kPiecesTag + 2 * k, held->zero(), k, held->own_at(step)->buffers);
+  }
+  for (auto& w : sends) w->wait();
+  if (me == source) {
+    auto [model_state, optimizer_state] = held->zero().whole_state_of(by_rank);
+    std::lock_guard lock(state_mu_);
+    auto [model, trainer] = checkpoint_files(std::move(model_state), std::move(optimizer_state), rng_at_step_.state());
+    pending_state_ = pack(io::encode_safetensors(model.tensors, model.metadata),
+                          io::encode_safetensors(trainer.tensors, trainer.metadata));
+  }
+  return source;
 }
 
 void Trainer::change_membership(const std::string& cause) {
@@ -233,11 +333,13 @@ void Trainer::change_membership(const std::string& cause) {
   }
   // The source's state, encoded once: a change that fails after this (another member lost) and is
   // tried again sends the same. Nothing below touches this rank's own state until every member has
-  // the source's (DDP's prepare does not broadcast here: StrategyEnvironment::live_rebuild).
-  if (e->rank == e->source && pending_state_.empty()) pending_state_ = encode_live_state();
+  // the source's (DDP's prepare does not broadcast here: StrategyEnvironment::live_rebuild). ZeRO's
+  // state is rebuilt from the pieces its members keep, below (gather_sharded_state).
+  if (e->rank == e->source && pending_state_.empty() && !committed_pieces()) pending_state_ = encode_live_state();
   // The new group and strategy are built aside and swapped in whole: a failure while they form
   // leaves the old ones (left, not destroyed) for the next try, and the survivors' save thread
-  // never sees a strategy half made.
+  // never sees a strategy half made. The old strategy is kept until the change completes: ZeRO's
+  // pieces are in it.
   dist::ProcessGroupPtr group =
       live_->make_group(config_.distributed.backend, collective_timeout(config_), launch_rank_, heartbeat_interval());
   StrategyEnvironment env{group, train_set_, std::nullopt, 0};
@@ -245,31 +347,39 @@ void Trainer::change_membership(const std::string& cause) {
   std::unique_ptr<Strategy> strategy = make_strategy(config_, env);
   const ModelEntry& model_kind = model_entry(config_.model.name);
   if (model_kind.objective) strategy->set_objective(model_kind.objective(config_));
-  strategy->prepare(model_);  // the same parameters: the optimizer over them stays
+  // DDP's are the model's own parameters, which the optimizer keeps; ZeRO's are new pieces.
+  std::vector<Tensor> params = strategy->prepare(model_);
   strategy->set_training(true);
+  live_steps_redone_ = 0;
+  const int source = live_state_is_sharded() ? gather_sharded_state(*e, *group) : e->source;
   {
     std::lock_guard lock(state_mu_);
-    strategy_ = std::move(strategy);  // the old DDP's reducer and buckets go, and with them the old group
+    if (!retired_strategy_) {
+      retired_strategy_ = std::move(strategy_);
+      retired_layout_epoch_ = layout_epoch_;
+    }
+    strategy_ = std::move(strategy);
+    layout_epoch_ = e->number;
     group_ = std::move(group);
   }
   build_data();
-  share_live_state(e->source, pending_state_);
+  share_live_state(source, pending_state_, live_state_is_sharded() ? std::move(params) : std::vector<Tensor>{});
   pending_state_.clear();
+  retired_strategy_.reset();  // the old DDP's reducer and buckets, or ZeRO's pieces, and the old group
   reading_batches_ = false;
   elastic_ = ElasticReport::from_environment(rank());  // the new rank 0 reports the steps
   record_progress(dist::launcher::ProgressRecord::Phase::Step);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (rank() != 0) return;
-  const int64_t source_step = e->positions[static_cast<size_t>(e->source)].step;
   std::string brief = cause.substr(0, std::min<size_t>(cause.size(), 200));
   std::fprintf(stderr,
                "[live] epoch %lld: %d rank(s) go on (were %d in epoch %lld) at step %lld, the state of rank %d; "
-               "steps lost: 0; %.2f s; cause: %s\n",
+               "steps redone: %lld; %.2f s; cause: %s\n",
                static_cast<long long>(e->number), e->size(), old_world, static_cast<long long>(old_epoch),
-               static_cast<long long>(source_step), e->source, seconds, brief.c_str());
-  membership_changes_.push_back({{"type", "membership"}, {"live_epoch", e->number}, {"step", source_step},
-                                 {"world_size", e->size()}, {"previous_world_size", old_world},
-                                 {"seconds", seconds}, {"cause", brief}});
+               static_cast<long long>(step_), source, static_cast<long long>(live_steps_redone_), seconds, brief.c_str());
+  membership_changes_.push_back({{"type", "membership"}, {"live_epoch", e->number}, {"step", step_},
+                                 {"steps_redone", live_steps_redone_}, {"world_size", e->size()},
+                                 {"previous_world_size", old_world}, {"seconds", seconds}, {"cause", brief}});
 }
 
 void Trainer::regroup_after_failure(std::string cause) {

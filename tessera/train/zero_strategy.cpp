@@ -39,6 +39,12 @@ void ZeroStrategy::optimizer_step(optim::Optimizer& optimizer) {
   zero_->step(optimizer);
 }
 
+void ZeroStrategy::commit_step(const optim::Optimizer& optimizer, int64_t step) {
+  if (!shards_live_state()) return;
+  if (!buddies_) buddies_ = std::make_unique<parallel::zero::ShardBuddies>(*zero_);
+  buddies_->commit(optimizer, step);
+}
+
 bool ZeroStrategy::unscale_gradients(double inv_scale) {
   const bool overflow = any_rank(zero_->unscale_gradients(inv_scale));
   if (overflow) zero_->zero_grad();  // the pieces accumulate across backward passes until a step

@@ -5,6 +5,7 @@
 // at save, cut again at load), so a run resumes at any world size, stage or strategy.
 #pragma once
 #include "tessera/parallel/zero/hybrid_groups.h"
+#include "tessera/parallel/zero/shard_buddies.h"
 #include "tessera/parallel/zero/zero_data_parallel.h"
 #include "tessera/train/local_strategy.h"
 
@@ -38,6 +39,11 @@ class ZeroStrategy : public LocalStrategy {
   // Stage 3 keeps only pieces of the parameters between steps.
   bool keeps_whole_model() const override { return config_.distributed.zero_stage < 3; }
   bool holds_whole_state() const override { return false; }
+  // Live membership carries stages 1 and 2 (every rank keeps the whole parameters; a neighbour
+  // keeps each rank's optimizer pieces: shard_buddies.h), not stage 3 nor hybrid sharding.
+  bool shards_live_state() const override { return !hybrid_.replicas && config_.distributed.zero_stage < 3; }
+  void commit_step(const optim::Optimizer& optimizer, int64_t step) override;
+  const parallel::zero::ShardBuddies* shard_buddies() const override { return buddies_.get(); }
   // Sharded: each rank its elements of every parameter and optimizer buffer (parallel/zero/sharded_checkpoint.h).
   std::vector<io::SavePiece> checkpoint_pieces(const optim::Optimizer& optimizer) override;
   bool every_rank_writes_pieces() const override { return true; }
@@ -60,6 +66,7 @@ class ZeroStrategy : public LocalStrategy {
   parallel::zero::HybridGroups hybrid_;
   std::unique_ptr<parallel::zero::ZeroDataParallel> zero_;
   const optim::Optimizer* attached_ = nullptr;
+  std::unique_ptr<parallel::zero::ShardBuddies> buddies_;  // under live membership, from its first commit
 };
 
 }  // namespace tessera::train

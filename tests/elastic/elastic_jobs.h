@@ -19,8 +19,9 @@ namespace tessera::elastic_jobs {
 
 // 2 epochs of 40 global batches of 12, checkpoints every 5 steps. `live`: distributed.live_membership;
 // "off" tests the restart path (the survivors' save, a new generation), which live membership
-// replaces for DDP jobs.
-inline std::string write_config(const std::string& dir, int64_t samples = 480, const std::string& live = "off") {
+// replaces for DDP and ZeRO-1/2 jobs. `distributed`: more lines of [distributed] (the strategy).
+inline std::string write_config(const std::string& dir, int64_t samples = 480, const std::string& live = "off",
+                                const std::string& distributed = "") {
   std::string path = dir + "/config.toml";
   std::ofstream(path) << "[model]\nname = \"mlp\"\nhidden = [32]\n"
                       << "[data]\ndataset = \"synthetic\"\nsamples = " << samples
@@ -28,7 +29,7 @@ inline std::string write_config(const std::string& dir, int64_t samples = 480, c
                       << "[optimizer]\nname = \"sgd\"\nmomentum = 0.9\nlr = 0.02\n"
                       << "[train]\nepochs = 2\nglobal_batch_size = 12\ncheckpoint_every = 5\nthreads = 1\n"
                       << "log_every = 1000\noutput_dir = \"" << dir << "/run\"\n"
-                      << "[distributed]\ntimeout_s = 30\nlive_membership = \"" << live << "\"\n";
+                      << "[distributed]\ntimeout_s = 30\nlive_membership = \"" << live << "\"\n" << distributed;
   return path;
 }
 

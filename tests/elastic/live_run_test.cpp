@@ -69,8 +69,8 @@ void expect_equal_to_planned(const std::string& dir, const std::set<int64_t>& un
 
 // One agent on loopback with `nproc` workers of a live job (the default there) and one replacement
 // allowed; `fault` is the trainer's fault injection.
-Outcome live_agent_run(const std::string& dir, int nproc, const std::string& fault) {
-  write_config(dir, 480, "auto");
+Outcome live_agent_run(const std::string& dir, int nproc, const std::string& fault, const std::string& distributed = "") {
+  write_config(dir, 480, "auto", distributed);
   // Rank 0 paced at 40 ms a step: the replacement (a new process loading its data) joins well before
   // the job's 80th step however loaded the machine (the planned runs are not paced; it changes no value).
   Outcome o = run_shell(agent(dir, "1:1", nproc, "store", endpoint(), "--max-restarts 1",
@@ -166,15 +166,57 @@ TEST(LiveRun, AStoppedWorkerIsKilledAndReplacedWithinTheGeneration) {
   EXPECT_EQ(step_losses(dir, "run").size(), 80u);
 }
 
+// ZeRO-2 under the elastic agent: rank 2 of 4 is lost with its pieces of the optimizer state, which
+// rank 3 kept (parallel/zero/shard_buddies.h); the others rebuild the whole state from the pieces,
+// cut it again over three, and the replacement joins. Bit for bit the run resized on purpose.
+TEST(LiveRun, ZeroTwoGoesOnWithTheLostRanksPiecesFromItsNeighbour) {
+  const std::string dir = tessera::testing::fresh_dir("live_run", "zero2");
+  Outcome o = live_agent_run(dir, 4, "--set distributed.debug_kill_rank=2 --set distributed.debug_kill_step=23",
+                             "strategy = \"zero\"\nzero_stage = 2\n");
+  ASSERT_EQ(o.status, 0) << o.log;
+  EXPECT_EQ(o.log.find("generation 1:"), std::string::npos) << "no new generation, no restart:\n" << o.log;
+  EXPECT_NE(o.log.find("started a replacement (pid"), std::string::npos) << o.log;
+  EXPECT_EQ(records(dir, "start").size(), 1u);
+  const auto changes = records(dir, "membership");
+  ASSERT_EQ(changes.size(), 2u) << o.log;
+  EXPECT_EQ(changes[0]["world_size"], 3);
+  EXPECT_EQ(changes[0]["step"], 23) << "rank 2 finished step 23, its pieces with rank 3: no step redone";
+  EXPECT_EQ(changes[0]["steps_redone"], 0);
+  EXPECT_EQ(changes[1]["world_size"], 4);
+  const int64_t rejoined = changes[1]["step"];
+  EXPECT_EQ(final_step(dir), 80);
+  EXPECT_EQ(step_losses(dir, "run").size(), 80u) << "every step once";
+  run_planned(dir, {4, 3, 4}, {23, rejoined});
+  expect_equal_to_planned(dir);
+}
+
+// ZeRO-1 with live membership "on" and rank 0 lost: its pieces come from rank 1, which kept them,
+// and the two others finish the job.
+TEST(LiveRun, ZeroOneLosesRankZeroAndItsPiecesComeFromRankOne) {
+  const std::string dir = tessera::testing::fresh_dir("live_run", "zero1");
+  write_config(dir, 480, "on", "strategy = \"zero\"\nzero_stage = 1\n");
+  Outcome o = live_plain_run(dir, "--set distributed.debug_kill_rank=0 --set distributed.debug_kill_step=12");
+  ASSERT_EQ(o.status, 0) << o.log;
+  EXPECT_NE(o.log.find("live membership: its peers go on without it"), std::string::npos) << o.log;
+  const auto changes = records(dir, "membership");
+  ASSERT_EQ(changes.size(), 1u) << o.log;
+  EXPECT_EQ(changes[0]["world_size"], 2);
+  EXPECT_EQ(changes[0]["step"], 12);
+  EXPECT_EQ(final_step(dir), 80);
+  run_planned(dir, {3, 2}, {12});
+  expect_equal_to_planned(dir, {12});
+}
+
 // "on" where live membership cannot carry the job is refused before step 1, saying what to do.
 TEST(LiveRun, OnForAStrategyItCannotCarryIsRefusedSayingWhy) {
   const std::string dir = tessera::testing::fresh_dir("live_run", "refused");
   write_config(dir, 480, "on");
   Outcome o = run_shell(std::string(TESSERA_BINARY) + " run --nproc-per-node 2 --grace-period 2 -- " + TESSERA_BINARY +
-                            " train " + dir + "/config.toml --set distributed.strategy=zero",
+                            " train " + dir + "/config.toml --set distributed.strategy=zero --set distributed.zero_stage=3",
                         dir + "/run.log");
   EXPECT_NE(o.status, 0);
-  EXPECT_NE(o.log.find("distributed.live_membership = \"on\" cannot carry the zero strategy"), std::string::npos)
+  EXPECT_NE(o.log.find("distributed.live_membership = \"on\" cannot carry the zero strategy at stage 3"),
+            std::string::npos)
       << o.log;
 }
 

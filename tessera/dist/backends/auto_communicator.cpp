@@ -5,6 +5,10 @@
 //     processes, so there is no size threshold; a pipeline's 64 KiB activation takes 31 us one way
 //     over shm against 285 us over gloo (`tessera bench model-parallel`, one session).
 //     TESSERA_SHM_P2P=0 sends point-to-point over gloo instead, as before shm had it.
+//   - a group that does not know how many of its ranks share a machine (local_size 0: live
+//     membership's, dist/live_membership.h): the ranks tell each other their address through the
+//     store first, and the group is then one of the two others. (A hierarchical group on one
+//     machine would reduce-scatter over tcp's ring, summing in another order than shm's.)
 //   - ranks on several machines: our tcp collectives (tcp/tcp_communicator.h), hierarchical when a
 //     host has several ranks (shared memory inside it, hierarchical_communicator.cpp); point-to-point
 //     on gloo. Measured between two test hosts (docs/benchmarks.md): tcp's 4 KiB all-reduce 26 us
@@ -16,6 +20,7 @@
 #include <string>
 
 #include "tessera/dist/backends/tcp/tcp_mesh.h"
+#include "tessera/dist/net/interface.h"
 #include "tessera/dist/store/prefix_store.h"
 #include "tessera/util/settings.h"
 
@@ -78,8 +83,28 @@ class AutoCommunicator : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_auto_communicator(const BackendContext& context) {
-  if (context.size == 1) return make_gloo_communicator(context);
+namespace {
+
+// How many of the group's ranks are on this rank's machine (the same advertised address, as the
+// hierarchical communicator groups them), where nobody said.
+int ranks_on_this_machine(const BackendContext& context) {
+  Store& store = *context.store;
+  const std::string mine = detail::advertised_address();
+  store.set(tessera::detail::concat("auto/host/", context.rank), mine);
+  std::vector<std::string> keys;
+  for (int r = 0; r < context.size; ++r) keys.push_back(tessera::detail::concat("auto/host/", r));
+  store.wait(keys, context.timeout);
+  int here = 0;
+  for (const std::string& key : keys) here += store.get_string(key) == mine ? 1 : 0;
+  return here;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_auto_communicator(const BackendContext& given) {
+  if (given.size == 1) return make_gloo_communicator(given);
+  BackendContext context = given;
+  if (context.local_size <= 0) context.local_size = ranks_on_this_machine(context);
   if (context.local_size != context.size)
     return make_hierarchical_communicator(context, detail::tcp_bind_host(context.local_size, context.size));
   BackendContext shm = context, gloo = context;

@@ -72,6 +72,17 @@ struct ZeroOptions {
   dist::ProcessGroupPtr replicas;
 };
 
+// One rank's pieces of the training state, flat, as live membership keeps and moves them
+// (shard_buddies.h; stages 1 and 2): per unit the rank's chunk of the parameters, then per model
+// parameter and optimizer buffer (names sorted) the rank's piece of the buffer. float32.
+struct PackedPieces {
+  int64_t step = -1;                 // the trainer's step these values are the state after
+  int64_t optimizer_steps = 0;       // Optimizer::step_count() then
+  double lr = 0.0;                   // Optimizer::lr() then
+  std::vector<std::string> buffers;  // the optimizer's buffer names, sorted
+  Tensor values;
+};
+
 // The bytes of training state this rank holds now.
 struct ZeroMemory {
   int64_t parameters = 0;       // whole parameters kept (stages 1, 2) or gathered now, plus pieces (3)
@@ -127,6 +138,14 @@ class ZeroDataParallel {
   // After writing into parameters() directly (a sharded load): makes the model's parameters agree
   // with the pieces (stages 1 and 2 all-gather them; stage 3 gathers at the next use). Collective.
   void publish_pieces();
+
+  // Live membership (stages 1 and 2): this rank's pieces now, after the trainer's `step`; how many
+  // values rank `rank`'s pieces pack into with `buffers` optimizer buffers; and the whole model's
+  // state and the whole optimizer's (as full_state_dict and full_optimizer_state give them) from
+  // every rank's pieces, by_rank[r] rank r's, at one step. None is collective.
+  PackedPieces pack_pieces(const optim::Optimizer& optimizer, int64_t step) const;
+  int64_t packed_size(int rank, size_t buffers) const;
+  std::pair<nn::StateDict, nn::StateDict> whole_state_of(const std::vector<PackedPieces>& by_rank) const;
 
   ZeroMemory memory(const optim::Optimizer* optimizer = nullptr) const;
   int stage() const;
