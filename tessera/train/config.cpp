@@ -75,6 +75,7 @@ std::vector<Key> keys_of(TrainConfig& c) {
       {"distributed.debug_slow_ms", &c.distributed.debug_slow_ms},
       {"distributed.debug_kill_rank", &c.distributed.debug_kill_rank},
       {"distributed.debug_kill_step", &c.distributed.debug_kill_step},
+      {"distributed.debug_kill_point", &c.distributed.debug_kill_point},
       {"distributed.debug_stop_rank", &c.distributed.debug_stop_rank},
       {"distributed.debug_stop_step", &c.distributed.debug_stop_step},
       {"distributed.live_membership", &c.distributed.live_membership},
@@ -412,6 +413,7 @@ void check_settings(const TrainConfig& c) {
     one_of("optimizer.name (the parameter servers run it)", c.optimizer.name, {"sgd", "adam", "adamw"});
   one_of("distributed.comm_hook", c.distributed.comm_hook, {"none", "fp16", "bf16", "powersgd", "topk"});
   one_of("distributed.live_membership", c.distributed.live_membership, {"auto", "on", "off"});
+  one_of("distributed.debug_kill_point", c.distributed.debug_kill_point, {"step", "commit"});
   TESSERA_CHECK(c.distributed.live_settle_ms >= 10 && c.distributed.live_settle_ms <= 60000,
                 "[config] distributed.live_settle_ms must be between 10 and 60000, got ", c.distributed.live_settle_ms);
   one_of("distributed.reduce_dtype", c.distributed.reduce_dtype, {"auto", "fp32", "bf16"});

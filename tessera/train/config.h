@@ -159,6 +159,9 @@ struct DistributedConfig {
   // worker debug_kill_rank sends itself SIGKILL at step debug_kill_step. -1: off.
   int64_t debug_slow_rank = -1, debug_slow_ms = 0;
   int64_t debug_kill_rank = -1, debug_kill_step = 0;
+  // Where in step debug_kill_step: "step" (after it), or "commit" (after its optimizer update,
+  // before a live ZeRO job's pieces go to the neighbour: the members then redo that step).
+  std::string debug_kill_point = "step";
   // Worker debug_stop_rank sends itself SIGSTOP at step debug_stop_step (a stalled process). Under the
   // elastic agent both fire in generation 0 only, so the restarted job does not fail again.
   int64_t debug_stop_rank = -1, debug_stop_step = 0;

@@ -30,10 +30,11 @@ dist::ProcessGroupPtr init_group(const TrainConfig& config) {
   // A job that may run with live membership regroups as soon as a collective fails: no waiting for
   // the others' reports first (the trainer decides whether it does: trainer_live.cpp).
   const std::string& live = config.distributed.live_membership;
-  const bool plain_ddp = config.distributed.strategy == "ddp" && config.distributed.local_sgd == 0 &&
-                         !uses_model_parallelism(config) && config.parallel.ep <= 1 && config.parallel.cp <= 1;
-  init.wait_for_failure_reports =
-      !plain_ddp || live == "off" || (live == "auto" && !under_the_elastic_agent());
+  const auto& d = config.distributed;
+  const bool data_parallel = !uses_model_parallelism(config) && config.parallel.ep <= 1 && config.parallel.cp <= 1;
+  const bool carried = data_parallel && ((d.strategy == "ddp" && d.local_sgd == 0) ||
+                                         (d.strategy == "zero" && d.zero_stage < 3));  // Trainer::wants_live_membership's
+  init.wait_for_failure_reports = !carried || live == "off" || (live == "auto" && !under_the_elastic_agent());
   return dist::init_process_group(init);
 }
 

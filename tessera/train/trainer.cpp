@@ -267,7 +267,12 @@ double Trainer::train_step(const data::Batch& batch) {
   }
   // ZeRO under live membership: this step's pieces go to the neighbour before anything counts the
   // step, so a rank that fails here is still at the step before (trainer_live.cpp).
-  if (live_) strategy_->commit_step(*optimizer_, step_ + 1);
+  if (live_) {
+    const auto& d = config_.distributed;
+    if (rank() == d.debug_kill_rank && step_ + 1 == d.debug_kill_step && d.debug_kill_point == "commit" && faults_armed())
+      kill_this_worker(", after its update, before its pieces went to its neighbour");
+    strategy_->commit_step(*optimizer_, step_ + 1);
+  }
   if (scaler_) scaler_->update(overflow);
   ++step_;
   if (survivor_ || live_) rng_at_step_ = default_generator();  // a copy of the engine, not its text
@@ -561,21 +566,27 @@ void Trainer::apply_fault_injection() {
   const auto& d = config_.distributed;
   if (rank() == d.debug_slow_rank && d.debug_slow_ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(d.debug_slow_ms));  // the artificial straggler
-  const char* generation = env_setting(dist::launcher::kElasticGenerationVariable);
-  if (generation != nullptr && std::string(generation) != "0") return;  // the restarted job runs clean
-  if (live_ && live_->current().number > 0) return;  // so does a live job after its first change
+  if (!faults_armed()) return;
   if (rank() == d.debug_stop_rank && step_ == d.debug_stop_step) {
     std::fprintf(stderr, "[train] fault injection: worker %d stops itself (SIGSTOP) at step %lld\n", rank(),
                  static_cast<long long>(step_));
     std::fflush(stderr);
     std::raise(SIGSTOP);
   }
-  if (rank() == d.debug_kill_rank && step_ == d.debug_kill_step) {
-    std::fprintf(stderr, "[train] fault injection: worker %d kills itself (SIGKILL) at step %lld\n", rank(),
-                 static_cast<long long>(step_));
-    std::fflush(stderr);
-    std::raise(SIGKILL);
-  }
+  if (rank() == d.debug_kill_rank && step_ == d.debug_kill_step && d.debug_kill_point == "step") kill_this_worker("");
+}
+
+bool Trainer::faults_armed() const {
+  const char* generation = env_setting(dist::launcher::kElasticGenerationVariable);
+  if (generation != nullptr && std::string(generation) != "0") return false;  // the restarted job runs clean
+  return !live_ || live_->current().number == 0;  // so does a live job after its first change
+}
+
+void Trainer::kill_this_worker(const char* where) {
+  std::fprintf(stderr, "[train] fault injection: worker %d kills itself (SIGKILL) at step %lld%s\n", rank(),
+               static_cast<long long>(step_), where);
+  std::fflush(stderr);
+  std::raise(SIGKILL);
 }
 
 EvalResult Trainer::evaluate(TaskProgress* progress) {

@@ -144,6 +144,10 @@ class Trainer {
   // Under the elastic agent: refuses a global batch that a world size the job may reach cannot divide.
   void check_elastic_world_sizes() const;
   void apply_fault_injection();
+  // The injected faults fire in the first generation of an elastic job, and before a live job's
+  // first membership change, only: the job they disturbed then runs clean.
+  bool faults_armed() const;
+  void kill_this_worker(const char* where);
   // A fresh run: agrees on a run id and refuses (or with train.overwrite, moves aside) another
   // run's checkpoints in output_dir.
   void claim_output_dir();
