@@ -203,6 +203,7 @@ int ray(const RayBenchOptions& options);
 
 struct LiveBenchOptions {
   int steps = 400, kill_step = 230, repeats = 3;
+  std::string strategy = "ddp";  // tessera's jobs: ddp, zero1 or zero2 (torchrun's stays DDP)
   bool with_torch = true;
   std::string python = reference_python();  // torchrun beside it (scripts/setup.sh --bench)
   int timeout_s = 600;                      // per job

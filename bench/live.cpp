@@ -8,6 +8,9 @@
 //                     (bench/torch_elastic.py).
 // Each: the MLP 784-512-256-10 on Fashion-MNIST, global batch 120 over 4 workers of one thread,
 // SGD(0.05, momentum 0.9), a checkpoint every 50 steps; rank 2 SIGKILLs itself after step 230.
+// --strategy zero1|zero2 runs tessera's two jobs as ZeRO (live: each rank's pieces kept by its
+// neighbour every step; the "step ms" column, the median step before the loss, shows that cost
+// against the restart path's job, which keeps none); torchrun's job stays DDP.
 // The stall is the wall time the loss cost (cost_of: the pause at the loss with any steps done
 // again, and any pause later, as when a replacement joins). Steps lost: steps completed before the loss that were
 // done again. Restarted: processes that survived the loss and were restarted anyway. Runs rotate
@@ -34,7 +37,7 @@ namespace fs = std::filesystem;
 constexpr int kWorkers = 4, kKillRank = 2, kCheckpointEvery = 50, kGlobalBatch = 120;
 
 struct Cost {
-  double stall_s = 0, wall_s = 0;
+  double stall_s = 0, wall_s = 0, step_ms = 0;
   int64_t steps_lost = 0;
   int restarted = 0;
   bool ok = false;
@@ -66,6 +69,7 @@ Cost cost_of(const StepTimes& times, int64_t kill_step, double killed_at, double
   c.restarted = restarted;
   if (!times.at.count(kill_step + 1) || killed_at <= 0) return c;
   const double step = median_interval(times.at, kill_step);
+  c.step_ms = 1e3 * step;
   double previous = killed_at;
   for (auto it = times.at.upper_bound(kill_step); it != times.at.end(); ++it) {
     const double gap = it->second - previous;
@@ -98,7 +102,9 @@ Cost run_tessera(const LiveBenchOptions& o, const std::string& dir, bool live) {
                                       << "\nmax_steps = " << o.steps << "\ncheckpoint_every = " << kCheckpointEvery
                                       << "\nthreads = 1\nlog_every = 100000\noutput_dir = \"" << dir << "/run\"\n"
                                       << "[distributed]\ntimeout_s = 60\nlive_membership = \"" << (live ? "auto" : "off")
-                                      << "\"\n";
+                                      << "\"\n"
+                                      << (o.strategy == "ddp" ? std::string()
+                                                              : "strategy = \"zero\"\nzero_stage = " + o.strategy.substr(4) + "\n");
   const std::string bin = fs::read_symlink("/proc/self/exe").string();
   const std::string cmd = bin + " run --nnodes 1:1 --nproc-per-node " + std::to_string(kWorkers) +
                           " --rdzv-backend store --rdzv-endpoint 127.0.0.1:" + std::to_string(dist::launcher::pick_free_port("127.0.0.1")) +
@@ -114,10 +120,17 @@ Cost run_tessera(const LiveBenchOptions& o, const std::string& dir, bool live) {
     return {};
   }
   StepTimes times;
+  bool restarted = false;
   for (const auto& r : json_lines(dir + "/run/metrics.jsonl")) {
     const std::string type = r.value("type", "");
-    if (type == "step") times.at[r["step"].get<int64_t>()] = r["unix_time"].get<double>();
-    if (type == "start" && r.value("resumed", false)) times.resumed_from = r["step"].get<int64_t>();
+    // Steps up to the loss count from the first run only: those done again after a restart from a
+    // checkpoint are part of the stall (as torchrun's attempt 0 below).
+    const int64_t step = r.value("step", int64_t{-1});
+    if (type == "step" && (step > o.kill_step || !restarted)) times.at[step] = r["unix_time"].get<double>();
+    if (type == "start" && r.value("resumed", false)) {
+      times.resumed_from = r["step"].get<int64_t>();
+      restarted = true;
+    }
     if (type == "membership" && times.resumed_from < 0) times.resumed_from = r["step"].get<int64_t>();
   }
   // The loss comes right after step kill_step on the killed rank: its record is the moment (the
@@ -182,8 +195,9 @@ int live(const LiveBenchOptions& o) {
     return 1;
   }
   std::printf("tessera bench live: %d workers x 1 thread, MLP 784-512-256-10 on Fashion-MNIST, global batch %d, %d "
-              "steps, rank %d SIGKILLed after step %d, checkpoint every %d steps; median [min-max] of %d repeats\n",
-              kWorkers, kGlobalBatch, o.steps, kKillRank, o.kill_step, kCheckpointEvery, o.repeats);
+              "steps, rank %d SIGKILLed after step %d, checkpoint every %d steps; tessera's strategy %s; median "
+              "[min-max] of %d repeats\n",
+              kWorkers, kGlobalBatch, o.steps, kKillRank, o.kill_step, kCheckpointEvery, o.strategy.c_str(), o.repeats);
   const std::string base = (fs::temp_directory_path() / ("tessera-bench-live-" + std::to_string(::getpid()))).string();
   std::map<std::string, std::vector<Cost>> costs;
   std::string version;
@@ -195,12 +209,13 @@ int live(const LiveBenchOptions& o) {
   std::vector<double> torch_stall;
   for (const Cost& c : costs["torchrun"])
     if (c.ok) torch_stall.push_back(c.stall_s);
-  std::printf("%-16s %-22s %-10s %-11s %-10s %-22s\n", "", "stall s", "vs torchrun", "steps lost", "restarted",
-              "job wall s");
+  std::printf("%-16s %-22s %-10s %-11s %-10s %-22s %-22s\n", "", "stall s", "vs torchrun", "steps lost", "restarted",
+              "job wall s", "step ms");
   for (const char* name : {"tessera live", "tessera restart", "torchrun"}) {
-    std::vector<double> stall, wall, lost, restarted;
+    std::vector<double> stall, wall, lost, restarted, step;
     for (const Cost& c : costs[name]) {
       if (!c.ok) continue;
+      step.push_back(c.step_ms);
       stall.push_back(c.stall_s);
       wall.push_back(c.wall_s);
       lost.push_back(static_cast<double>(c.steps_lost));
@@ -209,9 +224,10 @@ int live(const LiveBenchOptions& o) {
     char ratio[32] = "-";
     if (!stall.empty() && !torch_stall.empty() && median(stall) > 0)
       std::snprintf(ratio, sizeof ratio, "%.1fx less", median(torch_stall) / median(stall));
-    std::printf("%-16s %-22s %-10s %-11s %-10s %-22s\n", name, cell(stall, "%.2f [%.2f-%.2f]").c_str(),
+    std::printf("%-16s %-22s %-10s %-11s %-10s %-22s %-22s\n", name, cell(stall, "%.2f [%.2f-%.2f]").c_str(),
                 std::string(name) == "torchrun" ? "1" : ratio, cell(lost, "%.0f [%.0f-%.0f]").c_str(),
-                cell(restarted, "%.0f").c_str(), cell(wall, "%.1f [%.1f-%.1f]").c_str());
+                cell(restarted, "%.0f").c_str(), cell(wall, "%.1f [%.1f-%.1f]").c_str(),
+                cell(step, "%.2f [%.2f-%.2f]").c_str());
   }
   if (o.with_torch) std::printf("reference: torchrun of pytorch %s\n", version.empty() ? "(did not run)" : version.c_str());
   fs::remove_all(base);

@@ -222,6 +222,10 @@ Command add_bench_command(CLI::App& app) {
   liveb->add_option("--kill-step", lo->kill_step, "The step after which rank 2 is lost")
       ->capture_default_str()->check(CLI::Range(2, 100000));
   liveb->add_option("--repeats", lo->repeats, "Repeats (medians)")->capture_default_str()->check(CLI::Range(1, 20));
+  liveb->add_option("--strategy", lo->strategy, "tessera's strategy: ddp, zero1 or zero2 (ZeRO keeps each rank's pieces "
+                                                "on a neighbour under live membership)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2"}));
   liveb->add_option("--python", lo->python, "Python whose torchrun is the reference")->capture_default_str();
   liveb->add_flag("!--no-torch", lo->with_torch, "Leave torchrun out");
 

@@ -354,8 +354,16 @@ FitResult Trainer::fit_epochs() {
   const bool joined_live = take_live_state_;
   if (take_live_state_) {
     take_live_state_ = false;
-    const int source = live_state_is_sharded() ? gather_sharded_state(live_->current(), *group_) : live_->current().source;
-    share_live_state(source, std::string());
+    // A member lost meanwhile (or ZeRO's members meeting again): the joiner is a member now, and
+    // regroups with the others.
+    try {
+      const int source = live_state_is_sharded() ? gather_sharded_state(live_->current(), *group_) : live_->current().source;
+      share_live_state(source, std::string());
+    } catch (const PeerFailureError& e) {
+      regroup_after_failure(e.what());
+    } catch (const TimeoutError& e) {
+      regroup_after_failure(e.what());
+    }
   }
   claim_run();
   std::optional<MetricsLog> metrics;

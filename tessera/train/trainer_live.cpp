@@ -270,13 +270,28 @@ int Trainer::gather_sharded_state(const dist::LiveEpoch& e, dist::ProcessGroup& 
   TESSERA_CHECK(table[0] >= 0, "[live membership] no member holds its own ZeRO pieces of step ", step);
   const int source = static_cast<int>(kRanks - 1 - table[0] % kRanks);
   std::vector<int> holder(static_cast<size_t>(old_world));
+  std::string missing;
   for (int k = 0; k < old_world; ++k) {
     const int64_t own = table[1 + k], kept = table[1 + old_world + k];
-    if (own < 0 && kept < 0)
-      throw Error(concat("[live membership] rank ", k, " of the last layout and rank ", (k + 1) % old_world,
-                         ", which kept its ZeRO pieces, were both lost: their part of the optimizer state is gone, so "
-                         "the job cannot go on live (an elastic agent restarts it from its last checkpoint)"));
+    if (own < 0 && kept < 0) missing += concat(missing.empty() ? "" : ", ", k, " (kept by ", (k + 1) % old_world, ")");
     holder[static_cast<size_t>(k)] = static_cast<int>(own >= 0 ? own : kept);
+  }
+  if (!missing.empty()) {
+    // A survivor busy in a long step may have arrived after the round closed: it asks to join as a
+    // new process does, holding its pieces still. Rank 0 admits whoever asks within half the
+    // collective timeout (at most 30 s), and every member meets them in the next round.
+    int64_t admitted = 0;
+    if (me == 0 && live_) {
+      const auto until = std::chrono::steady_clock::now() + std::min(collective_timeout(config_) / 2, Milliseconds(30000));
+      while ((admitted = live_->admit_joiners()) == 0 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // two store reads a look, as at a step boundary
+    }
+    if (max_over_group({admitted})[0] > 0)
+      throw PeerFailureError(concat("[live membership] no member holds the ZeRO pieces of rank(s) ", missing,
+                                    " of the last layout; meeting again with the processes that asked to join since"));
+    throw Error(concat("[live membership] the ZeRO pieces of rank(s) ", missing, " of the last layout were lost with "
+                       "the rank and with the neighbour that kept them: that part of the optimizer state is gone, so the "
+                       "job cannot go on live (an elastic agent restarts it from its last checkpoint)"));
   }
   // Every old rank's pieces to the source; it rebuilds the whole state and encodes it as DDP's.
   constexpr int kPiecesTag = 0x5b00;

@@ -2,6 +2,8 @@
 // PackedPieces): what live membership keeps on a neighbour and sends to the member that rebuilds
 // the state after a loss (shard_buddies.h, train/trainer_live.cpp). The layout follows from the
 // units (flat_unit.h), so any rank can size and read any other rank's pieces.
+#include <bit>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -40,10 +42,29 @@ int64_t ZeroDataParallel::packed_size(int rank, size_t buffers) const {
     values += unit.chunk;
     for (size_t k = 0; k < unit.params.size(); ++k) pieces += piece_of(unit, k, rank).size();
   }
-  return values + static_cast<int64_t>(buffers) * pieces;
+  return values + kPackedHeaderValues + static_cast<int64_t>(buffers) * pieces;
 }
 
-PackedPieces ZeroDataParallel::pack_pieces(const optim::Optimizer& optimizer, int64_t step) const {
+int64_t ZeroDataParallel::packed_parameters_size() const {
+  int64_t values = 0;
+  for (const FlatUnit& unit : impl_->z_.units) values += unit.chunk;
+  return values;
+}
+
+void ZeroDataParallel::copy_parameter_chunks(int rank, Tensor& packed) const {
+  const auto& z = impl_->z_;
+  TESSERA_CHECK(impl_->options_.stage < 3, "[zero] stage 3 keeps no whole parameters to copy a rank's chunks from");
+  autograd::NoGradGuard no_grad;
+  int64_t at = 0;
+  for (size_t u = 0; u < z.units.size(); ++u) {
+    const int64_t chunk = z.units[u].chunk;
+    Tensor into = packed.slice(0, at, at + chunk);
+    if (chunk > 0) copy_(into, z.full[u].slice(0, rank * chunk, (rank + 1) * chunk));
+    at += chunk;
+  }
+}
+
+PackedPieces ZeroDataParallel::pack_pieces(const optim::Optimizer& optimizer, int64_t step, Tensor into) const {
   const Impl& m = *impl_;
   TESSERA_CHECK(m.options_.stage < 3, "[zero] live membership keeps the pieces of stages 1 and 2, not of stage 3");
   autograd::NoGradGuard no_grad;
@@ -54,7 +75,8 @@ PackedPieces ZeroDataParallel::pack_pieces(const optim::Optimizer& optimizer, in
   out.optimizer_steps = optimizer.step_count();
   out.lr = optimizer.lr();
   out.buffers.assign(names.begin(), names.end());
-  out.values = Tensor::empty({packed_size(m.z_.rank, names.size())});
+  const int64_t size = packed_size(m.z_.rank, names.size());
+  out.values = into.defined() && into.numel() == size ? into : Tensor::empty({size});
   int64_t at = 0;
   auto put = [&](const Tensor& from) {
     if (from.numel() > 0) {
@@ -64,6 +86,10 @@ PackedPieces ZeroDataParallel::pack_pieces(const optim::Optimizer& optimizer, in
     at += from.numel();
   };
   for (size_t u = 0; u < m.z_.units.size(); ++u) put(m.z_.shard[u]);
+  const int64_t header[5] = {out.step, out.optimizer_steps, std::bit_cast<int64_t>(out.lr),
+                             static_cast<int64_t>(out.buffers.size()), size};
+  std::memcpy(out.values.data<float>() + at, header, sizeof header);
+  at += kPackedHeaderValues;
   for (size_t i = 0; i < m.z_.params.size(); ++i)
     for (const std::string& name : out.buffers) {
       auto it = buffers[i].find(name);
@@ -98,6 +124,7 @@ std::pair<nn::StateDict, nn::StateDict> ZeroDataParallel::whole_state_of(const s
       at += into.numel();
     };
     for (size_t u = 0; u < z.units.size(); ++u) take(full[u].slice(0, r * z.units[u].chunk, (r + 1) * z.units[u].chunk));
+    at += kPackedHeaderValues;
     for (size_t i = 0; i < z.params.size(); ++i) {
       const Piece piece = piece_of(z.units[m.unit_of_[i]], m.position_in_unit_[i], r);
       for (const std::string& name : names) take(whole[i][name].slice(0, piece.begin, piece.end));

@@ -43,8 +43,8 @@ class ShardBuddies {
   std::array<PackedPieces, 2> own_, previous_rank_;  // [0] the latest
 };
 
-// How a rank's pieces travel: a header of five int64 words (step, optimizer steps, lr's bits, buffer
-// count, value count), then the values. Shared by the buddies' ring and the membership change.
+// How a rank's pieces travel whole (the membership change; the ring sends all but the parameters'
+// chunks): one message, its header inside (zero_data_parallel.h's PackedPieces).
 void send_pieces(dist::ProcessGroup& group, const PackedPieces& pieces, int to, int tag, std::vector<dist::WorkPtr>& works);
 // Receives rank `from`'s pieces; `buffers` names them (every rank's are the same), `layout` sizes
 // them by `layout_rank`, the rank that packed them in its layout.

@@ -73,8 +73,10 @@ struct ZeroOptions {
 };
 
 // One rank's pieces of the training state, flat, as live membership keeps and moves them
-// (shard_buddies.h; stages 1 and 2): per unit the rank's chunk of the parameters, then per model
-// parameter and optimizer buffer (names sorted) the rank's piece of the buffer. float32.
+// (shard_buddies.h; stages 1 and 2): per unit the rank's chunk of the parameters, then the header
+// below as five int64 words (step, optimizer steps, lr's bits, buffer count, value count), then per
+// model parameter and optimizer buffer (names sorted) the rank's piece of the buffer. float32. The
+// header sits before the buffers so that they travel as one message (shard_buddies.cpp).
 struct PackedPieces {
   int64_t step = -1;                 // the trainer's step these values are the state after
   int64_t optimizer_steps = 0;       // Optimizer::step_count() then
@@ -143,8 +145,14 @@ class ZeroDataParallel {
   // values rank `rank`'s pieces pack into with `buffers` optimizer buffers; and the whole model's
   // state and the whole optimizer's (as full_state_dict and full_optimizer_state give them) from
   // every rank's pieces, by_rank[r] rank r's, at one step. None is collective.
-  PackedPieces pack_pieces(const optim::Optimizer& optimizer, int64_t step) const;
+  // `into`, where it has the size, is written instead of a new tensor (a buffer kept for reuse).
+  PackedPieces pack_pieces(const optim::Optimizer& optimizer, int64_t step, Tensor into = {}) const;
   int64_t packed_size(int rank, size_t buffers) const;
+  // The parameters' part of any rank's packed pieces (it comes first): its chunk of every unit,
+  // copied from the whole parameters this rank keeps (stages 1 and 2, after a step's gather).
+  int64_t packed_parameters_size() const;
+  static constexpr int64_t kPackedHeaderValues = 10;  // five int64 words
+  void copy_parameter_chunks(int rank, Tensor& packed) const;
   std::pair<nn::StateDict, nn::StateDict> whole_state_of(const std::vector<PackedPieces>& by_rank) const;
 
   ZeroMemory memory(const optim::Optimizer* optimizer = nullptr) const;
