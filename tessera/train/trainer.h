@@ -164,10 +164,17 @@ class Trainer {
   // The members meet for the next epoch (after a failed collective `cause`, or to admit joiners),
   // rebuild the group, the strategy and the data share, and take the state of the member that got
   // furthest. No process restarts.
-  void change_membership(const std::string& cause);
+  // `since`: where the change began, when it is a further try (the first try's epoch, its world
+  // size and its start, which the log line and the record report).
+  struct ChangeStart {
+    std::chrono::steady_clock::time_point at;
+    int world = 0;
+    int64_t epoch = 0;
+  };
+  void change_membership(const std::string& cause, std::optional<ChangeStart> since = std::nullopt);
   // change_membership after a failed collective, again while the new group fails too (another
   // peer lost meanwhile), a bounded number of times.
-  void regroup_after_failure(std::string cause);
+  void regroup_after_failure(const std::string& cause);
   // ZeRO-1/2 (Strategy::shards_live_state): over the new group, the members agree on the step
   // whose state they can rebuild (the lowest among them) and the member that rebuilds it (the
   // source), and send it the pieces they and their neighbours' buddies hold; the source encodes the

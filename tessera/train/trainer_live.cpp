@@ -320,11 +320,13 @@ int Trainer::gather_sharded_state(const dist::LiveEpoch& e, dist::ProcessGroup& 
   return source;
 }
 
-void Trainer::change_membership(const std::string& cause) {
-  const auto started = std::chrono::steady_clock::now();
+void Trainer::change_membership(const std::string& cause, std::optional<ChangeStart> since) {
   record_progress(dist::launcher::ProgressRecord::Phase::Other);  // a membership round is not a wedge
-  const int old_world = live_->current().size();
-  const int64_t old_epoch = live_->current().number;
+  const ChangeStart first = since.value_or(ChangeStart{std::chrono::steady_clock::now(), live_->current().size(),
+                                                       live_->current().number});
+  const auto started = first.at;
+  const int old_world = first.world;
+  const int64_t old_epoch = first.epoch;
   const dist::LivePosition mine{step_, epoch_};
   // Leave the failed (or outgrown) group first: a peer still waiting for this rank in it stops at
   // once instead of at the timeout. The group itself goes once the new one works (the strategy,
@@ -397,20 +399,27 @@ void Trainer::change_membership(const std::string& cause) {
                                  {"previous_world_size", old_world}, {"seconds", seconds}, {"cause", brief}});
 }
 
-void Trainer::regroup_after_failure(std::string cause) {
-  constexpr int kAttempts = 8;  // each attempt after the first means another peer was lost meanwhile
+void Trainer::regroup_after_failure(const std::string& cause) {
+  // Each attempt after the first means another peer was lost meanwhile (or ZeRO's members meet
+  // again with a late one). The change is reported once, from its first cause and start.
+  constexpr int kAttempts = 8;
+  const ChangeStart first{std::chrono::steady_clock::now(), live_->current().size(), live_->current().number};
+  auto try_again = [&](int attempt, const Error& e) {
+    if (attempt == kAttempts) throw;
+    const std::string why = e.what();
+    std::fprintf(stderr, "[live] %s: membership change, try %d: %s; trying again\n", live_->id().c_str(), attempt,
+                 why.substr(0, std::min<size_t>(why.size(), 300)).c_str());
+  };
   for (int attempt = 1;; ++attempt) {
     try {
-      change_membership(cause);
+      change_membership(cause, first);
       return;
     } catch (const dist::NotAdmittedYet&) {
       throw;
     } catch (const PeerFailureError& e) {
-      if (attempt == kAttempts) throw;
-      cause = e.what();
+      try_again(attempt, e);
     } catch (const TimeoutError& e) {
-      if (attempt == kAttempts) throw;
-      cause = e.what();
+      try_again(attempt, e);
     }
   }
 }

@@ -229,6 +229,28 @@ TEST(LiveRun, ZeroRedoesTheStepWhoseLostPiecesNeverReachedTheNeighbour) {
   expect_equal_to_planned(dir);
 }
 
+// ZeRO-2, rank 1 of 3 lost while rank 2, which keeps rank 1's pieces, is busy (paced at 600 ms a
+// step, six times the settle time set here): rank 0 meets alone, and rank 1's pieces are with
+// nobody there. Rank 2 arrives late, asks to join with the pieces still in memory, is admitted, and
+// the two meet again and go on: nothing lost, bit for bit the job resized at step 4.
+TEST(LiveRun, ZeroWaitsForALateMemberHoldingPiecesNobodyElseHas) {
+  const std::string dir = tessera::testing::fresh_dir("live_run", "zero_late");
+  write_config(dir, 120, "on", "strategy = \"zero\"\nzero_stage = 2\nlive_settle_ms = 100\n");
+  Outcome o = live_plain_run(dir, "--set distributed.debug_kill_rank=1 --set distributed.debug_kill_step=4 "
+                                  "--set distributed.debug_slow_rank=2 --set distributed.debug_slow_ms=600");
+  ASSERT_EQ(o.status, 0) << o.log;
+  EXPECT_NE(o.log.find("the round closed before this rank arrived"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("meeting again with the processes that asked to join since"), std::string::npos) << o.log;
+  const auto changes = records(dir, "membership");
+  ASSERT_EQ(changes.size(), 1u) << o.log;
+  EXPECT_EQ(changes[0]["world_size"], 2);
+  EXPECT_EQ(changes[0]["step"], 4);
+  EXPECT_EQ(changes[0]["steps_redone"], 0);
+  EXPECT_EQ(final_step(dir), 20);
+  run_planned(dir, {3, 2}, {4});
+  expect_equal_to_planned(dir);
+}
+
 // "on" where live membership cannot carry the job is refused before step 1, saying what to do.
 TEST(LiveRun, OnForAStrategyItCannotCarryIsRefusedSayingWhy) {
   const std::string dir = tessera::testing::fresh_dir("live_run", "refused");
