@@ -7,6 +7,8 @@
 
 #include "cli/commands.h"
 #include "tessera/core/error.h"
+#include "tessera/dist/launcher/env.h"
+#include "tessera/dist/live_membership.h"
 #include "tessera/util/thread_pool.h"
 
 int main(int argc, char** argv) {
@@ -33,7 +35,11 @@ int main(int argc, char** argv) {
   } catch (const tessera::ValueError& e) {
     // A configuration or input error: the launchers do not retry it (dist/launcher/env.h).
     std::fprintf(stderr, "tessera: error: %s\n", e.what());
-    return 3;
+    return tessera::dist::launcher::kConfigErrorExitStatus;
+  } catch (const tessera::dist::LiveStateLost& e) {
+    // The launcher fails the job rather than going on live without this worker (env.h).
+    std::fprintf(stderr, "tessera: error: %s\n", e.what());
+    return tessera::dist::launcher::kLiveStateLostExitStatus;
   } catch (const tessera::Error& e) {
     std::fprintf(stderr, "tessera: error: %s\n", e.what());
     return 1;

@@ -68,6 +68,11 @@ class NotAdmittedYet : public TimeoutError {
 class JobEnded : public Error {
   using Error::Error;
 };
+// Part of the training state went with the lost processes (ZeRO's pieces of two neighbouring ranks):
+// the job cannot go on live (the process exits with launcher::kLiveStateLostExitStatus).
+class LiveStateLost : public Error {
+  using Error::Error;
+};
 
 struct LiveOptions {
   Milliseconds settle{300};          // a round closes once no member has arrived for this long

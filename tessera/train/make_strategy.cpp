@@ -33,7 +33,8 @@ std::unique_ptr<Strategy> make_strategy(const TrainConfig& config, StrategyEnvir
     if (config.distributed.local_sgd > 0) return std::make_unique<LocalSgdStrategy>(config, env.group);
     if (config.distributed.strategy == "zero")
       return config.parallel.cp > 1 ? std::make_unique<ContextParallel<ZeroStrategy>>(config, env.group)
-                                    : std::make_unique<ZeroStrategy>(config, env.group);
+                                    : std::make_unique<ZeroStrategy>(config, env.group, parallel::zero::HybridGroups{},
+                                                                     env.live_rebuild);
     if (config.distributed.strategy == "hsdp") {
       auto hybrid = parallel::zero::make_hybrid_groups(env.group, hsdp_shard_size(config));
       if (config.parallel.cp > 1)

@@ -442,6 +442,18 @@ FitResult Trainer::fit_epochs() {
   auto epoch_start = std::chrono::steady_clock::now();
   double loss_sum = 0.0, rate = 0.0;
   int64_t loss_count = 0;
+  // The last step in the sums: a live ZeRO job may go back to the step before it (trainer_live.cpp),
+  // which then takes it out, to be counted once when redone.
+  int64_t summed_step = -1;
+  double summed_loss = 0.0;
+  auto go_on_after_a_failure = [&](const std::string& cause) {
+    go_on_as_the_new_members(cause, true);
+    if (summed_step > step_) {
+      loss_sum -= summed_loss;
+      --loss_count;
+      summed_step = step_;
+    }
+  };
   bool epoch_goes_on = false;  // the loop comes round again after a membership change
   while (epoch_ < run.epochs) {
     try {
@@ -472,6 +484,7 @@ FitResult Trainer::fit_epochs() {
                       "; lower optimizer.lr or set optimizer.clip_grad_norm");
         loss_sum += loss;
         ++loss_count;
+        summed_step = step_, summed_loss = loss;
         // Samples/s of the whole job (every replica runs the same step in lockstep), smoothed.
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const double now_rate = static_cast<double>(global_batch_size()) / std::max(seconds, 1e-9);
@@ -546,11 +559,11 @@ FitResult Trainer::fit_epochs() {
       }
     } catch (const PeerFailureError& e) {
       if (!live_) throw;
-      go_on_as_the_new_members(e.what(), true);
+      go_on_after_a_failure(e.what());
       epoch_goes_on = true;
     } catch (const TimeoutError& e) {
       if (!live_) throw;
-      go_on_as_the_new_members(e.what(), true);
+      go_on_after_a_failure(e.what());
       epoch_goes_on = true;
     }
   }

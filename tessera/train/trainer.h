@@ -184,10 +184,10 @@ class Trainer {
   // A live job whose state is cut over its ranks (wants_live_membership lets zero in at stages 1
   // and 2 only): its members and joiners rebuild the state through gather_sharded_state.
   bool live_state_is_sharded() const { return config_.distributed.strategy == "zero"; }
-  // The pieces this process keeps (ZeRO's buddies) in the newest layout that committed any: the
-  // strategy's, or the one being replaced while a change has not completed; null where none (a
-  // joiner, DDP, a world of one). `layout`: the live epoch that layout was built in.
-  const parallel::zero::ShardBuddies* committed_pieces(int64_t* layout = nullptr) const;
+  // The layouts this process keeps committed pieces in (ZeRO's buddies), newest first, with the live
+  // epoch each was built in: the strategy's, and those being replaced while a change has not
+  // completed. Empty for a joiner, DDP and a world of one.
+  std::vector<std::pair<int64_t, const parallel::zero::ShardBuddies*>> held_layouts() const;
   // Collective over the new group: `source`'s state (encoded by it before prepare) to every member;
   // `params`, where not empty, are what the optimizer updates from now on (ZeRO's new pieces); then
   // a sharding strategy's first commit in the new layout.
@@ -256,10 +256,14 @@ class Trainer {
   std::chrono::steady_clock::time_point last_joiner_check_{};  // rank 0's last look for joiners
   std::vector<nlohmann::json> membership_changes_;  // for the lead's metrics.jsonl
   std::string pending_state_;  // the source's encoded state, until a membership change completes
-  // ZeRO under live membership: the strategy being replaced (its buddies hold the pieces) until a
-  // membership change completes, and the steps the change took the members back (at most one).
-  std::unique_ptr<Strategy> retired_strategy_;
-  int64_t layout_epoch_ = 0, retired_layout_epoch_ = 0;  // the live epochs they were built in
+  // ZeRO under live membership: the strategies being replaced (their buddies hold the pieces) until
+  // a membership change completes, and the steps the change took the members back (at most one).
+  struct RetiredLayout {
+    int64_t epoch = 0;  // the live epoch it was built in
+    std::unique_ptr<Strategy> strategy;
+  };
+  std::vector<RetiredLayout> retired_;
+  int64_t layout_epoch_ = 0;  // the live epoch strategy_ was built in
   int64_t live_steps_redone_ = 0;
   static std::atomic<bool> stop_requested_;
 };

@@ -220,17 +220,21 @@ void Trainer::share_live_state(int source, const std::string& mine, std::vector<
     restore_position(trainer.metadata, from, /*past_an_epochs_end=*/false);
     rng_at_step_ = default_generator();
   }
-  strategy_->commit_step(*optimizer_, step_);  // ZeRO: the new layout's pieces on their neighbours
+  // ZeRO: the new layout's pieces on their neighbours, and a collective that completes only once
+  // every member committed them: after it, the layouts before are not needed.
+  strategy_->commit_step(*optimizer_, step_);
+  if (strategy_->shard_buddies() != nullptr) strategy_->max_over_job(0);
 }
 
-const parallel::zero::ShardBuddies* Trainer::committed_pieces(int64_t* layout) const {
-  for (auto [strategy, built_in] : {std::pair{strategy_.get(), layout_epoch_}, {retired_strategy_.get(), retired_layout_epoch_}}) {
+std::vector<std::pair<int64_t, const parallel::zero::ShardBuddies*>> Trainer::held_layouts() const {
+  std::vector<std::pair<int64_t, const parallel::zero::ShardBuddies*>> out;
+  auto add = [&out](const Strategy* strategy, int64_t built_in) {
     const parallel::zero::ShardBuddies* buddies = strategy ? strategy->shard_buddies() : nullptr;
-    if (buddies == nullptr || !buddies->committed()) continue;
-    if (layout != nullptr) *layout = built_in;
-    return buddies;
-  }
-  return nullptr;
+    if (buddies != nullptr && buddies->committed()) out.emplace_back(built_in, buddies);
+  };
+  add(strategy_.get(), layout_epoch_);
+  for (auto it = retired_.rbegin(); it != retired_.rend(); ++it) add(it->strategy.get(), it->epoch);
+  return out;
 }
 
 int Trainer::gather_sharded_state(const dist::LiveEpoch& e, dist::ProcessGroup& group) {
@@ -240,43 +244,65 @@ int Trainer::gather_sharded_state(const dist::LiveEpoch& e, dist::ProcessGroup& 
     group.blocking_allreduce(t, dist::ReduceOp::Max);
     return t.to_vector<int64_t>();
   };
-  // The newest layout any member holds pieces of: a member whose change to it never completed
-  // holds an older one, and takes part as a joiner does, holding nothing.
-  int64_t layout = -1;
-  const parallel::zero::ShardBuddies* held = committed_pieces(&layout);
-  const int64_t newest = max_over_group({held ? layout : -1})[0];
-  if (layout != newest) held = nullptr;
-  if (newest < 0) {  // a world of one held the whole state: the round's source sends it
-    live_steps_redone_ = 0;
-    return e.source;
-  }
-  // The layout's size, and the lowest and highest step among its members: the lowest is rebuilt.
+  // The layouts this process holds pieces in, newest first. The members look at the newest any of
+  // them holds; where its pieces are not all there (a change to it that failed half-way: some
+  // members committed in it, some did not), at the one before, and so on. Every layout a member
+  // keeps holds the same state (a change moves no step).
+  const auto layouts = held_layouts();
   constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
-  const auto steps = max_over_group({held ? held->world() : 0, held ? -step_ : kNone, held ? step_ : kNone});
-  const int old_world = static_cast<int>(steps[0]);
-  const int64_t step = -steps[1];
-  live_steps_redone_ = steps[2] - step;
-  // Who holds each old rank's pieces of that step (its own process, else the next rank, its buddy),
-  // and the source: a member at that step (the latest epoch of the data, the lowest rank).
   constexpr int64_t kRanks = int64_t{1} << 24;
-  std::vector<int64_t> table(1 + 2 * static_cast<size_t>(old_world), -1);
-  if (held != nullptr) {
-    const int r = held->rank();
-    if (step_ == step && held->own_at(step)) table[0] = epoch_ * kRanks + (kRanks - 1 - me);
-    if (held->own_at(step)) table[1 + r] = me;
-    if (old_world > 1 && held->previous_rank_at(step)) table[1 + old_world + (r + old_world - 1) % old_world] = me;
-  }
-  table = max_over_group(std::move(table));
-  TESSERA_CHECK(table[0] >= 0, "[live membership] no member holds its own ZeRO pieces of step ", step);
-  const int source = static_cast<int>(kRanks - 1 - table[0] % kRanks);
-  std::vector<int> holder(static_cast<size_t>(old_world));
+  const parallel::zero::ShardBuddies* held = nullptr;
+  int old_world = 0, source = -1;
+  int64_t step = 0;
+  std::vector<int> holder;
   std::string missing;
-  for (int k = 0; k < old_world; ++k) {
-    const int64_t own = table[1 + k], kept = table[1 + old_world + k];
-    if (own < 0 && kept < 0) missing += concat(missing.empty() ? "" : ", ", k, " (kept by ", (k + 1) % old_world, ")");
-    holder[static_cast<size_t>(k)] = static_cast<int>(own >= 0 ? own : kept);
+  for (int64_t below = std::numeric_limits<int64_t>::max();;) {
+    held = nullptr;
+    int64_t layout = -1;
+    for (const auto& [built_in, buddies] : layouts)
+      if (built_in < below) {
+        held = buddies, layout = built_in;
+        break;
+      }
+    const int64_t newest = max_over_group({held ? layout : -1})[0];
+    if (layout != newest) held = nullptr;  // it takes part as a joiner does, holding nothing
+    if (newest < 0) {
+      if (below == std::numeric_limits<int64_t>::max()) {  // a world of one held the whole state
+        live_steps_redone_ = 0;
+        return e.source;  // the round's source sends it, as DDP's
+      }
+      break;  // no layout holds every piece
+    }
+    // The layout's size, and the lowest and highest step among its members: the lowest is rebuilt.
+    const auto steps = max_over_group({held ? held->world() : 0, held ? -step_ : kNone, held ? step_ : kNone});
+    old_world = static_cast<int>(steps[0]);
+    step = -steps[1];
+    live_steps_redone_ = steps[2] - step;
+    // Who holds each old rank's pieces of that step (its own process, else the next rank, its
+    // buddy), and the source: a member at that step (the latest epoch of the data, the lowest rank).
+    std::vector<int64_t> table(1 + 2 * static_cast<size_t>(old_world), -1);
+    if (held != nullptr) {
+      const int r = held->rank();
+      if (step_ == step && held->own_at(step)) table[0] = epoch_ * kRanks + (kRanks - 1 - me);
+      if (held->own_at(step)) table[1 + r] = me;
+      if (old_world > 1 && held->previous_rank_at(step)) table[1 + old_world + (r + old_world - 1) % old_world] = me;
+    }
+    table = max_over_group(std::move(table));
+    holder.assign(static_cast<size_t>(old_world), -1);
+    missing.clear();
+    for (int k = 0; k < old_world; ++k) {
+      const int64_t own = table[1 + k], kept = table[1 + old_world + k];
+      if (own < 0 && kept < 0) missing += concat(missing.empty() ? "" : ", ", k, " (kept by ", (k + 1) % old_world, ")");
+      holder[static_cast<size_t>(k)] = static_cast<int>(own >= 0 ? own : kept);
+    }
+    if (missing.empty() && table[0] >= 0) {
+      source = static_cast<int>(kRanks - 1 - table[0] % kRanks);
+      break;
+    }
+    if (missing.empty()) missing = concat("every rank's own (no member at step ", step, ")");
+    below = newest;
   }
-  if (!missing.empty()) {
+  if (source < 0) {
     // A survivor busy in a long step may have arrived after the round closed: it asks to join as a
     // new process does, holding its pieces still. Rank 0 admits whoever asks within half the
     // collective timeout (at most 30 s), and every member meets them in the next round.
@@ -289,9 +315,10 @@ int Trainer::gather_sharded_state(const dist::LiveEpoch& e, dist::ProcessGroup& 
     if (max_over_group({admitted})[0] > 0)
       throw PeerFailureError(concat("[live membership] no member holds the ZeRO pieces of rank(s) ", missing,
                                     " of the last layout; meeting again with the processes that asked to join since"));
-    throw Error(concat("[live membership] the ZeRO pieces of rank(s) ", missing, " of the last layout were lost with "
-                       "the rank and with the neighbour that kept them: that part of the optimizer state is gone, so the "
-                       "job cannot go on live (an elastic agent restarts it from its last checkpoint)"));
+    throw dist::LiveStateLost(concat("[live membership] the ZeRO pieces of rank(s) ", missing, " of the last layout "
+                                     "were lost with the rank and with the neighbour that kept them: that part of the "
+                                     "optimizer state is gone, so the job cannot go on live (an elastic agent restarts "
+                                     "it from its last checkpoint)"));
   }
   // Every old rank's pieces to the source; it rebuilds the whole state and encodes it as DDP's.
   constexpr int kPiecesTag = 0x5b00;
@@ -352,7 +379,7 @@ void Trainer::change_membership(const std::string& cause, std::optional<ChangeSt
   // tried again sends the same. Nothing below touches this rank's own state until every member has
   // the source's (DDP's prepare does not broadcast here: StrategyEnvironment::live_rebuild). ZeRO's
   // state is rebuilt from the pieces its members keep, below (gather_sharded_state).
-  if (e->rank == e->source && pending_state_.empty() && !committed_pieces()) pending_state_ = encode_live_state();
+  if (e->rank == e->source && pending_state_.empty() && held_layouts().empty()) pending_state_ = encode_live_state();
   // The new group and strategy are built aside and swapped in whole: a failure while they form
   // leaves the old ones (left, not destroyed) for the next try, and the survivors' save thread
   // never sees a strategy half made. The old strategy is kept until the change completes: ZeRO's
@@ -371,10 +398,10 @@ void Trainer::change_membership(const std::string& cause, std::optional<ChangeSt
   const int source = live_state_is_sharded() ? gather_sharded_state(*e, *group) : e->source;
   {
     std::lock_guard lock(state_mu_);
-    if (!retired_strategy_) {
-      retired_strategy_ = std::move(strategy_);
-      retired_layout_epoch_ = layout_epoch_;
-    }
+    // ZeRO's strategy with pieces is kept until the change completes (a further try may need
+    // them); DDP's reducer and buckets, and a strategy that never committed, go now.
+    const parallel::zero::ShardBuddies* buddies = strategy_->shard_buddies();
+    if (buddies != nullptr && buddies->committed()) retired_.push_back({layout_epoch_, std::move(strategy_)});
     strategy_ = std::move(strategy);
     layout_epoch_ = e->number;
     group_ = std::move(group);
@@ -382,7 +409,7 @@ void Trainer::change_membership(const std::string& cause, std::optional<ChangeSt
   build_data();
   share_live_state(source, pending_state_, live_state_is_sharded() ? std::move(params) : std::vector<Tensor>{});
   pending_state_.clear();
-  retired_strategy_.reset();  // the old DDP's reducer and buckets, or ZeRO's pieces, and the old group
+  retired_.clear();  // every member committed in the new layout (share_live_state's last collective)
   reading_batches_ = false;
   elastic_ = ElasticReport::from_environment(rank());  // the new rank 0 reports the steps
   record_progress(dist::launcher::ProgressRecord::Phase::Step);

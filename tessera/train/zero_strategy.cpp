@@ -7,8 +7,9 @@
 
 namespace tessera::train {
 
-ZeroStrategy::ZeroStrategy(const TrainConfig& config, dist::ProcessGroupPtr group, parallel::zero::HybridGroups hybrid)
-    : config_(config), group_(std::move(group)), hybrid_(std::move(hybrid)) {
+ZeroStrategy::ZeroStrategy(const TrainConfig& config, dist::ProcessGroupPtr group, parallel::zero::HybridGroups hybrid,
+                           bool values_from_caller)
+    : config_(config), group_(std::move(group)), hybrid_(std::move(hybrid)), values_from_caller_(values_from_caller) {
   TESSERA_CHECK(group_, "[zero] needs the job's process group");
 }
 
@@ -21,6 +22,7 @@ std::vector<Tensor> ZeroStrategy::prepare(std::shared_ptr<nn::Module> model) {
   o.min_unit_bytes = static_cast<size_t>(d.zero_min_unit_mb * (1 << 20));
   o.reduce_dtype = wire_dtype(config_);
   o.replicas = hybrid_.replicas;
+  o.broadcast_initial_state = !values_from_caller_;
   pool_routing_over_replicas(*model, *group_);
   zero_ = std::make_unique<parallel::zero::ZeroDataParallel>(model, hybrid_.shard ? hybrid_.shard : group_, o);
   model_ = std::move(model);

@@ -15,7 +15,10 @@ class ZeroStrategy : public LocalStrategy {
  public:
   // `group` is the job; with `hybrid` (distributed.strategy = "hsdp") ZeRO shards inside
   // hybrid.shard and keeps the replicas equal across hybrid.replicas.
-  ZeroStrategy(const TrainConfig& config, dist::ProcessGroupPtr group, parallel::zero::HybridGroups hybrid = {});
+  // `values_from_caller`: the caller loads the state after prepare (a live membership change), so
+  // prepare does not broadcast rank 0's.
+  ZeroStrategy(const TrainConfig& config, dist::ProcessGroupPtr group, parallel::zero::HybridGroups hybrid = {},
+               bool values_from_caller = false);
   std::string name() const override { return hybrid_.replicas ? "hsdp" : "zero"; }
   int rank() const override { return group_->rank(); }
   int world_size() const override { return group_->size(); }
@@ -64,6 +67,7 @@ class ZeroStrategy : public LocalStrategy {
   TrainConfig config_;
   dist::ProcessGroupPtr group_;
   parallel::zero::HybridGroups hybrid_;
+  bool values_from_caller_ = false;
   std::unique_ptr<parallel::zero::ZeroDataParallel> zero_;
   const optim::Optimizer* attached_ = nullptr;
   std::unique_ptr<parallel::zero::ShardBuddies> buddies_;  // under live membership, from its first commit

@@ -251,6 +251,23 @@ TEST(LiveRun, ZeroWaitsForALateMemberHoldingPiecesNobodyElseHas) {
   expect_equal_to_planned(dir);
 }
 
+// ZeRO-2, rank 1 of 3 lost while rank 2, which keeps its pieces, is stopped (SIGSTOP) at the same
+// step: those pieces are with no process that can answer. Rank 0 waits for a late member (half the
+// collective timeout), then exits with the status that makes its launcher fail the job (an elastic
+// agent would restart it from its last checkpoint) instead of going on without it.
+TEST(LiveRun, ZeroLosingARankAndItsBuddyFailsTheJobSayingWhy) {
+  const std::string dir = tessera::testing::fresh_dir("live_run", "zero_lost");
+  write_config(dir, 480, "on", "strategy = \"zero\"\nzero_stage = 2\n");
+  Outcome o = live_plain_run(dir, "--set distributed.debug_kill_rank=1 --set distributed.debug_kill_step=5 "
+                                  "--set distributed.debug_stop_rank=2 --set distributed.debug_stop_step=5 "
+                                  "--set distributed.timeout_s=6");
+  EXPECT_NE(o.status, 0) << o.log;
+  EXPECT_NE(o.log.find("the ZeRO pieces of rank(s) 1 (kept by 2) of the last layout were lost"), std::string::npos)
+      << o.log;
+  EXPECT_NE(o.log.find("rank 0 (pid"), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("exited with status 76"), std::string::npos) << o.log;
+}
+
 // "on" where live membership cannot carry the job is refused before step 1, saying what to do.
 TEST(LiveRun, OnForAStrategyItCannotCarryIsRefusedSayingWhy) {
   const std::string dir = tessera::testing::fresh_dir("live_run", "refused");

@@ -19,6 +19,7 @@
 
 #include <string>
 
+#include "tessera/dist/backends/shm/shm_communicator.h"
 #include "tessera/dist/backends/tcp/tcp_mesh.h"
 #include "tessera/dist/net/interface.h"
 #include "tessera/dist/store/prefix_store.h"
@@ -86,10 +87,10 @@ class AutoCommunicator : public Communicator {
 namespace {
 
 // How many of the group's ranks are on this rank's machine (the same advertised address, as the
-// hierarchical communicator groups them), where nobody said.
+// hierarchical communicator groups them, and the same machine as shm tells it), where nobody said.
 int ranks_on_this_machine(const BackendContext& context) {
   Store& store = *context.store;
-  const std::string mine = detail::advertised_address();
+  const std::string mine = tessera::detail::concat(detail::advertised_address(), " on ", detail::machine_identity());
   store.set(tessera::detail::concat("auto/host/", context.rank), mine);
   std::vector<std::string> keys;
   for (int r = 0; r < context.size; ++r) keys.push_back(tessera::detail::concat("auto/host/", r));

@@ -65,6 +65,10 @@ namespace tessera::dist::launcher {
 // A worker that exits with kConfigErrorExitStatus failed on its configuration or input (a
 // ValueError): a restart would fail the same way, so the agent stops the job at once instead.
 inline constexpr int kConfigErrorExitStatus = 3;
+// A worker of a live job (dist/live_membership.h) that exits with kLiveStateLostExitStatus found
+// part of the training state lost with its peers (dist::LiveStateLost): its launcher fails the job
+// instead of going on without it, and an elastic agent restarts it from its last checkpoint.
+inline constexpr int kLiveStateLostExitStatus = 76;
 inline constexpr const char* kElasticMaxWorldVariable = "TESSERA_ELASTIC_MAX_WORLD";
 inline constexpr const char* kElasticGenerationVariable = "TESSERA_ELASTIC_GENERATION";
 inline constexpr const char* kRestartCountVariable = "TESSERA_RESTART_COUNT";

@@ -331,6 +331,8 @@ class Supervisor {
     if (w.server || job_dir_.empty() || (running_count() == 0 && replacements_left_ == 0)) return false;
     // A configuration or input error would repeat in a replacement: it fails the job as ever.
     if (WIFEXITED(*w.status) && WEXITSTATUS(*w.status) == kConfigErrorExitStatus) return false;
+    // Nor can the job go on where the worker found part of its state lost.
+    if (WIFEXITED(*w.status) && WEXITSTATUS(*w.status) == kLiveStateLostExitStatus) return false;
     // A replacement may be lost before its first record: its slot is a live job's already.
     if (live_slots_.count(w.rank)) return true;
     const std::optional<ProgressRecord> record = read_progress_file(progress_file(w.rank));

@@ -75,8 +75,10 @@ void ZeroDataParallel::Impl::bind_parameters_to_units() {
       copy_(slot, z_.params[unit.params[k]].second.view({unit.sizes[k]}));
     }
     // Every rank starts from rank 0's values (its model may have been built from another seed).
-    z_.group->blocking_broadcast(full, 0);
-    if (options_.replicas) options_.replicas->blocking_broadcast(full, 0);  // and every replica from the first
+    if (options_.broadcast_initial_state) {
+      z_.group->blocking_broadcast(full, 0);
+      if (options_.replicas) options_.replicas->blocking_broadcast(full, 0);  // and every replica from the first
+    }
     // The parameters become views of the flat buffer (their handles, held by the layers, stay valid).
     for (size_t k = 0; k < unit.params.size(); ++k)
       rebind_storage(z_.params[unit.params[k]].second, full.impl()->storage, full.impl()->offset + unit.offsets[k]);

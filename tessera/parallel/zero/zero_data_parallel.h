@@ -64,6 +64,9 @@ struct ZeroOptions {
   // bytes). The backends sum bf16 in float32 (the shared-memory backend rounds once, at the end; a
   // ring rounds each hop's partial sum), and this rank's piece is added to its float32 gradient.
   DType reduce_dtype = DType::Float32;
+  // Every rank starts from rank 0's values (a broadcast at construction); false where the caller
+  // loads the state next (live membership's rebuild, train/trainer_live.cpp).
+  bool broadcast_initial_state = true;
   // Hybrid sharding (HSDP, PyTorch's HYBRID_SHARD): the group is one replica's ranks (a host's), the
   // state is cut into group-size pieces, and `replicas` are the ranks holding this rank's pieces in
   // the other replicas (one per host): each gradient piece reduce-scattered inside the group is then

@@ -61,20 +61,12 @@ std::string read_first_line(const char* path) {
   return line;
 }
 
-// Two processes share /dev/shm only on the same host (and kernel boot); the hostname alone can
-// repeat across containers of different machines, the boot id does not.
-std::string machine_identity() {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return concat(host, " boot ", read_first_line("/proc/sys/kernel/random/boot_id"));
-}
-
 void check_one_machine(Store& store, int rank, int size, Milliseconds timeout) {
-  store.set(concat("shm/machine/", rank), machine_identity());
+  store.set(concat("shm/machine/", rank), detail::machine_identity());
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(concat("shm/machine/", r));
   store.wait(keys, timeout);
-  std::string mine = machine_identity();
+  std::string mine = detail::machine_identity();
   for (int r = 0; r < size; ++r) {
     std::string theirs = store.get_string(keys[static_cast<size_t>(r)]);
     if (theirs != mine) {
@@ -85,6 +77,18 @@ void check_one_machine(Store& store, int rank, int size, Milliseconds timeout) {
 }
 
 }  // namespace
+
+namespace detail {
+
+// Two processes share /dev/shm only on the same host (and kernel boot); the hostname alone can
+// repeat across containers of different machines, the boot id does not.
+std::string machine_identity() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return concat(host, " boot ", read_first_line("/proc/sys/kernel/random/boot_id"));
+}
+
+}  // namespace detail
 
 ShmCommunicator::ShmCommunicator(const BackendContext& context) : rank_(context.rank), size_(context.size) {
   TESSERA_CHECK(context.store != nullptr, "[init_process_group] backend shm needs a store");

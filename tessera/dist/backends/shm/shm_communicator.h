@@ -48,6 +48,11 @@
 
 namespace tessera::dist {
 
+namespace detail {
+// This machine as processes that can share memory tell it apart: its hostname and kernel boot id.
+std::string machine_identity();
+}  // namespace detail
+
 class ShmCommunicator final : public Communicator {
  public:
   // Rendezvous through context.store (collective over the group's ranks): ValueError when the
