@@ -26,7 +26,7 @@ using tessera::testing::Cluster;
 constexpr int kHosts = 4;
 // The suite's run: 6 losses, 40 steps apart (about 45 s). TESSERA_LIVE_SOAK_KILLS and
 // TESSERA_LIVE_SOAK_GAP (steps between losses) make it a longer soak, for the figures in
-// docs/distributed.md.
+// docs/benchmarks.md; TESSERA_LIVE_SOAK_STRATEGY (ddp, zero1, zero2) the job's strategy.
 int env_or(const char* name, int fallback) {
   const char* text = std::getenv(name);
   return text != nullptr && *text != '\0' ? std::atoi(text) : fallback;
@@ -34,6 +34,12 @@ int env_or(const char* name, int fallback) {
 const int kKills = env_or("TESSERA_LIVE_SOAK_KILLS", 6);
 const int kGap = env_or("TESSERA_LIVE_SOAK_GAP", 40);
 const int64_t kSteps = std::max<int64_t>(1200, int64_t{kKills} * (kGap + 30) + 300);
+std::string strategy_lines() {
+  const char* text = std::getenv("TESSERA_LIVE_SOAK_STRATEGY");
+  const std::string name = text != nullptr ? text : "ddp";
+  if (name == "zero1" || name == "zero2") return "strategy = \"zero\"\nzero_stage = " + name.substr(4) + "\n";
+  return "";
+}
 
 void write_config(const std::string& dir) {
   std::ofstream(dir + "/config.toml") << "[model]\nname = \"mlp\"\nhidden = [64, 32]\n"
@@ -43,7 +49,7 @@ void write_config(const std::string& dir) {
                                       << "[train]\nepochs = 1\nglobal_batch_size = 12\nthreads = 1\nlog_every = 10000\n"
                                       << "checkpoint_every = 400\n"
                                       << "[distributed]\ntimeout_s = 30\nlive_membership = \"on\"\n"
-                                      << "debug_slow_rank = 0\ndebug_slow_ms = 15\n";
+                                      << "debug_slow_rank = 0\ndebug_slow_ms = 15\n" << strategy_lines();
 }
 
 std::string logs(const std::string& dir, const std::string& run) {

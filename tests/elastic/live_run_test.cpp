@@ -91,10 +91,12 @@ Outcome live_plain_run(const std::string& dir, const std::string& fault) {
 }
 
 // Under the elastic agent (live membership's default there): rank 2 of 4 is lost at step 23; the
-// three others go on in the same processes, and the agent's replacement joins them.
-TEST(LiveRun, AKilledWorkersPeersGoOnInTheirProcessesAndAReplacementJoinsWithTheirState) {
-  const std::string dir = tessera::testing::fresh_dir("live_run", "agent");
-  Outcome o = live_agent_run(dir, 4, "--set distributed.debug_kill_rank=2 --set distributed.debug_kill_step=23");
+// three others go on in the same processes, and the agent's replacement joins them. `distributed`:
+// more [distributed] lines (the strategy).
+void lose_rank_two_of_four_under_the_agent(const std::string& name, const std::string& distributed) {
+  const std::string dir = tessera::testing::fresh_dir("live_run", name);
+  Outcome o = live_agent_run(dir, 4, "--set distributed.debug_kill_rank=2 --set distributed.debug_kill_step=23",
+                             distributed);
   ASSERT_EQ(o.status, 0) << o.log;
   EXPECT_EQ(o.log.find("generation 1:"), std::string::npos) << "no new generation, no restart:\n" << o.log;
   EXPECT_NE(o.log.find("rank 2 (pid"), std::string::npos) << o.log;
@@ -105,6 +107,7 @@ TEST(LiveRun, AKilledWorkersPeersGoOnInTheirProcessesAndAReplacementJoinsWithThe
   ASSERT_EQ(changes.size(), 2u) << o.log;
   EXPECT_EQ(changes[0]["world_size"], 3);
   EXPECT_EQ(changes[0]["step"], 23) << "the state every survivor held: no step lost";
+  EXPECT_EQ(changes[0]["steps_redone"], 0) << "rank 2 finished step 23 (ZeRO: its pieces reached rank 3)";
   EXPECT_EQ(changes[1]["world_size"], 4);
   const int64_t rejoined = changes[1]["step"];
   std::printf("  the replacement joined after step %lld; recoveries took %.3f s and %.3f s\n",
@@ -115,11 +118,16 @@ TEST(LiveRun, AKilledWorkersPeersGoOnInTheirProcessesAndAReplacementJoinsWithThe
   expect_equal_to_planned(dir);
 }
 
-// With `tessera run` and live membership "on", rank 0 itself is lost and no replacement may start:
-// the two others finish the job, the new rank 0 writing the metrics and checkpoints.
-TEST(LiveRun, WithoutAReplacementThePeersOfALostRankZeroFinishTheJob) {
-  const std::string dir = tessera::testing::fresh_dir("live_run", "plain");
-  write_config(dir, 480, "on");
+TEST(LiveRun, AKilledWorkersPeersGoOnInTheirProcessesAndAReplacementJoinsWithTheirState) {
+  lose_rank_two_of_four_under_the_agent("agent", "");
+}
+
+// With `tessera run` and live membership "on", rank 0 of 3 is lost at step 12 and no replacement may
+// start: the two others finish the job, the new rank 0 writing the metrics and checkpoints.
+// `distributed`: more [distributed] lines (the strategy).
+void lose_rank_zero_of_three(const std::string& name, const std::string& distributed) {
+  const std::string dir = tessera::testing::fresh_dir("live_run", name);
+  write_config(dir, 480, "on", distributed);
   Outcome o = live_plain_run(dir, "--set distributed.debug_kill_rank=0 --set distributed.debug_kill_step=12");
   ASSERT_EQ(o.status, 0) << o.log;
   EXPECT_NE(o.log.find("rank 0 (pid"), std::string::npos) << o.log;
@@ -131,8 +139,10 @@ TEST(LiveRun, WithoutAReplacementThePeersOfALostRankZeroFinishTheJob) {
   EXPECT_EQ(changes[0]["step"], 12);
   EXPECT_EQ(final_step(dir), 80);
   run_planned(dir, {3, 2}, {12});
-  expect_equal_to_planned(dir, {12});
+  expect_equal_to_planned(dir, {12});  // rank 0's step 12 went with it
 }
+
+TEST(LiveRun, WithoutAReplacementThePeersOfALostRankZeroFinishTheJob) { lose_rank_zero_of_three("plain", ""); }
 
 // A loss at an epoch's last step (40 of 40): the members' state is at the end of the epoch, which
 // they evaluate and save before the next one, as an undisturbed run does.
@@ -166,45 +176,16 @@ TEST(LiveRun, AStoppedWorkerIsKilledAndReplacedWithinTheGeneration) {
   EXPECT_EQ(step_losses(dir, "run").size(), 80u);
 }
 
-// ZeRO-2 under the elastic agent: rank 2 of 4 is lost with its pieces of the optimizer state, which
-// rank 3 kept (parallel/zero/shard_buddies.h); the others rebuild the whole state from the pieces,
-// cut it again over three, and the replacement joins. Bit for bit the run resized on purpose.
+// ZeRO-2, the same: rank 2's pieces of the optimizer state are with rank 3, which kept them
+// (parallel/zero/shard_buddies.h); the others rebuild the whole state from the pieces and cut it
+// again over three, then over four with the replacement.
 TEST(LiveRun, ZeroTwoGoesOnWithTheLostRanksPiecesFromItsNeighbour) {
-  const std::string dir = tessera::testing::fresh_dir("live_run", "zero2");
-  Outcome o = live_agent_run(dir, 4, "--set distributed.debug_kill_rank=2 --set distributed.debug_kill_step=23",
-                             "strategy = \"zero\"\nzero_stage = 2\n");
-  ASSERT_EQ(o.status, 0) << o.log;
-  EXPECT_EQ(o.log.find("generation 1:"), std::string::npos) << "no new generation, no restart:\n" << o.log;
-  EXPECT_NE(o.log.find("started a replacement (pid"), std::string::npos) << o.log;
-  EXPECT_EQ(records(dir, "start").size(), 1u);
-  const auto changes = records(dir, "membership");
-  ASSERT_EQ(changes.size(), 2u) << o.log;
-  EXPECT_EQ(changes[0]["world_size"], 3);
-  EXPECT_EQ(changes[0]["step"], 23) << "rank 2 finished step 23, its pieces with rank 3: no step redone";
-  EXPECT_EQ(changes[0]["steps_redone"], 0);
-  EXPECT_EQ(changes[1]["world_size"], 4);
-  const int64_t rejoined = changes[1]["step"];
-  EXPECT_EQ(final_step(dir), 80);
-  EXPECT_EQ(step_losses(dir, "run").size(), 80u) << "every step once";
-  run_planned(dir, {4, 3, 4}, {23, rejoined});
-  expect_equal_to_planned(dir);
+  lose_rank_two_of_four_under_the_agent("zero2", "strategy = \"zero\"\nzero_stage = 2\n");
 }
 
-// ZeRO-1 with live membership "on" and rank 0 lost: its pieces come from rank 1, which kept them,
-// and the two others finish the job.
+// ZeRO-1, the same: rank 0's pieces of the optimizer state come from rank 1, which kept them.
 TEST(LiveRun, ZeroOneLosesRankZeroAndItsPiecesComeFromRankOne) {
-  const std::string dir = tessera::testing::fresh_dir("live_run", "zero1");
-  write_config(dir, 480, "on", "strategy = \"zero\"\nzero_stage = 1\n");
-  Outcome o = live_plain_run(dir, "--set distributed.debug_kill_rank=0 --set distributed.debug_kill_step=12");
-  ASSERT_EQ(o.status, 0) << o.log;
-  EXPECT_NE(o.log.find("live membership: its peers go on without it"), std::string::npos) << o.log;
-  const auto changes = records(dir, "membership");
-  ASSERT_EQ(changes.size(), 1u) << o.log;
-  EXPECT_EQ(changes[0]["world_size"], 2);
-  EXPECT_EQ(changes[0]["step"], 12);
-  EXPECT_EQ(final_step(dir), 80);
-  run_planned(dir, {3, 2}, {12});
-  expect_equal_to_planned(dir, {12});
+  lose_rank_zero_of_three("zero1", "strategy = \"zero\"\nzero_stage = 1\n");
 }
 
 // ZeRO-2, rank 1 of 3 lost inside step 12: after its update, before its pieces of step 12 reached
