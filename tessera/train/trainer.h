@@ -265,6 +265,7 @@ class Trainer {
   std::vector<RetiredLayout> retired_;
   int64_t layout_epoch_ = 0;  // the live epoch strategy_ was built in
   int64_t live_steps_redone_ = 0;
+  int64_t live_furthest_step_ = -1;  // the furthest member's step since a change's first try
   static std::atomic<bool> stop_requested_;
 };
 

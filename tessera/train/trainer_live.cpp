@@ -277,7 +277,9 @@ int Trainer::gather_sharded_state(const dist::LiveEpoch& e, dist::ProcessGroup& 
     const auto steps = max_over_group({held ? held->world() : 0, held ? -step_ : kNone, held ? step_ : kNone});
     old_world = static_cast<int>(steps[0]);
     step = -steps[1];
-    live_steps_redone_ = steps[2] - step;
+    // The furthest since the change's first try: a member that took a failed try's state went back.
+    live_furthest_step_ = std::max(live_furthest_step_, steps[2]);
+    live_steps_redone_ = live_furthest_step_ - step;
     // Who holds each old rank's pieces of that step (its own process, else the next rank, its
     // buddy), and the source: a member at that step (the latest epoch of the data, the lowest rank).
     std::vector<int64_t> table(1 + 2 * static_cast<size_t>(old_world), -1);
@@ -349,6 +351,7 @@ int Trainer::gather_sharded_state(const dist::LiveEpoch& e, dist::ProcessGroup& 
 
 void Trainer::change_membership(const std::string& cause, std::optional<ChangeStart> since) {
   record_progress(dist::launcher::ProgressRecord::Phase::Other);  // a membership round is not a wedge
+  if (!since) live_furthest_step_ = -1;  // a first try (regroup_after_failure's are reset there)
   const ChangeStart first = since.value_or(ChangeStart{std::chrono::steady_clock::now(), live_->current().size(),
                                                        live_->current().number});
   const auto started = first.at;
@@ -396,16 +399,21 @@ void Trainer::change_membership(const std::string& cause, std::optional<ChangeSt
   strategy->set_training(true);
   live_steps_redone_ = 0;
   const int source = live_state_is_sharded() ? gather_sharded_state(*e, *group) : e->source;
+  std::unique_ptr<Strategy> outgoing;  // destroyed after the lock is released
   {
     std::lock_guard lock(state_mu_);
     // ZeRO's strategy with pieces is kept until the change completes (a further try may need
     // them); DDP's reducer and buckets, and a strategy that never committed, go now.
     const parallel::zero::ShardBuddies* buddies = strategy_->shard_buddies();
-    if (buddies != nullptr && buddies->committed()) retired_.push_back({layout_epoch_, std::move(strategy_)});
+    if (buddies != nullptr && buddies->committed())
+      retired_.push_back({layout_epoch_, std::move(strategy_)});
+    else
+      outgoing = std::move(strategy_);
     strategy_ = std::move(strategy);
     layout_epoch_ = e->number;
     group_ = std::move(group);
   }
+  outgoing.reset();
   build_data();
   share_live_state(source, pending_state_, live_state_is_sharded() ? std::move(params) : std::vector<Tensor>{});
   pending_state_.clear();
@@ -431,6 +439,7 @@ void Trainer::regroup_after_failure(const std::string& cause) {
   // again with a late one). The change is reported once, from its first cause and start.
   constexpr int kAttempts = 8;
   const ChangeStart first{std::chrono::steady_clock::now(), live_->current().size(), live_->current().number};
+  live_furthest_step_ = -1;
   auto try_again = [&](int attempt, const Error& e) {
     if (attempt == kAttempts) throw;
     const std::string why = e.what();

@@ -236,7 +236,11 @@ void run_chaos(const std::string& name, bool live) {
     // Live: where the host's agent still runs, it replaces its worker itself, and the replacement
     // joins the running job (the world back to 4). Otherwise (a generation ended), the host is
     // replaced: what is left of it goes, a new agent joins, and the job grows back to 4.
-    const bool live_recovery = live && (kind == 0 || kind == 1);  // a worker's fault: its agent still runs
+    // Taken live where the peers went on and no generation ended: a worker's fault while its agent
+    // runs. (One that comes while a generation starts, before its workers said they run live, takes
+    // the restart path, which drops the killed worker's slot.)
+    const bool live_recovery = live && (kind == 0 || kind == 1) && job.count(live_change) > live_changes &&
+                               job.count("recovery: generation") == recoveries;
     if (live_recovery) {
       ASSERT_TRUE(wait_until([&] {
         return job.count(live_world_whole) > live_full || job.newest_full_generation() > full || job.finished();
