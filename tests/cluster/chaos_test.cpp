@@ -103,6 +103,14 @@ class ChaosRun {
                        "--set distributed.live_membership=" + (live_ ? "auto" : "off"),
                    log);
   }
+  // Whether the newest agent started in `host` has left the job: a worker killed by a signal (a
+  // stalled one, too) loses its slot, and an agent without workers goes.
+  bool agent_left(int host) const {
+    for (auto it = logs_.rbegin(); it != logs_.rend(); ++it)
+      if (it->find("/agent" + std::to_string(host) + "-") != std::string::npos)
+        return read_text(*it).find("no workers left on this node") != std::string::npos;
+    return false;
+  }
   std::string all_logs() const {
     std::string text;
     for (const auto& log : logs_) text += read_text(log);
@@ -251,6 +259,14 @@ void run_chaos(const std::string& name, bool live) {
       job.shell(cluster.script("kill " + h));
       job.shell(cluster.in(host, "ip link set eth0 up"));
       job.start_agent(host);
+      // A host whose agent left with the recovery (its worker, waiting for the faulted one while the
+      // generation started, was taken for stalled and killed) is replaced too.
+      for (int other = 2; other <= 1 + kAgentHosts; ++other)
+        if (other != host && job.agent_left(other)) {
+          std::printf("chaos: fault %d: host%d's agent left with it; replaced too\n", i + 1, other);
+          job.shell(cluster.script("kill host" + std::to_string(other)));
+          job.start_agent(other);
+        }
       ASSERT_TRUE(wait_until([&] { return job.newest_full_generation() > full || job.finished(); }, 90))
           << "the job did not grow back to " << kAgentHosts << " agents after fault " << i + 1 << "\n" << job.all_logs();
     }
