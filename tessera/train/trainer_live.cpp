@@ -323,7 +323,7 @@ int Trainer::gather_sharded_state(const dist::LiveEpoch& e, dist::ProcessGroup& 
                                      "it from its last checkpoint)"));
   }
   // Every old rank's pieces to the source; it rebuilds the whole state and encodes it as DDP's.
-  constexpr int kPiecesTag = 0x5b00;
+  constexpr int kPiecesTag = 0x5b00;  // + the old rank whose pieces travel
   std::vector<parallel::zero::PackedPieces> by_rank(static_cast<size_t>(old_world));
   std::vector<dist::WorkPtr> sends;
   for (int k = 0; k < old_world; ++k) {
@@ -332,11 +332,11 @@ int Trainer::gather_sharded_state(const dist::LiveEpoch& e, dist::ProcessGroup& 
     const parallel::zero::PackedPieces* pieces =
         h == me ? (held->rank() == k ? held->own_at(step) : held->previous_rank_at(step)) : nullptr;
     if (me != source)
-      parallel::zero::send_pieces(group, *pieces, source, kPiecesTag + 2 * k, sends);
+      sends.push_back(parallel::zero::send_pieces(group, *pieces, source, kPiecesTag + k));
     else
       by_rank[static_cast<size_t>(k)] =
           pieces ? *pieces
-                 : parallel::zero::receive_pieces(group, h, kPiecesTag + 2 * k, held->zero(), k, held->own_at(step)->buffers);
+                 : parallel::zero::receive_pieces(group, h, kPiecesTag + k, held->zero(), k, held->own_at(step)->buffers);
   }
   for (auto& w : sends) w->wait();
   if (me == source) {

@@ -28,8 +28,8 @@ void read_header(PackedPieces& p, int64_t head, int from, size_t buffers) {
 
 }  // namespace
 
-void send_pieces(dist::ProcessGroup& group, const PackedPieces& pieces, int to, int tag, std::vector<dist::WorkPtr>& works) {
-  works.push_back(group.send(pieces.values, to, tag));
+dist::WorkPtr send_pieces(dist::ProcessGroup& group, const PackedPieces& pieces, int to, int tag) {
+  return group.send(pieces.values, to, tag);
 }
 
 PackedPieces receive_pieces(dist::ProcessGroup& group, int from, int tag, const ZeroDataParallel& layout, int layout_rank,

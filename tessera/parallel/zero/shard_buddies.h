@@ -11,8 +11,9 @@
 // among them: the ranks one step ahead keep their pieces and their neighbour's of the step before.
 // That step is redone (at most one per loss).
 //
-// Cost per step and rank, with Adam: the rank's share of the parameters and of the two moments
-// (12Ψ/N bytes) sent to one neighbour, and four such shares kept (two of its own, two of the
+// Cost per step and rank, with Adam: the rank's share of the two moments (8Ψ/N bytes) sent to one
+// neighbour (its share of the parameters is in every rank's gathered parameters, and copied from
+// there), and four shares of parameters and moments kept (two of its own, two of the
 // neighbour's): 48Ψ/N bytes of memory.
 #pragma once
 #include <array>
@@ -45,7 +46,7 @@ class ShardBuddies {
 
 // How a rank's pieces travel whole (the membership change; the ring sends all but the parameters'
 // chunks): one message, its header inside (zero_data_parallel.h's PackedPieces).
-void send_pieces(dist::ProcessGroup& group, const PackedPieces& pieces, int to, int tag, std::vector<dist::WorkPtr>& works);
+dist::WorkPtr send_pieces(dist::ProcessGroup& group, const PackedPieces& pieces, int to, int tag);
 // Receives rank `from`'s pieces; `buffers` names them (every rank's are the same), `layout` sizes
 // them by `layout_rank`, the rank that packed them in its layout.
 PackedPieces receive_pieces(dist::ProcessGroup& group, int from, int tag, const ZeroDataParallel& layout, int layout_rank,
